@@ -1,0 +1,38 @@
+//! The test card tokens and the outcome each one produces.
+
+use std::time::Duration;
+
+/// What a token makes the simulator do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestToken {
+    /// `tok_visa`, `tok_mastercard`: the charge succeeds.
+    Succeeds,
+    /// `tok_slow`: the charge succeeds after [`TestToken::SLOW_LATENCY`], to show in-flight
+    /// duplicates.
+    SucceedsSlowly,
+    /// `tok_chargeDeclined`: a definitive decline.
+    Declined,
+    /// `tok_processingError`: a transient failure, every time.
+    FailsTransiently,
+    /// `tok_processingErrorOnce`: a transient failure on the first attempt under a key, then
+    /// success, like a processor that timed out once.
+    FailsOnceThenSucceeds,
+    /// Any other token: declined as unknown.
+    Unknown,
+}
+
+impl TestToken {
+    /// How long `tok_slow` takes.
+    pub const SLOW_LATENCY: Duration = Duration::from_secs(2);
+
+    pub fn from_source(source: &str) -> Self {
+        match source {
+            "tok_visa" | "tok_mastercard" => Self::Succeeds,
+            "tok_slow" => Self::SucceedsSlowly,
+            "tok_chargeDeclined" => Self::Declined,
+            "tok_processingError" => Self::FailsTransiently,
+            "tok_processingErrorOnce" => Self::FailsOnceThenSucceeds,
+            _ => Self::Unknown,
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Pure payment types and rules: money, currencies, tenants, charges, the double-entry ledger,
+//! the `payment.completed` event and the [`CardProcessor`] port.
+//!
+//! This crate owns the invariants that must hold whatever stores or serves them: an amount is
+//! never zero or negative, a ledger transaction always balances. It performs no I/O and must not
+//! import axum, sqlx, redis or any other crate of the workspace.
+
+mod charge;
+mod event;
+mod ids;
+mod ledger;
+mod money;
+mod processor;
+
+pub use charge::{Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError};
+pub use event::{PAYMENT_COMPLETED, PaymentCompleted};
+pub use ids::{ChargeId, ChargeIdError, TenantId};
+pub use ledger::{Account, LedgerEntry, LedgerError, LedgerTransaction};
+pub use money::{Amount, AmountError, Currency, CurrencyError, Money};
+pub use processor::{CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorError};

@@ -1,0 +1,27 @@
+//! The idempotency-key protocol, independent of any web framework or database.
+//!
+//! It owns the rules a payment API must get exactly right: what a valid key is, what counts as
+//! "the same request" (the [`Fingerprint`] over canonical JSON), the record's states and recovery
+//! points, and the one pure [`decide`] function that says what a request carrying a key must do
+//! given the record already stored under it. Records hold plain data (status code, allow-listed
+//! headers, body bytes), so any framework can replay them. This crate must not import axum, sqlx,
+//! redis or any other crate of the workspace.
+
+mod decision;
+mod fingerprint;
+mod key;
+mod policy;
+mod record;
+
+pub use decision::{Decision, decide};
+pub use fingerprint::{Fingerprint, FingerprintError, canonical_json};
+pub use key::{IdempotencyKey, KeyError};
+pub use policy::{IdempotencyPolicy, PolicyError};
+pub use record::{
+    Attempt, IdempotencyRecord, RecordState, RecoveryPoint, REPLAYED_HEADERS, Scope, StoredResponse,
+    UnknownValue,
+};
+
+/// The operation name of `POST /charges`, carrying its response schema version: a stored
+/// response is only ever replayed in the shape it was recorded in.
+pub const CHARGES_CREATE_V1: &str = "charges.create.v1";

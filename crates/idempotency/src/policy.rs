@@ -1,0 +1,86 @@
+//! How long a key is retained and how long one attempt may hold it.
+
+use std::time::Duration;
+
+/// The retention and locking policy, validated once at start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdempotencyPolicy {
+    /// How long a finished record is replayed; after that the key is fresh again.
+    pub ttl: Duration,
+    /// How long one attempt owns a pending record before another may take it over.
+    pub lock_timeout: Duration,
+}
+
+impl IdempotencyPolicy {
+    /// The contract's default retention: 24 hours.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+    /// The default lock: long enough for a slow processor call, short enough for a prompt retry.
+    pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// Checks the policy against the processor's own idempotency window: a record must not
+    /// outlive the processor's memory of its key, or a late resume could charge again.
+    pub fn new(
+        ttl: Duration,
+        lock_timeout: Duration,
+        processor_key_window: Duration,
+    ) -> Result<Self, PolicyError> {
+        if ttl.is_zero() {
+            return Err(PolicyError::ZeroTtl);
+        }
+        if lock_timeout.is_zero() {
+            return Err(PolicyError::ZeroLockTimeout);
+        }
+        if ttl > processor_key_window {
+            return Err(PolicyError::TtlBeyondProcessorWindow {
+                ttl_secs: ttl.as_secs(),
+                window_secs: processor_key_window.as_secs(),
+            });
+        }
+        Ok(Self { ttl, lock_timeout })
+    }
+}
+
+impl Default for IdempotencyPolicy {
+    fn default() -> Self {
+        Self { ttl: Self::DEFAULT_TTL, lock_timeout: Self::DEFAULT_LOCK_TIMEOUT }
+    }
+}
+
+/// An inconsistent policy. The messages name the configuration keys an operator sets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("idempotency.ttl_secs must be greater than 0")]
+    ZeroTtl,
+    #[error("idempotency.lock_timeout_secs must be greater than 0")]
+    ZeroLockTimeout,
+    #[error(
+        "idempotency.ttl_secs ({ttl_secs}) must not exceed processor.key_window_secs ({window_secs}): \
+         a retry after the processor forgot its key could charge twice"
+    )]
+    TtlBeyondProcessorWindow { ttl_secs: u64, window_secs: u64 },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+    const LOCK: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn a_ttl_within_the_processor_window_is_accepted() {
+        assert!(IdempotencyPolicy::new(DAY, LOCK, DAY).is_ok());
+    }
+
+    #[test]
+    fn a_ttl_longer_than_the_processor_window_is_refused() {
+        let err = IdempotencyPolicy::new(DAY * 2, LOCK, DAY);
+        assert!(matches!(err, Err(PolicyError::TtlBeyondProcessorWindow { .. })));
+    }
+
+    #[test]
+    fn zero_durations_are_refused() {
+        assert_eq!(IdempotencyPolicy::new(Duration::ZERO, LOCK, DAY), Err(PolicyError::ZeroTtl));
+        assert_eq!(IdempotencyPolicy::new(DAY, Duration::ZERO, DAY), Err(PolicyError::ZeroLockTimeout));
+    }
+}

@@ -1,0 +1,167 @@
+//! The idempotency record: one per `(tenant, operation, key)`, and what it stores.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+
+use crate::{Fingerprint, IdempotencyKey};
+
+/// Where a key lives: a key is only ever compared with keys of the same tenant and operation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub tenant: String,
+    /// The endpoint and its response schema version, e.g. [`crate::CHARGES_CREATE_V1`].
+    pub operation: String,
+}
+
+/// The record's lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordState {
+    /// An attempt owns the record until `locked_until`, or it was abandoned.
+    Pending,
+    /// Finished with a response that is replayed until the record expires.
+    Completed,
+    /// The last attempt ended in a transient failure; the next retry executes again.
+    Failed,
+}
+
+/// How far a pending operation got, so that a takeover resumes instead of starting again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecoveryPoint {
+    /// Claimed; the processor may or may not have been called.
+    Started,
+    /// The processor confirmed the charge; the local writes are still to do.
+    Charged,
+    /// Charge, ledger, outbox and response are committed.
+    Finished,
+}
+
+/// A stored name that is not one of the known states or recovery points.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown stored value {0:?}")]
+pub struct UnknownValue(pub String);
+
+macro_rules! stored_names {
+    ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// The name stored in the database.
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $name),+ }
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = UnknownValue;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($name => Ok(Self::$variant),)+
+                    other => Err(UnknownValue(other.to_owned())),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+stored_names!(RecordState { Pending => "pending", Completed => "completed", Failed => "failed" });
+stored_names!(RecoveryPoint { Started => "started", Charged => "charged", Finished => "finished" });
+
+/// The number of the attempt that claimed a record, counting from 1. It is also the fencing
+/// token: an attempt may only write to the record while the record still holds its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Attempt(pub i32);
+
+/// The response headers kept with a stored response (lower case). Everything else (`Date`,
+/// `Set-Cookie`, request ids) belongs to one exchange and must not be replayed.
+pub const REPLAYED_HEADERS: [&str; 2] = ["content-type", "location"];
+
+/// A response as it is stored and replayed: plain data, no framework types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: u16,
+    /// Allow-listed headers only, names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl StoredResponse {
+    /// Keeps only the [`REPLAYED_HEADERS`] of `headers`.
+    pub fn new<'a>(
+        status: u16,
+        headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+        body: Vec<u8>,
+    ) -> Self {
+        let headers = headers
+            .into_iter()
+            .map(|(name, value)| (name.to_ascii_lowercase(), value.to_owned()))
+            .filter(|(name, _)| REPLAYED_HEADERS.contains(&name.as_str()))
+            .collect();
+        Self { status, headers, body }
+    }
+}
+
+/// The stored record, as the decision function sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    pub scope: Scope,
+    pub key: IdempotencyKey,
+    pub fingerprint: Fingerprint,
+    pub state: RecordState,
+    pub recovery_point: RecoveryPoint,
+    /// Set while pending: the owning attempt's lock ends then.
+    pub locked_until: Option<DateTime<Utc>>,
+    pub attempts: Attempt,
+    /// Sent to the processor with every attempt, so the processor deduplicates too.
+    pub processor_key: String,
+    /// The processor's charge id once the recovery point is `charged` or later.
+    pub processor_charge_id: Option<String>,
+    /// Present exactly when the state is `completed`.
+    pub response: Option<StoredResponse>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_names_round_trip() {
+        for state in [RecordState::Pending, RecordState::Completed, RecordState::Failed] {
+            assert_eq!(state.as_str().parse(), Ok(state));
+        }
+        for point in [RecoveryPoint::Started, RecoveryPoint::Charged, RecoveryPoint::Finished] {
+            assert_eq!(point.as_str().parse(), Ok(point));
+        }
+        assert!("done".parse::<RecordState>().is_err());
+    }
+
+    #[test]
+    fn only_allow_listed_headers_are_stored() {
+        let stored = StoredResponse::new(
+            201,
+            [
+                ("Content-Type", "application/json"),
+                ("Location", "/charges/ch_1"),
+                ("Date", "Sun, 29 Nov 2026 10:00:00 GMT"),
+                ("Set-Cookie", "session=1"),
+                ("X-Request-Id", "abc"),
+            ],
+            b"{}".to_vec(),
+        );
+        assert_eq!(
+            stored.headers,
+            vec![
+                ("content-type".to_owned(), "application/json".to_owned()),
+                ("location".to_owned(), "/charges/ch_1".to_owned()),
+            ]
+        );
+    }
+}
