@@ -1,1 +1,102 @@
+//! The payments HTTP service: `POST /charges` with exactly-once idempotency keys, charge and
+//! ledger reads, health checks.
+//!
+//! This crate owns everything HTTP: routing, authentication, request parsing, the mapping of
+//! every error to one RFC 9457 problem response, configuration and telemetry. The protocol
+//! lives in `payments-idempotency`, the rules in `payments-domain`, the SQL in
+//! `payments-storage`; this crate converts between HTTP and those types at the edge.
 
+mod charge_flow;
+pub mod config;
+mod error;
+mod extract;
+mod replay;
+mod routes;
+mod state;
+mod telemetry;
+mod views;
+
+use std::sync::Arc;
+
+use payments_card_sim::InMemoryCardProcessor;
+use payments_storage::PgStore;
+use tokio::net::TcpListener;
+
+pub use error::ApiError;
+pub use routes::app;
+pub use state::{ApiKeys, AppState};
+
+use crate::config::{Settings, StartupError};
+
+/// Loads the configuration, prepares the database and serves until SIGINT or SIGTERM.
+pub async fn run() -> Result<(), StartupError> {
+    let settings = Settings::load()?.validate()?;
+    telemetry::init(&settings.log);
+
+    PgStore::create_database_if_missing(settings.database_url())
+        .await
+        .map_err(|e| StartupError::Database(error_chain(&e)))?;
+    let store = PgStore::connect_lazy(settings.pg_options.clone(), &settings.pool, settings.policy);
+    store
+        .migrate()
+        .await
+        .map_err(|e| StartupError::Database(error_chain(&e)))?;
+
+    let processor = Arc::new(InMemoryCardProcessor::default());
+    let state = AppState::new(store, processor, settings.api_keys.clone(), settings.limits);
+
+    let listener = TcpListener::bind(settings.bind)
+        .await
+        .map_err(|e| StartupError::Bind {
+            addr: settings.bind,
+            reason: e.to_string(),
+        })?;
+    let address = listener.local_addr().map_err(|e| StartupError::Bind {
+        addr: settings.bind,
+        reason: e.to_string(),
+    })?;
+    tracing::info!(%address, database = "postgres", processor = "in-process simulator", "listening");
+
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| StartupError::Serve(e.to_string()))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM; in-flight requests are then drained.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}
+
+/// An error and its sources on one line, for logs and start-up messages.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

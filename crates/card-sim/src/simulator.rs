@@ -15,7 +15,10 @@ use crate::TestToken;
 #[derive(Debug, Clone)]
 enum Outcome {
     Charged(ProcessorCharge),
-    Declined { decline_code: String, message: String },
+    Declined {
+        decline_code: String,
+        message: String,
+    },
     /// A transient failure was reported once; the next attempt goes through.
     FailedOnce,
 }
@@ -32,7 +35,10 @@ pub struct InMemoryCardProcessor {
 impl InMemoryCardProcessor {
     /// A simulator that adds `latency` to every charge.
     pub fn with_latency(latency: Duration) -> Self {
-        Self { latency, ..Self::default() }
+        Self {
+            latency,
+            ..Self::default()
+        }
     }
 
     /// The number of distinct charges ever created.
@@ -43,23 +49,39 @@ impl InMemoryCardProcessor {
     /// Decides and records the outcome for a key atomically, so concurrent calls with one key
     /// see one outcome. Latency is applied afterwards, outside the lock.
     fn settle(&self, request: &ProcessorChargeRequest) -> Result<ProcessorCharge, ProcessorError> {
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut outcomes = self
+            .outcomes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let token = TestToken::from_source(request.source.as_str());
         match (outcomes.get(&request.idempotency_key), token) {
             (Some(Outcome::Charged(charge)), _) => return Ok(charge.clone()),
-            (Some(Outcome::Declined { decline_code, message }), _) => {
-                return Err(ProcessorError::Declined { decline_code: decline_code.clone(), message: message.clone() });
+            (
+                Some(Outcome::Declined {
+                    decline_code,
+                    message,
+                }),
+                _,
+            ) => {
+                return Err(ProcessorError::Declined {
+                    decline_code: decline_code.clone(),
+                    message: message.clone(),
+                });
             }
             (Some(Outcome::FailedOnce), _) | (None, _) => {}
         }
         let first_attempt = !outcomes.contains_key(&request.idempotency_key);
         let outcome = match token {
             TestToken::FailsTransiently => {
-                return Err(ProcessorError::Unavailable { reason: "simulated processing error".into() });
+                return Err(ProcessorError::Unavailable {
+                    reason: "simulated processing error".into(),
+                });
             }
             TestToken::FailsOnceThenSucceeds if first_attempt => {
                 outcomes.insert(request.idempotency_key.clone(), Outcome::FailedOnce);
-                return Err(ProcessorError::Unavailable { reason: "simulated processing error (once)".into() });
+                return Err(ProcessorError::Unavailable {
+                    reason: "simulated processing error (once)".into(),
+                });
             }
             TestToken::Declined => Outcome::Declined {
                 decline_code: "generic_decline".into(),
@@ -80,15 +102,26 @@ impl InMemoryCardProcessor {
         outcomes.insert(request.idempotency_key.clone(), outcome.clone());
         match outcome {
             Outcome::Charged(charge) => Ok(charge),
-            Outcome::Declined { decline_code, message } => Err(ProcessorError::Declined { decline_code, message }),
-            Outcome::FailedOnce => Err(ProcessorError::Unavailable { reason: "unreachable".into() }),
+            Outcome::Declined {
+                decline_code,
+                message,
+            } => Err(ProcessorError::Declined {
+                decline_code,
+                message,
+            }),
+            Outcome::FailedOnce => Err(ProcessorError::Unavailable {
+                reason: "unreachable".into(),
+            }),
         }
     }
 }
 
 #[async_trait]
 impl CardProcessor for InMemoryCardProcessor {
-    async fn charge(&self, request: ProcessorChargeRequest) -> Result<ProcessorCharge, ProcessorError> {
+    async fn charge(
+        &self,
+        request: ProcessorChargeRequest,
+    ) -> Result<ProcessorCharge, ProcessorError> {
         let result = self.settle(&request);
         let mut latency = self.latency;
         if TestToken::from_source(request.source.as_str()) == TestToken::SucceedsSlowly {
@@ -100,8 +133,14 @@ impl CardProcessor for InMemoryCardProcessor {
         result
     }
 
-    async fn find_charge(&self, idempotency_key: &str) -> Result<Option<ProcessorCharge>, ProcessorError> {
-        let outcomes = self.outcomes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    async fn find_charge(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorCharge>, ProcessorError> {
+        let outcomes = self
+            .outcomes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         Ok(match outcomes.get(idempotency_key) {
             Some(Outcome::Charged(charge)) => Some(charge.clone()),
             _ => None,
@@ -118,7 +157,10 @@ mod tests {
     fn request(key: &str, token: &str) -> ProcessorChargeRequest {
         ProcessorChargeRequest {
             idempotency_key: key.into(),
-            money: Money::new(Amount::new(100).unwrap_or_else(|e| panic!("{e}")), Currency::Usd),
+            money: Money::new(
+                Amount::new(100).unwrap_or_else(|e| panic!("{e}")),
+                Currency::Usd,
+            ),
             source: PaymentSource::new(token).unwrap_or_else(|e| panic!("{e}")),
         }
     }
@@ -137,7 +179,10 @@ mod tests {
     async fn different_keys_create_different_charges() {
         let sim = InMemoryCardProcessor::default();
         let a = sim.charge(request("a", "tok_visa")).await.map(|c| c.id);
-        let b = sim.charge(request("b", "tok_mastercard")).await.map(|c| c.id);
+        let b = sim
+            .charge(request("b", "tok_mastercard"))
+            .await
+            .map(|c| c.id);
         assert_ne!(a, b);
         assert_eq!(sim.charges_created(), 2);
     }
@@ -170,7 +215,10 @@ mod tests {
         assert!(matches!(first, Err(ProcessorError::Unavailable { .. })));
         let second = sim.charge(request("k", "tok_processingErrorOnce")).await;
         assert!(second.is_ok());
-        assert_eq!(sim.find_charge("k").await.map(|c| c.map(|c| c.id)), Ok(second.map(|c| c.id).ok()));
+        assert_eq!(
+            sim.find_charge("k").await.map(|c| c.map(|c| c.id)),
+            Ok(second.map(|c| c.id).ok())
+        );
         assert_eq!(sim.charges_created(), 1);
     }
 }

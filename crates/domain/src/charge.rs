@@ -29,7 +29,10 @@ impl PaymentSource {
 
 /// The token is empty, too long or not visible ASCII.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("source must be a card token of 1 to {} visible ASCII characters", PaymentSource::MAX_LEN)]
+#[error(
+    "source must be a card token of 1 to {} visible ASCII characters",
+    PaymentSource::MAX_LEN
+)]
 pub struct SourceError;
 
 /// A free-text description shown to the merchant, at most 500 characters.

@@ -94,8 +94,16 @@ impl LedgerTransaction {
         Self {
             id: Uuid::new_v4(),
             entries: vec![
-                LedgerEntry { account: Account::ProcessorReceivable, currency, amount },
-                LedgerEntry { account: Account::CustomerPayments, currency, amount: -amount },
+                LedgerEntry {
+                    account: Account::ProcessorReceivable,
+                    currency,
+                    amount,
+                },
+                LedgerEntry {
+                    account: Account::CustomerPayments,
+                    currency,
+                    amount: -amount,
+                },
             ],
         }
     }
@@ -117,7 +125,11 @@ mod tests {
     use crate::{Amount, ChargeId, Money, PaymentSource, TenantId};
 
     fn entry(account: Account, currency: Currency, amount: i64) -> LedgerEntry {
-        LedgerEntry { account, currency, amount }
+        LedgerEntry {
+            account,
+            currency,
+            amount,
+        }
     }
 
     #[test]
@@ -128,7 +140,10 @@ mod tests {
         ];
         assert_eq!(
             LedgerTransaction::new(Uuid::new_v4(), entries),
-            Err(LedgerError::Unbalanced { currency: Currency::Usd, sum: 1 })
+            Err(LedgerError::Unbalanced {
+                currency: Currency::Usd,
+                sum: 1
+            })
         );
     }
 
@@ -147,12 +162,18 @@ mod tests {
     #[test]
     fn a_single_or_zero_entry_is_refused() {
         let one = vec![entry(Account::ProcessorReceivable, Currency::Usd, 100)];
-        assert_eq!(LedgerTransaction::new(Uuid::new_v4(), one), Err(LedgerError::TooFewEntries));
+        assert_eq!(
+            LedgerTransaction::new(Uuid::new_v4(), one),
+            Err(LedgerError::TooFewEntries)
+        );
         let zeros = vec![
             entry(Account::ProcessorReceivable, Currency::Usd, 0),
             entry(Account::CustomerPayments, Currency::Usd, 0),
         ];
-        assert_eq!(LedgerTransaction::new(Uuid::new_v4(), zeros), Err(LedgerError::ZeroEntry));
+        assert_eq!(
+            LedgerTransaction::new(Uuid::new_v4(), zeros),
+            Err(LedgerError::ZeroEntry)
+        );
     }
 
     #[test]

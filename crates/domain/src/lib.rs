@@ -12,7 +12,9 @@ mod ledger;
 mod money;
 mod processor;
 
-pub use charge::{Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError};
+pub use charge::{
+    Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError,
+};
 pub use event::{PAYMENT_COMPLETED, PaymentCompleted};
 pub use ids::{ChargeId, ChargeIdError, TenantId};
 pub use ledger::{Account, LedgerEntry, LedgerError, LedgerTransaction};

@@ -150,7 +150,13 @@ impl fmt::Display for Money {
             exp => {
                 let scale = 10_i64.pow(exp);
                 let width = exp as usize;
-                write!(f, "{}.{:0width$} {}", units / scale, units % scale, self.currency)
+                write!(
+                    f,
+                    "{}.{:0width$} {}",
+                    units / scale,
+                    units % scale,
+                    self.currency
+                )
             }
         }
     }
@@ -166,7 +172,10 @@ mod tests {
         assert!(Amount::new(-1).is_err());
         assert!(Amount::new(Amount::MAX + 1).is_err());
         assert_eq!(Amount::new(1).map(Amount::minor_units), Ok(1));
-        assert_eq!(Amount::new(Amount::MAX).map(Amount::minor_units), Ok(Amount::MAX));
+        assert_eq!(
+            Amount::new(Amount::MAX).map(Amount::minor_units),
+            Ok(Amount::MAX)
+        );
     }
 
     #[test]
@@ -179,9 +188,18 @@ mod tests {
 
     #[test]
     fn money_displays_major_units_with_the_currency_exponent() -> Result<(), AmountError> {
-        assert_eq!(Money::new(Amount::new(1234)?, Currency::Usd).to_string(), "12.34 USD");
-        assert_eq!(Money::new(Amount::new(5)?, Currency::Eur).to_string(), "0.05 EUR");
-        assert_eq!(Money::new(Amount::new(500)?, Currency::Jpy).to_string(), "500 JPY");
+        assert_eq!(
+            Money::new(Amount::new(1234)?, Currency::Usd).to_string(),
+            "12.34 USD"
+        );
+        assert_eq!(
+            Money::new(Amount::new(5)?, Currency::Eur).to_string(),
+            "0.05 EUR"
+        );
+        assert_eq!(
+            Money::new(Amount::new(500)?, Currency::Jpy).to_string(),
+            "500 JPY"
+        );
         Ok(())
     }
 }

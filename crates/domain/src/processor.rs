@@ -29,7 +29,10 @@ pub struct ProcessorCharge {
 pub enum ProcessorError {
     /// A definitive business outcome: stored and replayed like a success.
     #[error("card declined ({decline_code}): {message}")]
-    Declined { decline_code: String, message: String },
+    Declined {
+        decline_code: String,
+        message: String,
+    },
     /// Nothing is known to have happened: the caller may retry with the same key.
     #[error("processor unavailable: {reason}")]
     Unavailable { reason: String },
@@ -40,8 +43,14 @@ pub enum ProcessorError {
 #[async_trait]
 pub trait CardProcessor: Send + Sync + std::fmt::Debug + 'static {
     /// Creates the charge, or returns the one already created under the same idempotency key.
-    async fn charge(&self, request: ProcessorChargeRequest) -> Result<ProcessorCharge, ProcessorError>;
+    async fn charge(
+        &self,
+        request: ProcessorChargeRequest,
+    ) -> Result<ProcessorCharge, ProcessorError>;
 
     /// Looks up the charge created under `idempotency_key` without ever creating one.
-    async fn find_charge(&self, idempotency_key: &str) -> Result<Option<ProcessorCharge>, ProcessorError>;
+    async fn find_charge(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorCharge>, ProcessorError>;
 }

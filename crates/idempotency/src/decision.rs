@@ -50,12 +50,20 @@ pub fn decide(
             Some(response) => Decision::Replay(response.clone()),
             // A completed record always has its response (a database CHECK enforces it);
             // resuming is the safe reading of one that does not: it replays nothing wrong.
-            None => Decision::Resume { from: RecoveryPoint::Charged },
+            None => Decision::Resume {
+                from: RecoveryPoint::Charged,
+            },
         },
-        RecordState::Failed => Decision::Resume { from: record.recovery_point },
+        RecordState::Failed => Decision::Resume {
+            from: record.recovery_point,
+        },
         RecordState::Pending => match record.locked_until {
-            Some(until) if until > now => Decision::InFlight { retry_after_secs: retry_after(until, now) },
-            _ => Decision::Resume { from: record.recovery_point },
+            Some(until) if until > now => Decision::InFlight {
+                retry_after_secs: retry_after(until, now),
+            },
+            _ => Decision::Resume {
+                from: record.recovery_point,
+            },
         },
     }
 }
@@ -76,7 +84,9 @@ mod tests {
     use crate::{Attempt, IdempotencyKey, Scope};
 
     fn t0() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).single().unwrap_or_default()
+        Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
+            .single()
+            .unwrap_or_default()
     }
 
     fn fingerprint(amount: i64) -> Fingerprint {
@@ -84,12 +94,23 @@ mod tests {
     }
 
     fn response() -> StoredResponse {
-        StoredResponse::new(201, [("content-type", "application/json")], b"{\"id\":1}".to_vec())
+        StoredResponse::new(
+            201,
+            [("content-type", "application/json")],
+            b"{\"id\":1}".to_vec(),
+        )
     }
 
-    fn record(state: RecordState, point: RecoveryPoint, locked_until: Option<DateTime<Utc>>) -> IdempotencyRecord {
+    fn record(
+        state: RecordState,
+        point: RecoveryPoint,
+        locked_until: Option<DateTime<Utc>>,
+    ) -> IdempotencyRecord {
         IdempotencyRecord {
-            scope: Scope { tenant: "acme".into(), operation: crate::CHARGES_CREATE_V1.into() },
+            scope: Scope {
+                tenant: "acme".into(),
+                operation: crate::CHARGES_CREATE_V1.into(),
+            },
             key: IdempotencyKey::parse("k1").unwrap_or_else(|e| panic!("{e}")),
             fingerprint: fingerprint(100),
             state,
@@ -112,40 +133,74 @@ mod tests {
     #[test]
     fn a_completed_record_replays_its_response() {
         let rec = record(RecordState::Completed, RecoveryPoint::Finished, None);
-        assert_eq!(decide(Some(&rec), &fingerprint(100), t0()), Decision::Replay(response()));
+        assert_eq!(
+            decide(Some(&rec), &fingerprint(100), t0()),
+            Decision::Replay(response())
+        );
     }
 
     #[test]
     fn another_payload_under_the_same_key_is_a_mismatch_in_every_live_state() {
-        for state in [RecordState::Pending, RecordState::Completed, RecordState::Failed] {
-            let rec = record(state, RecoveryPoint::Started, Some(t0() + Duration::seconds(30)));
-            assert_eq!(decide(Some(&rec), &fingerprint(999), t0()), Decision::Mismatch, "{state}");
+        for state in [
+            RecordState::Pending,
+            RecordState::Completed,
+            RecordState::Failed,
+        ] {
+            let rec = record(
+                state,
+                RecoveryPoint::Started,
+                Some(t0() + Duration::seconds(30)),
+            );
+            assert_eq!(
+                decide(Some(&rec), &fingerprint(999), t0()),
+                Decision::Mismatch,
+                "{state}"
+            );
         }
     }
 
     #[test]
     fn a_locked_pending_record_is_in_flight_with_retry_after_rounded_up() {
-        let rec = record(RecordState::Pending, RecoveryPoint::Started, Some(t0() + Duration::milliseconds(2_100)));
+        let rec = record(
+            RecordState::Pending,
+            RecoveryPoint::Started,
+            Some(t0() + Duration::milliseconds(2_100)),
+        );
         assert_eq!(
             decide(Some(&rec), &fingerprint(100), t0()),
-            Decision::InFlight { retry_after_secs: 3 }
+            Decision::InFlight {
+                retry_after_secs: 3
+            }
         );
     }
 
     #[test]
     fn retry_after_is_at_least_one_second() {
-        let rec = record(RecordState::Pending, RecoveryPoint::Started, Some(t0() + Duration::milliseconds(1)));
+        let rec = record(
+            RecordState::Pending,
+            RecoveryPoint::Started,
+            Some(t0() + Duration::milliseconds(1)),
+        );
         assert_eq!(
             decide(Some(&rec), &fingerprint(100), t0()),
-            Decision::InFlight { retry_after_secs: 1 }
+            Decision::InFlight {
+                retry_after_secs: 1
+            }
         );
     }
 
     #[test]
     fn a_stale_pending_record_is_resumed_from_its_recovery_point() {
         for point in [RecoveryPoint::Started, RecoveryPoint::Charged] {
-            let rec = record(RecordState::Pending, point, Some(t0() - Duration::seconds(1)));
-            assert_eq!(decide(Some(&rec), &fingerprint(100), t0()), Decision::Resume { from: point });
+            let rec = record(
+                RecordState::Pending,
+                point,
+                Some(t0() - Duration::seconds(1)),
+            );
+            assert_eq!(
+                decide(Some(&rec), &fingerprint(100), t0()),
+                Decision::Resume { from: point }
+            );
         }
     }
 
@@ -154,7 +209,9 @@ mod tests {
         let rec = record(RecordState::Pending, RecoveryPoint::Started, Some(t0()));
         assert_eq!(
             decide(Some(&rec), &fingerprint(100), t0()),
-            Decision::Resume { from: RecoveryPoint::Started }
+            Decision::Resume {
+                from: RecoveryPoint::Started
+            }
         );
     }
 
@@ -163,7 +220,9 @@ mod tests {
         let rec = record(RecordState::Failed, RecoveryPoint::Started, None);
         assert_eq!(
             decide(Some(&rec), &fingerprint(100), t0()),
-            Decision::Resume { from: RecoveryPoint::Started }
+            Decision::Resume {
+                from: RecoveryPoint::Started
+            }
         );
     }
 
@@ -172,19 +231,34 @@ mod tests {
         let later = t0() + Duration::hours(24);
         for state in [RecordState::Completed, RecordState::Failed] {
             let rec = record(state, RecoveryPoint::Finished, None);
-            assert_eq!(decide(Some(&rec), &fingerprint(100), later), Decision::ReplaceExpired);
-            assert_eq!(decide(Some(&rec), &fingerprint(999), later), Decision::ReplaceExpired);
+            assert_eq!(
+                decide(Some(&rec), &fingerprint(100), later),
+                Decision::ReplaceExpired
+            );
+            assert_eq!(
+                decide(Some(&rec), &fingerprint(999), later),
+                Decision::ReplaceExpired
+            );
         }
     }
 
     #[test]
     fn an_expired_pending_record_is_never_replaced_because_the_card_may_be_charged() {
         let later = t0() + Duration::hours(25);
-        let rec = record(RecordState::Pending, RecoveryPoint::Charged, Some(t0() + Duration::seconds(30)));
+        let rec = record(
+            RecordState::Pending,
+            RecoveryPoint::Charged,
+            Some(t0() + Duration::seconds(30)),
+        );
         assert_eq!(
             decide(Some(&rec), &fingerprint(100), later),
-            Decision::Resume { from: RecoveryPoint::Charged }
+            Decision::Resume {
+                from: RecoveryPoint::Charged
+            }
         );
-        assert_eq!(decide(Some(&rec), &fingerprint(999), later), Decision::Mismatch);
+        assert_eq!(
+            decide(Some(&rec), &fingerprint(999), later),
+            Decision::Mismatch
+        );
     }
 }

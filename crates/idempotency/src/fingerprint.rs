@@ -29,7 +29,11 @@ impl Fingerprint {
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, FingerprintError> {
-        Ok(Self(bytes.try_into().map_err(|_| FingerprintError(bytes.len()))?))
+        Ok(Self(
+            bytes
+                .try_into()
+                .map_err(|_| FingerprintError(bytes.len()))?,
+        ))
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {
@@ -120,8 +124,9 @@ mod tests {
     #[test]
     fn the_same_payload_in_another_key_order_has_the_same_fingerprint() {
         let a = json!({"amount": 100, "currency": "usd", "source": "tok_visa"});
-        let b: Value = serde_json::from_str(r#"{"source":"tok_visa","currency":"usd","amount":100}"#)
-            .unwrap_or(Value::Null);
+        let b: Value =
+            serde_json::from_str(r#"{"source":"tok_visa","currency":"usd","amount":100}"#)
+                .unwrap_or(Value::Null);
         assert_eq!(
             Fingerprint::of_json_request("POST", "/charges", &a),
             Fingerprint::of_json_request("POST", "/charges", &b)
@@ -132,9 +137,15 @@ mod tests {
     fn a_different_value_method_or_route_changes_the_fingerprint() {
         let body = json!({"amount": 100});
         let base = Fingerprint::of_json_request("POST", "/charges", &body);
-        assert_ne!(base, Fingerprint::of_json_request("POST", "/charges", &json!({"amount": 101})));
+        assert_ne!(
+            base,
+            Fingerprint::of_json_request("POST", "/charges", &json!({"amount": 101}))
+        );
         assert_ne!(base, Fingerprint::of_json_request("PUT", "/charges", &body));
-        assert_ne!(base, Fingerprint::of_json_request("POST", "/refunds", &body));
+        assert_ne!(
+            base,
+            Fingerprint::of_json_request("POST", "/refunds", &body)
+        );
     }
 
     #[test]

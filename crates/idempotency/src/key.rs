@@ -71,7 +71,9 @@ pub enum KeyError {
     Empty,
     #[error("the Idempotency-Key is {0} characters long; at most 255 are allowed")]
     TooLong(usize),
-    #[error("the Idempotency-Key may contain only visible ASCII characters (no spaces or control characters)")]
+    #[error(
+        "the Idempotency-Key may contain only visible ASCII characters (no spaces or control characters)"
+    )]
     NotVisibleAscii,
     #[error("the Idempotency-Key starts with a quote but is not a valid structured-field string")]
     BadQuoting,
@@ -83,14 +85,26 @@ mod tests {
 
     #[test]
     fn a_bare_token_is_a_key() {
-        assert_eq!(IdempotencyKey::parse("order-42").map(|k| k.0), Ok("order-42".into()));
+        assert_eq!(
+            IdempotencyKey::parse("order-42").map(|k| k.0),
+            Ok("order-42".into())
+        );
     }
 
     #[test]
     fn a_structured_field_string_is_unquoted() {
-        assert_eq!(IdempotencyKey::parse("\"order-42\"").map(|k| k.0), Ok("order-42".into()));
-        assert_eq!(IdempotencyKey::parse(r#""a\"b""#).map(|k| k.0), Ok("a\"b".into()));
-        assert_eq!(IdempotencyKey::parse(r#""a\\b""#).map(|k| k.0), Ok("a\\b".into()));
+        assert_eq!(
+            IdempotencyKey::parse("\"order-42\"").map(|k| k.0),
+            Ok("order-42".into())
+        );
+        assert_eq!(
+            IdempotencyKey::parse(r#""a\"b""#).map(|k| k.0),
+            Ok("a\"b".into())
+        );
+        assert_eq!(
+            IdempotencyKey::parse(r#""a\\b""#).map(|k| k.0),
+            Ok("a\\b".into())
+        );
     }
 
     #[test]
@@ -107,7 +121,10 @@ mod tests {
     #[test]
     fn length_is_limited_to_255() {
         assert!(IdempotencyKey::parse(&"k".repeat(255)).is_ok());
-        assert_eq!(IdempotencyKey::parse(&"k".repeat(256)), Err(KeyError::TooLong(256)));
+        assert_eq!(
+            IdempotencyKey::parse(&"k".repeat(256)),
+            Err(KeyError::TooLong(256))
+        );
         let quoted = format!("\"{}\"", "k".repeat(256));
         assert_eq!(IdempotencyKey::parse(&quoted), Err(KeyError::TooLong(256)));
     }
@@ -115,19 +132,30 @@ mod tests {
     #[test]
     fn spaces_controls_and_non_ascii_are_rejected() {
         for raw in ["   ", "a b", "a\tb", "a\nb", "a\u{7f}b", "clé", "\"a b\""] {
-            assert_eq!(IdempotencyKey::parse(raw), Err(KeyError::NotVisibleAscii), "{raw:?}");
+            assert_eq!(
+                IdempotencyKey::parse(raw),
+                Err(KeyError::NotVisibleAscii),
+                "{raw:?}"
+            );
         }
     }
 
     #[test]
     fn broken_quoting_is_rejected() {
         for raw in ["\"abc", "\"a\"b\"", r#""a\nb""#, "\""] {
-            assert_eq!(IdempotencyKey::parse(raw), Err(KeyError::BadQuoting), "{raw:?}");
+            assert_eq!(
+                IdempotencyKey::parse(raw),
+                Err(KeyError::BadQuoting),
+                "{raw:?}"
+            );
         }
     }
 
     #[test]
     fn a_quote_inside_a_bare_token_is_just_a_character() {
-        assert_eq!(IdempotencyKey::parse("a\"b").map(|k| k.0), Ok("a\"b".into()));
+        assert_eq!(
+            IdempotencyKey::parse("a\"b").map(|k| k.0),
+            Ok("a\"b".into())
+        );
     }
 }

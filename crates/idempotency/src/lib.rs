@@ -18,8 +18,8 @@ pub use fingerprint::{Fingerprint, FingerprintError, canonical_json};
 pub use key::{IdempotencyKey, KeyError};
 pub use policy::{IdempotencyPolicy, PolicyError};
 pub use record::{
-    Attempt, IdempotencyRecord, RecordState, RecoveryPoint, REPLAYED_HEADERS, Scope, StoredResponse,
-    UnknownValue,
+    Attempt, IdempotencyRecord, REPLAYED_HEADERS, RecordState, RecoveryPoint, Scope,
+    StoredResponse, UnknownValue,
 };
 
 /// The operation name of `POST /charges`, carrying its response schema version: a stored

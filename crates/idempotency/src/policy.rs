@@ -42,7 +42,10 @@ impl IdempotencyPolicy {
 
 impl Default for IdempotencyPolicy {
     fn default() -> Self {
-        Self { ttl: Self::DEFAULT_TTL, lock_timeout: Self::DEFAULT_LOCK_TIMEOUT }
+        Self {
+            ttl: Self::DEFAULT_TTL,
+            lock_timeout: Self::DEFAULT_LOCK_TIMEOUT,
+        }
     }
 }
 
@@ -75,12 +78,21 @@ mod tests {
     #[test]
     fn a_ttl_longer_than_the_processor_window_is_refused() {
         let err = IdempotencyPolicy::new(DAY * 2, LOCK, DAY);
-        assert!(matches!(err, Err(PolicyError::TtlBeyondProcessorWindow { .. })));
+        assert!(matches!(
+            err,
+            Err(PolicyError::TtlBeyondProcessorWindow { .. })
+        ));
     }
 
     #[test]
     fn zero_durations_are_refused() {
-        assert_eq!(IdempotencyPolicy::new(Duration::ZERO, LOCK, DAY), Err(PolicyError::ZeroTtl));
-        assert_eq!(IdempotencyPolicy::new(DAY, Duration::ZERO, DAY), Err(PolicyError::ZeroLockTimeout));
+        assert_eq!(
+            IdempotencyPolicy::new(Duration::ZERO, LOCK, DAY),
+            Err(PolicyError::ZeroTtl)
+        );
+        assert_eq!(
+            IdempotencyPolicy::new(DAY, Duration::ZERO, DAY),
+            Err(PolicyError::ZeroLockTimeout)
+        );
     }
 }

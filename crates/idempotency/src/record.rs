@@ -103,7 +103,11 @@ impl StoredResponse {
             .map(|(name, value)| (name.to_ascii_lowercase(), value.to_owned()))
             .filter(|(name, _)| REPLAYED_HEADERS.contains(&name.as_str()))
             .collect();
-        Self { status, headers, body }
+        Self {
+            status,
+            headers,
+            body,
+        }
     }
 }
 
@@ -134,10 +138,18 @@ mod tests {
 
     #[test]
     fn stored_names_round_trip() {
-        for state in [RecordState::Pending, RecordState::Completed, RecordState::Failed] {
+        for state in [
+            RecordState::Pending,
+            RecordState::Completed,
+            RecordState::Failed,
+        ] {
             assert_eq!(state.as_str().parse(), Ok(state));
         }
-        for point in [RecoveryPoint::Started, RecoveryPoint::Charged, RecoveryPoint::Finished] {
+        for point in [
+            RecoveryPoint::Started,
+            RecoveryPoint::Charged,
+            RecoveryPoint::Finished,
+        ] {
             assert_eq!(point.as_str().parse(), Ok(point));
         }
         assert!("done".parse::<RecordState>().is_err());

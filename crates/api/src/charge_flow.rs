@@ -1,0 +1,205 @@
+//! `POST /charges` from claim to response: the exactly-once flow of DESIGN.md section 4.
+//!
+//! 1. claim the key (insert, or judge the existing record under a row lock);
+//! 2. charge the card with the record's processor key, the same on every attempt, and record
+//!    the `charged` recovery point;
+//! 3. in one transaction, write the charge, its ledger transaction, its outbox event and the
+//!    completed record with the response; only then answer.
+//!
+//! Every write after the claim is fenced by the attempt number: if another attempt took the
+//! record over meanwhile, this one writes nothing and answers from the record as it now is.
+
+use chrono::{DurationRound, TimeDelta, Utc};
+use payments_domain::{
+    Charge, ChargeId, ChargeRequest, ProcessorChargeRequest, ProcessorError, TenantId,
+};
+use payments_idempotency::{
+    CHARGES_CREATE_V1, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, StoredResponse,
+    decide,
+};
+use payments_storage::{Claim, Claimed, Finish};
+
+use crate::views::ChargeView;
+use crate::{ApiError, AppState};
+
+/// A validated charge request with its key and fingerprint.
+#[derive(Debug)]
+pub struct NewCharge {
+    pub tenant: TenantId,
+    pub key: IdempotencyKey,
+    pub fingerprint: Fingerprint,
+    pub request: ChargeRequest,
+}
+
+/// What to send back: a response produced now, or one stored earlier.
+#[derive(Debug)]
+pub enum ChargeOutcome {
+    Fresh(StoredResponse),
+    Replayed(StoredResponse),
+}
+
+/// Runs the flow for one request.
+pub async fn create_charge(state: &AppState, new: NewCharge) -> Result<ChargeOutcome, ApiError> {
+    let scope = Scope {
+        tenant: new.tenant.as_str().to_owned(),
+        operation: CHARGES_CREATE_V1.to_owned(),
+    };
+    let claim = state
+        .store
+        .claim(&scope, &new.key, &new.fingerprint)
+        .await?;
+    let outcome = match claim {
+        Claim::Replay(response) => Ok(ChargeOutcome::Replayed(response)),
+        Claim::InFlight { retry_after_secs } => {
+            Err(ApiError::IdempotencyKeyInUse { retry_after_secs })
+        }
+        Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
+        Claim::Owned(claimed) => {
+            tracing::info!(
+                idempotency.attempt = claimed.attempt.0,
+                idempotency.resume_from = %claimed.resume_from,
+                idempotency.took_over = claimed.took_over,
+                "executing charge"
+            );
+            execute(state, &scope, &new, claimed).await
+        }
+    };
+    tracing::info!(
+        idempotency.outcome = outcome_name(&outcome),
+        "charge request handled"
+    );
+    outcome
+}
+
+async fn execute(
+    state: &AppState,
+    scope: &Scope,
+    new: &NewCharge,
+    claimed: Claimed,
+) -> Result<ChargeOutcome, ApiError> {
+    let store = &state.store;
+    let processor_charge_id = match (claimed.resume_from, claimed.processor_charge_id) {
+        // The processor already confirmed the charge: do not call it again.
+        (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => id,
+        _ => {
+            let request = ProcessorChargeRequest {
+                idempotency_key: claimed.processor_key.clone(),
+                money: new.request.money,
+                source: new.request.source.clone(),
+            };
+            match state.processor.charge(request).await {
+                Ok(charge) => {
+                    if store
+                        .record_charged(scope, &new.key, claimed.attempt, &charge.id)
+                        .await?
+                        == Finish::Fenced
+                    {
+                        return answer_from_record(state, scope, new).await;
+                    }
+                    charge.id
+                }
+                Err(ProcessorError::Declined {
+                    decline_code,
+                    message,
+                }) => {
+                    // A decline is a final answer: stored and replayed like a success.
+                    let response = ApiError::CardDeclined {
+                        decline_code,
+                        message,
+                    }
+                    .to_stored_response();
+                    return match store
+                        .finish_without_charge(scope, &new.key, claimed.attempt, &response)
+                        .await?
+                    {
+                        Finish::Written => Ok(ChargeOutcome::Fresh(response)),
+                        Finish::Fenced => answer_from_record(state, scope, new).await,
+                    };
+                }
+                Err(ProcessorError::Unavailable { reason }) => {
+                    // Nothing final is stored: the lock is released and the key stays usable.
+                    tracing::warn!(processor.error = %reason, "card processor unavailable");
+                    store.mark_failed(scope, &new.key, claimed.attempt).await?;
+                    return Err(ApiError::ProcessorUnavailable);
+                }
+            }
+        }
+    };
+
+    let charge = Charge {
+        id: ChargeId::from_uuid(claimed.resource_id),
+        tenant: new.tenant.clone(),
+        money: new.request.money,
+        source: new.request.source.clone(),
+        description: new.request.description.clone(),
+        processor_charge_id,
+        created_at: now_to_the_microsecond(),
+    };
+    let response = created_response(&charge)?;
+    match store
+        .finish_charge(scope, &new.key, claimed.attempt, &charge, &response)
+        .await?
+    {
+        Finish::Written => {
+            tracing::info!(charge.id = %charge.id, "charge created");
+            Ok(ChargeOutcome::Fresh(response))
+        }
+        Finish::Fenced => answer_from_record(state, scope, new).await,
+    }
+}
+
+/// This attempt lost its record to another one: answer with whatever the record says now.
+async fn answer_from_record(
+    state: &AppState,
+    scope: &Scope,
+    new: &NewCharge,
+) -> Result<ChargeOutcome, ApiError> {
+    tracing::warn!("attempt was fenced off; answering from the record");
+    let Some((record, now)) = state.store.find_record(scope, &new.key).await? else {
+        return Err(ApiError::IdempotencyKeyInUse {
+            retry_after_secs: 1,
+        });
+    };
+    match decide(Some(&record), &new.fingerprint, now) {
+        Decision::Replay(response) => Ok(ChargeOutcome::Replayed(response)),
+        Decision::InFlight { retry_after_secs } => {
+            Err(ApiError::IdempotencyKeyInUse { retry_after_secs })
+        }
+        Decision::Mismatch => Err(ApiError::IdempotencyKeyReused),
+        Decision::Execute | Decision::Resume { .. } | Decision::ReplaceExpired => {
+            Err(ApiError::IdempotencyKeyInUse {
+                retry_after_secs: 1,
+            })
+        }
+    }
+}
+
+/// The 201 response, serialised once: the bytes sent now are the bytes stored for replays.
+fn created_response(charge: &Charge) -> Result<StoredResponse, ApiError> {
+    let body =
+        serde_json::to_vec(&ChargeView::from(charge)).map_err(|e| ApiError::Internal(e.into()))?;
+    let location = format!("/charges/{}", charge.id);
+    Ok(StoredResponse::new(
+        201,
+        [
+            ("content-type", "application/json"),
+            ("location", location.as_str()),
+        ],
+        body,
+    ))
+}
+
+/// PostgreSQL keeps microseconds: truncating first makes a charge read back identical.
+fn now_to_the_microsecond() -> chrono::DateTime<Utc> {
+    let now = Utc::now();
+    now.duration_trunc(TimeDelta::microseconds(1))
+        .unwrap_or(now)
+}
+
+fn outcome_name(outcome: &Result<ChargeOutcome, ApiError>) -> &'static str {
+    match outcome {
+        Ok(ChargeOutcome::Fresh(_)) => "executed",
+        Ok(ChargeOutcome::Replayed(_)) => "replayed",
+        Err(e) => e.code(),
+    }
+}

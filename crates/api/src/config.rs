@@ -1,0 +1,221 @@
+//! Layered configuration: compiled defaults, an optional TOML file, then the environment.
+//!
+//! Loading and validation are separate steps: [`Settings`] is what the sources say,
+//! [`ValidSettings`] is what the service runs with. Every validation error names the key an
+//! operator has to change, in one line.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use config::{Config, Environment, File, FileFormat};
+use payments_domain::TenantId;
+use payments_idempotency::IdempotencyPolicy;
+use payments_storage::PoolSettings;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use sqlx::postgres::PgConnectOptions;
+
+use crate::state::{ApiKeys, Limits};
+
+const DEFAULTS: &str = include_str!("defaults.toml");
+
+/// The configuration as read from its sources, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub idempotency: IdempotencySettings,
+    pub processor: ProcessorSettings,
+    pub auth: AuthSettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    pub bind: String,
+    pub body_limit_bytes: usize,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// May hold a password: kept secret so it never prints.
+    pub url: SecretString,
+    pub max_connections: u32,
+    pub acquire_timeout_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdempotencySettings {
+    pub ttl_secs: u64,
+    pub lock_timeout_secs: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessorSettings {
+    pub key_window_secs: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    pub api_keys: Vec<ApiKeySetting>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeySetting {
+    pub key: SecretString,
+    pub tenant: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub filter: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The validated configuration the service runs with.
+#[derive(Debug)]
+pub struct ValidSettings {
+    pub bind: SocketAddr,
+    pub pg_options: PgConnectOptions,
+    database_url: SecretString,
+    pub pool: PoolSettings,
+    pub policy: IdempotencyPolicy,
+    pub api_keys: ApiKeys,
+    pub limits: Limits,
+    pub log: LogSettings,
+}
+
+impl ValidSettings {
+    pub fn database_url(&self) -> &str {
+        self.database_url.expose_secret()
+    }
+}
+
+/// Why the service did not start. Each message is one line that names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("configuration: {0}")]
+    Load(String),
+    #[error("{key}: {reason}")]
+    Invalid { key: &'static str, reason: String },
+    #[error("database.url: {0}")]
+    Database(String),
+    #[error("server.bind: cannot listen on {addr}: {reason}")]
+    Bind { addr: SocketAddr, reason: String },
+    #[error("server: {0}")]
+    Serve(String),
+}
+
+impl Settings {
+    /// Reads defaults, then `PAYMENTS_CONFIG` (a TOML file) if set, then `PAYMENTS__*`
+    /// variables, then `DATABASE_URL`.
+    pub fn load() -> Result<Self, StartupError> {
+        let mut builder = Config::builder().add_source(File::from_str(DEFAULTS, FileFormat::Toml));
+        if let Ok(path) = std::env::var("PAYMENTS_CONFIG") {
+            builder = builder.add_source(File::new(&path, FileFormat::Toml).required(true));
+        }
+        builder = builder.add_source(
+            Environment::with_prefix("PAYMENTS")
+                .prefix_separator("__")
+                .separator("__"),
+        );
+        if let Ok(url) = std::env::var("DATABASE_URL") {
+            builder = builder
+                .set_override("database.url", url)
+                .map_err(|e| StartupError::Load(e.to_string()))?;
+        }
+        builder
+            .build()
+            .and_then(Config::try_deserialize)
+            .map_err(|e| StartupError::Load(e.to_string()))
+    }
+
+    /// Checks every value and builds what the service runs with.
+    pub fn validate(self) -> Result<ValidSettings, StartupError> {
+        let bind = SocketAddr::from_str(&self.server.bind).map_err(|e| StartupError::Invalid {
+            key: "server.bind",
+            reason: format!(
+                "{:?} is not an address like 127.0.0.1:8080 ({e})",
+                self.server.bind
+            ),
+        })?;
+        let pg_options =
+            PgConnectOptions::from_str(self.database.url.expose_secret()).map_err(|e| {
+                StartupError::Invalid {
+                    key: "database.url",
+                    reason: format!("not a PostgreSQL URL ({e})"),
+                }
+            })?;
+        if self.database.max_connections == 0 {
+            return Err(invalid("database.max_connections", "must be at least 1"));
+        }
+        if self.server.body_limit_bytes == 0 {
+            return Err(invalid("server.body_limit_bytes", "must be at least 1"));
+        }
+        let policy = IdempotencyPolicy::new(
+            Duration::from_secs(self.idempotency.ttl_secs),
+            Duration::from_secs(self.idempotency.lock_timeout_secs),
+            Duration::from_secs(self.processor.key_window_secs),
+        )
+        .map_err(|e| StartupError::Load(e.to_string()))?;
+        Ok(ValidSettings {
+            bind,
+            pg_options,
+            database_url: self.database.url,
+            pool: PoolSettings {
+                max_connections: self.database.max_connections,
+                acquire_timeout: Duration::from_millis(self.database.acquire_timeout_ms),
+            },
+            policy,
+            api_keys: api_keys(self.auth.api_keys)?,
+            limits: Limits {
+                body_limit_bytes: self.server.body_limit_bytes,
+            },
+            log: self.log,
+        })
+    }
+}
+
+fn api_keys(entries: Vec<ApiKeySetting>) -> Result<ApiKeys, StartupError> {
+    if entries.is_empty() {
+        return Err(invalid("auth.api_keys", "at least one API key is required"));
+    }
+    let mut keys = HashMap::new();
+    for entry in entries {
+        let key = entry.key.expose_secret().to_owned();
+        if key.trim().is_empty() || entry.tenant.trim().is_empty() {
+            return Err(invalid(
+                "auth.api_keys",
+                "every entry needs a non-empty key and tenant",
+            ));
+        }
+        if keys.insert(key, TenantId::new(entry.tenant)).is_some() {
+            return Err(invalid("auth.api_keys", "the same key is listed twice"));
+        }
+    }
+    Ok(ApiKeys::new(keys))
+}
+
+fn invalid(key: &'static str, reason: &str) -> StartupError {
+    StartupError::Invalid {
+        key,
+        reason: reason.to_owned(),
+    }
+}

@@ -1,0 +1,199 @@
+//! Every error the API can answer with, mapped to HTTP in this one place.
+//!
+//! Each variant has one status and one stable snake_case `code`; the body is an RFC 9457
+//! `application/problem+json` document. 5xx bodies are generic, and their detail is logged once
+//! here, never sent to the client.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use payments_idempotency::StoredResponse;
+use payments_storage::StoreError;
+use serde::Serialize;
+
+use crate::error_chain;
+
+/// The media type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `idempotency_key_missing`: `POST /charges` needs an `Idempotency-Key`.
+    #[error("The Idempotency-Key header is required for this request.")]
+    IdempotencyKeyMissing,
+    /// 400 `idempotency_key_invalid`: empty, too long, not visible ASCII, or sent twice.
+    #[error("{0}")]
+    IdempotencyKeyInvalid(String),
+    /// 422 `idempotency_key_reused`: the key was first used with a different request.
+    #[error(
+        "This Idempotency-Key was already used with a different request. Use a new key for a new request."
+    )]
+    IdempotencyKeyReused,
+    /// 409 `idempotency_key_in_use`: a request with this key is still being processed.
+    #[error(
+        "A request with this Idempotency-Key is still being processed. Retry after the indicated delay."
+    )]
+    IdempotencyKeyInUse { retry_after_secs: u64 },
+    /// 400 `invalid_request`: the body or query is not a valid request.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// 401 `unauthorized`: no API key, another scheme, or an unknown key.
+    #[error("A valid API key is required: send `Authorization: Bearer <api key>`.")]
+    Unauthorized,
+    /// 402 `card_declined`: a definitive decline, stored and replayed like a success.
+    #[error("{message}")]
+    CardDeclined {
+        decline_code: String,
+        message: String,
+    },
+    /// 503 `processor_unavailable`: nothing was stored; retry with the same key.
+    #[error("The card processor is unavailable. Retry the request with the same Idempotency-Key.")]
+    ProcessorUnavailable,
+    /// 413 `payload_too_large`.
+    #[error("The request body is larger than the limit of {limit} bytes.")]
+    PayloadTooLarge { limit: usize },
+    /// 415 `unsupported_media_type`: the body must be `application/json`.
+    #[error("The request body must be sent with `Content-Type: application/json`.")]
+    UnsupportedMediaType,
+    /// 404 `not_found`.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405 `method_not_allowed`.
+    #[error("This method is not allowed on this resource.")]
+    MethodNotAllowed,
+    /// 503 `store_unavailable`: the database cannot be reached, so nothing is executed (fail
+    /// closed: no charge without a record).
+    #[error(
+        "The service cannot reach its database. Retry the request with the same Idempotency-Key."
+    )]
+    StoreUnavailable(#[source] StoreError),
+    /// 500 `internal`.
+    #[error("An internal error occurred.")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::IdempotencyKeyMissing
+            | Self::IdempotencyKeyInvalid(_)
+            | Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::CardDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::IdempotencyKeyInUse { .. } => StatusCode::CONFLICT,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::ProcessorUnavailable | Self::StoreUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        }
+    }
+
+    /// The stable machine-readable code clients switch on.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::IdempotencyKeyMissing => "idempotency_key_missing",
+            Self::IdempotencyKeyInvalid(_) => "idempotency_key_invalid",
+            Self::IdempotencyKeyReused => "idempotency_key_reused",
+            Self::IdempotencyKeyInUse { .. } => "idempotency_key_in_use",
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::Unauthorized => "unauthorized",
+            Self::CardDeclined { .. } => "card_declined",
+            Self::ProcessorUnavailable => "processor_unavailable",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::StoreUnavailable(_) => "store_unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// Seconds a client should wait before retrying, where retrying can help.
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::IdempotencyKeyInUse { retry_after_secs } => Some(*retry_after_secs),
+            Self::ProcessorUnavailable | Self::StoreUnavailable(_) => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The problem document for this error.
+    pub fn problem(&self) -> Problem {
+        let status = self.status();
+        Problem {
+            kind: "about:blank",
+            title: status.canonical_reason().unwrap_or("Error"),
+            status: status.as_u16(),
+            detail: self.to_string(),
+            code: self.code(),
+            decline_code: match self {
+                Self::CardDeclined { decline_code, .. } => Some(decline_code.clone()),
+                _ => None,
+            },
+        }
+    }
+
+    /// The response as it is stored under an idempotency key (a decline).
+    pub fn to_stored_response(&self) -> StoredResponse {
+        StoredResponse::new(
+            self.status().as_u16(),
+            [("content-type", PROBLEM_JSON)],
+            self.problem().to_json_bytes(),
+        )
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(_) => Self::StoreUnavailable(error),
+            other => Self::Internal(Box::new(other)),
+        }
+    }
+}
+
+/// An RFC 9457 problem details document with this service's `code` extension.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+    pub code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decline_code: Option<String>,
+}
+
+impl Problem {
+    pub fn to_json_bytes(&self) -> Vec<u8> {
+        // Serialising plain strings and numbers cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        // Logged once, here: server faults with their full chain, client errors briefly.
+        if status.is_server_error() {
+            tracing::error!(error.code = self.code(), error.detail = %error_chain(&self), "request failed");
+        } else {
+            tracing::debug!(error.code = self.code(), "request rejected");
+        }
+        let mut response = (status, self.problem().to_json_bytes()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(secs) = self.retry_after() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if matches!(self, Self::Unauthorized) {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

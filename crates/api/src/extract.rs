@@ -1,0 +1,150 @@
+//! Request extractors whose rejections are problem+json like every other error.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use payments_domain::TenantId;
+use payments_idempotency::IdempotencyKey;
+use serde::de::DeserializeOwned;
+
+use crate::{ApiError, AppState};
+
+/// The tenant authenticated by `Authorization: Bearer <api key>`.
+#[derive(Debug, Clone)]
+pub struct Tenant(pub TenantId);
+
+impl FromRequestParts<AppState> for Tenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let presented = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(bearer_token)
+            .ok_or(ApiError::Unauthorized)?;
+        match state.api_keys.tenant_for(presented) {
+            Some(tenant) => Ok(Self(tenant.clone())),
+            None => {
+                // The key itself is never logged.
+                tracing::info!("authentication failed: unknown API key");
+                Err(ApiError::Unauthorized)
+            }
+        }
+    }
+}
+
+/// The token of a `Bearer` credential; the scheme is case-insensitive (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The validated `Idempotency-Key` header.
+#[derive(Debug, Clone)]
+pub struct IdempotencyKeyHeader(pub IdempotencyKey);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let mut values = parts.headers.get_all("idempotency-key").iter();
+        let value = values.next().ok_or(ApiError::IdempotencyKeyMissing)?;
+        // Two keys on one request cannot both be honoured; picking one would be a guess.
+        if values.next().is_some() {
+            return Err(ApiError::IdempotencyKeyInvalid(
+                "Send exactly one Idempotency-Key header.".into(),
+            ));
+        }
+        let text = value.to_str().map_err(|_| {
+            ApiError::IdempotencyKeyInvalid(
+                "the Idempotency-Key may contain only visible ASCII characters".into(),
+            )
+        })?;
+        IdempotencyKey::parse(text)
+            .map(Self)
+            .map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))
+    }
+}
+
+/// A JSON request body as raw bytes, after checking its media type and size. Parsing is left
+/// to the handler, which needs both the typed request and the canonical form.
+#[derive(Debug)]
+pub struct JsonBytes(pub Bytes);
+
+impl FromRequest<AppState> for JsonBytes {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let is_json = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(is_json_media_type);
+        if !is_json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let limit = state.limits.body_limit_bytes;
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge { limit }
+                } else {
+                    ApiError::InvalidRequest("The request body could not be read.".into())
+                }
+            })?;
+        Ok(Self(bytes))
+    }
+}
+
+/// `application/json`, with any parameters (`; charset=utf-8`), in any case.
+fn is_json_media_type(value: &str) -> bool {
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
+/// A query string parsed into `T`, rejected as a problem+json 400.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| Self(value))
+            .map_err(|e| {
+                ApiError::InvalidRequest(format!("Invalid query string: {}", e.body_text()))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_needs_a_token() {
+        assert_eq!(bearer_token("Bearer sk_1"), Some("sk_1"));
+        assert_eq!(bearer_token("bearer sk_1"), Some("sk_1"));
+        assert_eq!(bearer_token("Basic c2tfMQ=="), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    #[test]
+    fn json_media_type_allows_parameters_and_any_case() {
+        assert!(is_json_media_type("application/json"));
+        assert!(is_json_media_type("Application/JSON; charset=utf-8"));
+        assert!(!is_json_media_type("text/plain"));
+        assert!(!is_json_media_type("application/jsonx"));
+        assert!(!is_json_media_type("application/x-www-form-urlencoded"));
+    }
+}

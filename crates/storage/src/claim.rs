@@ -1,0 +1,252 @@
+//! Claiming a key: the one step that decides, atomically, which attempt may execute.
+
+use chrono::{DateTime, Utc};
+use payments_idempotency::{
+    Attempt, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, StoredResponse, decide,
+};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::rows::RecordRow;
+use crate::{PgStore, StoreError, secs};
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This attempt owns the record and must drive it to an end.
+    Owned(Claimed),
+    /// The key already has a final response: send it again.
+    Replay(StoredResponse),
+    /// Another attempt holds the lock.
+    InFlight { retry_after_secs: u64 },
+    /// The key belongs to a different request.
+    Mismatch,
+}
+
+/// What an owning attempt needs to execute or resume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The fencing token every later write of this attempt carries.
+    pub attempt: Attempt,
+    /// The id of the resource (charge) this request creates, the same on every attempt.
+    pub resource_id: Uuid,
+    /// The key sent to the processor, the same on every attempt.
+    pub processor_key: String,
+    pub resume_from: RecoveryPoint,
+    /// Known when resuming from `charged`.
+    pub processor_charge_id: Option<String>,
+    /// Whether an earlier attempt had the record (a takeover or a retry after failure).
+    pub took_over: bool,
+}
+
+/// A row read under its lock, with the database's clock: all instances judge lock expiry by
+/// the same clock, never their own.
+#[derive(Debug, sqlx::FromRow)]
+struct LockedRecordRow {
+    #[sqlx(flatten)]
+    row: RecordRow,
+    db_now: DateTime<Utc>,
+}
+
+impl PgStore {
+    /// Claims `key` for a request with `fingerprint`.
+    ///
+    /// A fresh key is claimed by a single `INSERT .. ON CONFLICT DO NOTHING`: the primary key
+    /// decides between concurrent duplicates, with no check-then-act window. Only when the key
+    /// exists does the claim read the record under `FOR UPDATE` and let [`decide`] judge it, in
+    /// one short transaction, so that two retries cannot both take over a stale record.
+    pub async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Claim, StoreError> {
+        // Two rounds at most: the record can vanish (reaped) between the failed insert and the
+        // locking read, and then the insert is tried once more.
+        for _ in 0..2 {
+            if let Some(claimed) = self.insert_pending(scope, key, fingerprint).await? {
+                return Ok(Claim::Owned(claimed));
+            }
+            let mut tx = self.pool.begin().await?;
+            let Some(locked) = lock_record(&mut tx, scope, key).await? else {
+                continue;
+            };
+            let processor_charge_id = locked.row.processor_charge_id.clone();
+            let record = locked.row.into_record()?;
+            let outcome = match decide(Some(&record), fingerprint, locked.db_now) {
+                Decision::Replay(response) => Claim::Replay(response),
+                Decision::InFlight { retry_after_secs } => Claim::InFlight { retry_after_secs },
+                Decision::Mismatch => Claim::Mismatch,
+                Decision::Resume { from } => {
+                    let (attempt, resource_id, processor_key) =
+                        self.take_over(&mut tx, scope, key).await?;
+                    Claim::Owned(Claimed {
+                        attempt,
+                        resource_id,
+                        processor_key,
+                        resume_from: from,
+                        processor_charge_id,
+                        took_over: true,
+                    })
+                }
+                Decision::ReplaceExpired => Claim::Owned(
+                    self.replace_expired(&mut tx, scope, key, fingerprint)
+                        .await?,
+                ),
+                // The record exists, so `decide` cannot say Execute; try the insert again.
+                Decision::Execute => continue,
+            };
+            tx.commit().await?;
+            return Ok(outcome);
+        }
+        Err(StoreError::Corrupt(format!(
+            "key {key} neither inserts nor reads back"
+        )))
+    }
+
+    async fn insert_pending(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let resource_id = Uuid::new_v4();
+        let processor_key = processor_key_for(resource_id);
+        let attempts: Option<i32> = sqlx::query_scalar(
+            "INSERT INTO idempotency_records
+                 (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
+                  locked_until, attempts, resource_id, processor_key, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, 'pending', 'started',
+                     now() + make_interval(secs => $5), 1, $6, $7, now(), now() + make_interval(secs => $8))
+             ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+             RETURNING attempts",
+        )
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .bind(fingerprint.as_bytes().as_slice())
+        .bind(secs(self.policy.lock_timeout))
+        .bind(resource_id)
+        .bind(&processor_key)
+        .bind(secs(self.policy.ttl))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(attempts.map(|attempts| Claimed {
+            attempt: Attempt(attempts),
+            resource_id,
+            processor_key,
+            resume_from: RecoveryPoint::Started,
+            processor_charge_id: None,
+            took_over: false,
+        }))
+    }
+
+    /// Gives a stale or failed record to this attempt, keeping its resource id, processor key
+    /// and recovery point: the attempt resumes the same request, it does not start a new one.
+    async fn take_over(
+        &self,
+        conn: &mut PgConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<(Attempt, Uuid, String), StoreError> {
+        let (attempts, resource_id, processor_key): (i32, Uuid, String) = sqlx::query_as(
+            "UPDATE idempotency_records
+             SET state = 'pending', attempts = attempts + 1,
+                 locked_until = now() + make_interval(secs => $4), updated_at = now()
+             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+             RETURNING attempts, resource_id, processor_key",
+        )
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .bind(secs(self.policy.lock_timeout))
+        .fetch_one(conn)
+        .await?;
+        Ok((Attempt(attempts), resource_id, processor_key))
+    }
+
+    /// Reuses an expired record's row for a new request. `attempts` keeps counting, so a
+    /// straggler of the old request can never pass the fence of the new one.
+    async fn replace_expired(
+        &self,
+        conn: &mut PgConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> Result<Claimed, StoreError> {
+        let resource_id = Uuid::new_v4();
+        let processor_key = processor_key_for(resource_id);
+        let attempts: i32 = sqlx::query_scalar(
+            "UPDATE idempotency_records
+             SET fingerprint = $4, state = 'pending', recovery_point = 'started',
+                 attempts = attempts + 1, locked_until = now() + make_interval(secs => $5),
+                 resource_id = $6, processor_key = $7, processor_charge_id = NULL,
+                 response_status = NULL, response_headers = NULL, response_body = NULL,
+                 created_at = now(), expires_at = now() + make_interval(secs => $8), updated_at = now()
+             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+             RETURNING attempts",
+        )
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .bind(fingerprint.as_bytes().as_slice())
+        .bind(secs(self.policy.lock_timeout))
+        .bind(resource_id)
+        .bind(&processor_key)
+        .bind(secs(self.policy.ttl))
+        .fetch_one(conn)
+        .await?;
+        Ok(Claimed {
+            attempt: Attempt(attempts),
+            resource_id,
+            processor_key,
+            resume_from: RecoveryPoint::Started,
+            processor_charge_id: None,
+            took_over: false,
+        })
+    }
+
+    /// Reads a record and the database clock, without locking.
+    pub async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(payments_idempotency::IdempotencyRecord, DateTime<Utc>)>, StoreError> {
+        let row: Option<LockedRecordRow> = sqlx::query_as(
+            "SELECT r.*, now() AS db_now FROM idempotency_records r
+             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3",
+        )
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| Ok((r.row.into_record()?, r.db_now)))
+            .transpose()
+    }
+}
+
+/// Reads the record under a row lock (`FOR UPDATE`): concurrent claims of one existing key
+/// queue here, so exactly one of them can take a stale record over.
+async fn lock_record(
+    conn: &mut PgConnection,
+    scope: &Scope,
+    key: &IdempotencyKey,
+) -> Result<Option<LockedRecordRow>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT r.*, now() AS db_now FROM idempotency_records r
+         WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+         FOR UPDATE",
+    )
+    .bind(&scope.tenant)
+    .bind(&scope.operation)
+    .bind(key.as_str())
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// The processor key is derived from the record's resource id, fixed at claim time: it is
+/// the same on every attempt and unique across tenants and expiry generations.
+fn processor_key_for(resource_id: Uuid) -> String {
+    format!("pay_{}", resource_id.simple())
+}

@@ -1,0 +1,64 @@
+//! The storage layer's one error type.
+
+/// Why a storage operation failed. The API maps `Unavailable` to 503 (fail closed: no record,
+/// no execution) and everything else to 500.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or did not answer in time.
+    #[error("the database is unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    /// A named constraint refused the write.
+    #[error("constraint {constraint} was violated")]
+    Constraint {
+        constraint: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Any other database error.
+    #[error("database error")]
+    Database(#[source] sqlx::Error),
+    /// A stored value could not be read back into its type.
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    #[error("migration failed: {0}")]
+    Migration(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        if is_unavailable(&error) {
+            return Self::Unavailable(error);
+        }
+        match violated_constraint(&error) {
+            Some(constraint) => Self::Constraint {
+                constraint,
+                source: error,
+            },
+            None => Self::Database(error),
+        }
+    }
+}
+
+/// The name of the constraint a database error reports, if any: callers match on names (as
+/// written in the migrations), never on message text.
+pub(crate) fn violated_constraint(error: &sqlx::Error) -> Option<String> {
+    error
+        .as_database_error()
+        .and_then(|e| e.constraint())
+        .map(str::to_owned)
+}
+
+fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        // 57P01 admin_shutdown, 57P03 cannot_connect_now, 08xxx connection exceptions.
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code == "57P01" || code == "57P03"),
+        _ => false,
+    }
+}

@@ -1,0 +1,42 @@
+//! Ledger balances per account and currency.
+
+use payments_domain::{Account, Currency, TenantId};
+
+use crate::{PgStore, StoreError};
+
+/// The signed sum of one account's entries in one currency (debits positive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    pub account: Account,
+    pub currency: Currency,
+    pub balance: i64,
+}
+
+impl PgStore {
+    /// The tenant's balances, ordered by currency then account.
+    pub async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
+        // sum(bigint) is numeric in PostgreSQL; it is cast back because a tenant's balance is
+        // bounded far below i64 by the charge amount limit.
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT account, currency, sum(amount)::bigint FROM ledger_entries
+             WHERE tenant_id = $1
+             GROUP BY account, currency
+             ORDER BY currency, account",
+        )
+        .bind(tenant.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(account, currency, balance)| {
+                Ok(Balance {
+                    account: Account::from_name(&account)
+                        .ok_or_else(|| StoreError::Corrupt(format!("account = {account:?}")))?,
+                    currency: currency
+                        .parse()
+                        .map_err(|_| StoreError::Corrupt(format!("currency = {currency:?}")))?,
+                    balance,
+                })
+            })
+            .collect()
+    }
+}
