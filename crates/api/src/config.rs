@@ -156,13 +156,7 @@ impl Settings {
                 self.server.bind
             ),
         })?;
-        let pg_options =
-            PgConnectOptions::from_str(self.database.url.expose_secret()).map_err(|e| {
-                StartupError::Invalid {
-                    key: "database.url",
-                    reason: format!("not a PostgreSQL URL ({e})"),
-                }
-            })?;
+        let pg_options = postgres_options(self.database.url.expose_secret())?;
         if self.database.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be at least 1"));
         }
@@ -191,6 +185,25 @@ impl Settings {
             log: self.log,
         })
     }
+}
+
+/// Parses a `postgres://` or `postgresql://` URL. The scheme is checked here because the
+/// driver's parser accepts any scheme and would quietly connect to PostgreSQL defaults.
+fn postgres_options(url: &str) -> Result<PgConnectOptions, StartupError> {
+    let scheme = url
+        .split_once("://")
+        .map(|(scheme, _)| scheme)
+        .unwrap_or_default();
+    if !matches!(scheme, "postgres" | "postgresql") {
+        return Err(StartupError::Invalid {
+            key: "database.url",
+            reason: format!("unsupported scheme {scheme:?}: expected postgres:// or postgresql://"),
+        });
+    }
+    PgConnectOptions::from_str(url).map_err(|e| StartupError::Invalid {
+        key: "database.url",
+        reason: format!("not a valid PostgreSQL URL ({e})"),
+    })
 }
 
 fn api_keys(entries: Vec<ApiKeySetting>) -> Result<ApiKeys, StartupError> {

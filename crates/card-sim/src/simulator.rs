@@ -1,4 +1,4 @@
-//! The in-process simulator used when no processor URL is configured.
+//! The in-process simulator the service uses by default.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -23,8 +23,9 @@ enum Outcome {
     FailedOnce,
 }
 
-/// A processor that lives in the service's memory: it forgets everything on restart, so crash
-/// tests use the stand-alone `card-sim` process instead.
+/// A processor that lives in the service's memory. It forgets everything when the service
+/// restarts, so it cannot show exactly-once across crashes; a processor in its own process,
+/// reached over HTTP, is what crash tests need.
 #[derive(Debug, Default)]
 pub struct InMemoryCardProcessor {
     outcomes: Mutex<HashMap<String, Outcome>>,

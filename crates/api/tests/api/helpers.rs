@@ -1,0 +1,288 @@
+//! `spawn_app()`: one service process and one database per test, so tests run in parallel.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use reqwest::{Client, RequestBuilder, Response};
+use serde_json::{Value, json};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Connection, PgConnection};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const ACME: &str = "sk_test_acme";
+pub const GLOBEX: &str = "sk_test_globex";
+
+/// The server every test database is created on. Tests fail (never skip) when it is down.
+pub fn admin_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn database_url(name: &str) -> String {
+    let admin = admin_url();
+    let base = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(base, _)| base);
+    format!("{base}/{name}")
+}
+
+/// A running service and a connection to its database.
+pub struct TestApp {
+    pub base_url: String,
+    pub client: Client,
+    pub db: PgPool,
+    db_name: String,
+    child: Child,
+}
+
+/// Starts the service with default settings.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(&[]).await
+}
+
+/// Starts the service with extra environment variables.
+pub async fn spawn_app_with(env: &[(&str, &str)]) -> TestApp {
+    let db_name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = PgConnection::connect(&admin_url())
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL is required for these tests and is not reachable at {}: {e}",
+                admin_url()
+            )
+        });
+    sqlx::query(&format!("CREATE DATABASE {db_name}"))
+        .execute(&mut admin)
+        .await
+        .expect("create the test database");
+    let url = database_url(&db_name);
+
+    let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", &url)
+        .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
+        .env("PAYMENTS__LOG__FORMAT", "text")
+        .env("RUST_LOG", "info,sqlx=warn")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("start payments-api");
+    let address = read_listening_address(&mut child).await;
+
+    let db = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&url)
+        .await
+        .expect("connect to the test database");
+    TestApp {
+        base_url: format!("http://{address}"),
+        client: Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("http client"),
+        db,
+        db_name,
+        child,
+    }
+}
+
+/// Reads the service's log until it says where it listens, then keeps draining it so the
+/// pipe never fills and blocks the service.
+async fn read_listening_address(child: &mut Child) -> String {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let address = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("listening")
+                && let Some(rest) = line.split("address=").nth(1)
+            {
+                return rest.split_whitespace().next().map(str::to_owned);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+    .expect("payments-api did not report a listening address (see its stderr above)");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    address
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// A `POST /charges` with an API key, an idempotency key and a JSON body.
+    pub fn charge(&self, api_key: &str, idempotency_key: &str, body: &Value) -> RequestBuilder {
+        self.client
+            .post(self.url("/charges"))
+            .bearer_auth(api_key)
+            .header("Idempotency-Key", idempotency_key)
+            .json(body)
+    }
+
+    /// Sends a charge and returns the response.
+    pub async fn post_charge(
+        &self,
+        api_key: &str,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> Response {
+        self.charge(api_key, idempotency_key, body)
+            .send()
+            .await
+            .expect("POST /charges")
+    }
+
+    pub async fn get(&self, api_key: &str, path: &str) -> Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(api_key)
+            .send()
+            .await
+            .expect("GET")
+    }
+
+    /// Rows in a table.
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&self.db)
+            .await
+            .expect("count rows")
+    }
+
+    /// Rows in every table a charge writes: (records, charges, ledger transactions, entries, outbox).
+    pub async fn footprint(&self) -> Footprint {
+        Footprint {
+            records: self.count("idempotency_records").await,
+            charges: self.count("charges").await,
+            ledger_transactions: self.count("ledger_transactions").await,
+            ledger_entries: self.count("ledger_entries").await,
+            outbox_events: self.count("outbox_events").await,
+        }
+    }
+
+    /// The stored state of a key: (state, recovery_point, attempts).
+    pub async fn record_state(&self, tenant: &str, key: &str) -> Option<(String, String, i32)> {
+        sqlx::query_as(
+            "SELECT state, recovery_point, attempts FROM idempotency_records
+             WHERE tenant_id = $1 AND idempotency_key = $2",
+        )
+        .bind(tenant)
+        .bind(key)
+        .fetch_optional(&self.db)
+        .await
+        .expect("read record")
+    }
+}
+
+/// Row counts of the tables a charge writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    pub records: i64,
+    pub charges: i64,
+    pub ledger_transactions: i64,
+    pub ledger_entries: i64,
+    pub outbox_events: i64,
+}
+
+impl Footprint {
+    pub const EMPTY: Self = Self {
+        records: 0,
+        charges: 0,
+        ledger_transactions: 0,
+        ledger_entries: 0,
+        outbox_events: 0,
+    };
+
+    /// What `n` successful charges leave behind.
+    pub fn charged(n: i64) -> Self {
+        Self {
+            records: n,
+            charges: n,
+            ledger_transactions: n,
+            ledger_entries: 2 * n,
+            outbox_events: n,
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let db_name = self.db_name.clone();
+        // Drop runs outside async context: a short-lived runtime on its own thread removes
+        // the database. A test that panics before this still has its database removed.
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(&admin_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A valid charge body.
+pub fn visa(amount: i64) -> Value {
+    json!({ "amount": amount, "currency": "usd", "source": "tok_visa" })
+}
+
+/// A fresh idempotency key.
+pub fn new_key() -> String {
+    format!("key-{}", uuid::Uuid::new_v4())
+}
+
+/// The response's status, named headers and body bytes, for exact comparisons.
+pub async fn snapshot(response: Response, headers: &[&str]) -> (u16, Vec<Option<String>>, Vec<u8>) {
+    let status = response.status().as_u16();
+    let values = headers
+        .iter()
+        .map(|h| {
+            response
+                .headers()
+                .get(*h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+        .collect();
+    let body = response.bytes().await.expect("response body").to_vec();
+    (status, values, body)
+}
+
+/// Parses a problem+json response and checks its media type.
+pub async fn problem(response: Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    assert_eq!(
+        content_type.as_deref(),
+        Some("application/problem+json"),
+        "status {status}"
+    );
+    let body: Value = response.json().await.expect("problem body is JSON");
+    assert_eq!(
+        body["status"],
+        json!(status),
+        "problem status matches the HTTP status"
+    );
+    (status, body)
+}

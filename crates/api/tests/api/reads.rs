@@ -1,0 +1,283 @@
+//! Reading charges and the ledger back, always within the caller's tenant.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{ACME, GLOBEX, new_key, problem, spawn_app, visa};
+
+#[tokio::test]
+async fn a_charge_reads_back_exactly_as_it_was_created() {
+    let app = spawn_app().await;
+    let created: Value = app
+        .post_charge(ACME, &new_key(), &visa(321))
+        .await
+        .json()
+        .await
+        .expect("charge");
+    let id = created["id"].as_str().unwrap_or_default();
+
+    let fetched = app.get(ACME, &format!("/charges/{id}")).await;
+    assert_eq!(fetched.status().as_u16(), 200);
+    assert_eq!(fetched.json::<Value>().await.expect("charge"), created);
+}
+
+#[tokio::test]
+async fn another_tenants_charge_is_not_found_and_never_listed() {
+    let app = spawn_app().await;
+    let created: Value = app
+        .post_charge(ACME, &new_key(), &visa(321))
+        .await
+        .json()
+        .await
+        .expect("charge");
+    let id = created["id"].as_str().unwrap_or_default();
+
+    let (status, body) = problem(app.get(GLOBEX, &format!("/charges/{id}")).await).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
+    let list: Value = app
+        .get(GLOBEX, "/charges")
+        .await
+        .json()
+        .await
+        .expect("list");
+    assert_eq!(list["data"], json!([]));
+    let balances: Value = app
+        .get(GLOBEX, "/ledger/balances")
+        .await
+        .json()
+        .await
+        .expect("balances");
+    assert_eq!(balances["balances"], json!([]));
+}
+
+#[tokio::test]
+async fn a_malformed_charge_id_is_not_found() {
+    let app = spawn_app().await;
+    for id in [
+        "nope",
+        "ch_",
+        "ch_not-a-uuid",
+        "py_00000000-0000-0000-0000-000000000000",
+    ] {
+        let (status, body) = problem(app.get(ACME, &format!("/charges/{id}")).await).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("not_found")),
+            "{id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn charges_are_listed_newest_first_in_pages() {
+    let app = spawn_app().await;
+    let mut ids = Vec::new();
+    for amount in 1..=5 {
+        let charge: Value = app
+            .post_charge(ACME, &new_key(), &visa(amount))
+            .await
+            .json()
+            .await
+            .expect("charge");
+        ids.push(charge["id"].as_str().unwrap_or_default().to_owned());
+    }
+    ids.reverse();
+
+    let first: Value = app
+        .get(ACME, "/charges?limit=2")
+        .await
+        .json()
+        .await
+        .expect("page 1");
+    assert_eq!(first["object"], "list");
+    assert_eq!(first["has_more"], true);
+    let page_ids = |page: &Value| -> Vec<String> {
+        page["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["id"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(page_ids(&first), ids[0..2]);
+
+    let second: Value = app
+        .get(ACME, &format!("/charges?limit=2&starting_after={}", ids[1]))
+        .await
+        .json()
+        .await
+        .expect("page 2");
+    assert_eq!(page_ids(&second), ids[2..4]);
+    let last: Value = app
+        .get(ACME, &format!("/charges?limit=2&starting_after={}", ids[3]))
+        .await
+        .json()
+        .await
+        .expect("page 3");
+    assert_eq!(page_ids(&last), ids[4..5]);
+    assert_eq!(last["has_more"], false);
+
+    let all: Value = app
+        .get(ACME, "/charges")
+        .await
+        .json()
+        .await
+        .expect("default page");
+    assert_eq!(page_ids(&all), ids);
+}
+
+#[tokio::test]
+async fn list_parameters_out_of_range_are_400() {
+    let app = spawn_app().await;
+    for query in [
+        "limit=0",
+        "limit=101",
+        "limit=ten",
+        "starting_after=ch_00000000-0000-0000-0000-000000000000",
+        "colour=blue",
+    ] {
+        let (status, body) = problem(app.get(ACME, &format!("/charges?{query}")).await).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{query}"
+        );
+    }
+    let ok: Value = app
+        .get(ACME, "/charges?limit=100")
+        .await
+        .json()
+        .await
+        .expect("limit 100");
+    assert_eq!(ok["has_more"], false);
+}
+
+#[tokio::test]
+async fn the_ledger_balances_per_currency_and_per_transaction() {
+    let app = spawn_app().await;
+    for (amount, currency) in [(1000, "usd"), (250, "usd"), (5000, "jpy"), (99, "eur")] {
+        let body = json!({ "amount": amount, "currency": currency, "source": "tok_visa" });
+        assert_eq!(
+            app.post_charge(ACME, &new_key(), &body)
+                .await
+                .status()
+                .as_u16(),
+            201
+        );
+    }
+
+    let balances: Value = app
+        .get(ACME, "/ledger/balances")
+        .await
+        .json()
+        .await
+        .expect("balances");
+    let balance = |account: &str, currency: &str| {
+        balances["balances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|b| b["account"] == account && b["currency"] == currency)
+            .and_then(|b| b["balance"].as_i64())
+    };
+    assert_eq!(balance("processor_receivable", "USD"), Some(1250));
+    assert_eq!(balance("customer_payments", "USD"), Some(-1250));
+    assert_eq!(balance("processor_receivable", "JPY"), Some(5000));
+    assert_eq!(balance("customer_payments", "EUR"), Some(-99));
+
+    // Read the table itself: no transaction and no currency may be out of balance.
+    let unbalanced: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT transaction_id, currency FROM ledger_entries
+                               GROUP BY transaction_id, currency HAVING sum(amount) <> 0) t",
+    )
+    .fetch_one(&app.db)
+    .await
+    .expect("query");
+    assert_eq!(unbalanced, 0);
+    let per_currency: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT currency, sum(amount)::bigint FROM ledger_entries GROUP BY currency ORDER BY currency",
+    )
+    .fetch_all(&app.db)
+    .await
+    .expect("query");
+    assert_eq!(
+        per_currency,
+        vec![("EUR".into(), 0), ("JPY".into(), 0), ("USD".into(), 0)]
+    );
+}
+
+#[tokio::test]
+async fn the_database_refuses_an_unbalanced_ledger_transaction() {
+    let app = spawn_app().await;
+    let charge: Value = app
+        .post_charge(ACME, &new_key(), &visa(100))
+        .await
+        .json()
+        .await
+        .expect("charge");
+    let charge_id = charge["id"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("ch_"))
+        .unwrap_or_default();
+    let mut tx = app.db.begin().await.expect("begin");
+    let tx_id = uuid::Uuid::new_v4();
+    sqlx::query("DELETE FROM ledger_entries")
+        .execute(&mut *tx)
+        .await
+        .expect("clear");
+    sqlx::query("DELETE FROM ledger_transactions")
+        .execute(&mut *tx)
+        .await
+        .expect("clear");
+    sqlx::query(
+        "INSERT INTO ledger_transactions (id, tenant_id, charge_id) VALUES ($1, 'acme', $2::uuid)",
+    )
+    .bind(tx_id)
+    .bind(charge_id)
+    .execute(&mut *tx)
+    .await
+    .expect("insert transaction");
+    sqlx::query(
+        "INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+         VALUES ($1, 1, 'acme', 'processor_receivable', 'USD', 100),
+                ($1, 2, 'acme', 'customer_payments', 'USD', -99)",
+    )
+    .bind(tx_id)
+    .execute(&mut *tx)
+    .await
+    .expect("the check is deferred to commit");
+    let error = tx
+        .commit()
+        .await
+        .expect_err("an unbalanced transaction cannot commit");
+    let constraint = error
+        .as_database_error()
+        .and_then(|e| e.constraint())
+        .map(str::to_owned);
+    assert_eq!(constraint.as_deref(), Some("ledger_entries_balanced"));
+}
+
+#[tokio::test]
+async fn health_and_readiness_answer() {
+    let app = spawn_app().await;
+    let live = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(live.status().as_u16(), 200);
+    assert!(
+        live.headers().get("x-request-id").is_some(),
+        "every response carries a request id"
+    );
+    let ready = app
+        .client
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(
+        ready.json::<Value>().await.expect("json"),
+        json!({ "status": "ready" })
+    );
+}

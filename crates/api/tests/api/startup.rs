@@ -1,0 +1,83 @@
+//! A wrong setting stops start-up with one line that names it, and a non-zero exit.
+
+use std::process::Output;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// Runs the service and waits for it to exit; one that starts serving instead is killed (by
+/// `kill_on_drop`) and fails the test.
+async fn start_with(env: &[(&str, &str)]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .env_clear()
+        .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start payments-api");
+    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| {
+            panic!("payments-api kept running with {env:?}; it should have refused to start")
+        })
+        .expect("wait for payments-api")
+}
+
+async fn assert_refused(env: &[(&str, &str)], names: &str) {
+    let output = start_with(env).await;
+    assert!(!output.status.success(), "{env:?} must stop start-up");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line, no backtrace: {stderr}");
+    assert!(
+        lines[0].contains(names),
+        "the message names {names}: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_number_names_its_key() {
+    assert_refused(
+        &[("PAYMENTS__IDEMPOTENCY__TTL_SECS", "a day")],
+        "idempotency.ttl_secs",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_ttl_beyond_the_processor_key_window_is_refused() {
+    assert_refused(
+        &[
+            ("PAYMENTS__IDEMPOTENCY__TTL_SECS", "172800"),
+            ("PAYMENTS__PROCESSOR__KEY_WINDOW_SECS", "86400"),
+        ],
+        "processor.key_window_secs",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_bad_bind_address_names_server_bind() {
+    assert_refused(&[("PAYMENTS__SERVER__BIND", "localhost")], "server.bind").await;
+}
+
+#[tokio::test]
+async fn a_database_url_of_another_kind_names_database_url() {
+    assert_refused(
+        &[("DATABASE_URL", "mysql://root@127.0.0.1/payments")],
+        "database.url",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_unreachable_database_names_database_url() {
+    // Port 1 on loopback refuses connections at once.
+    assert_refused(
+        &[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/payments")],
+        "database.url",
+    )
+    .await;
+}

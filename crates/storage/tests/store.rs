@@ -1,0 +1,409 @@
+//! The storage protocol against a real PostgreSQL: claims, takeovers, fencing and expiry.
+//! Each test gets its own database.
+
+use chrono::Utc;
+use futures::future::join_all;
+use payments_domain::{Amount, Charge, ChargeId, Currency, Money, PaymentSource, TenantId};
+use payments_idempotency::{
+    Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint,
+    Scope, StoredResponse,
+};
+use payments_storage::{Claim, Claimed, Finish, MIGRATOR, PgStore};
+use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection};
+
+struct TestDb {
+    store: PgStore,
+    name: String,
+}
+
+fn admin_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+async fn test_db() -> TestDb {
+    let name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
+    let admin = admin_url();
+    let mut conn = PgConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL is required and not reachable at {admin}: {e}"));
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create database");
+    let base = admin
+        .rsplit_once('/')
+        .map_or(admin.as_str(), |(base, _)| base);
+    let pool = PgPoolOptions::new()
+        .max_connections(20)
+        .connect(&format!("{base}/{name}"))
+        .await
+        .expect("connect");
+    MIGRATOR.run(&pool).await.expect("migrate");
+    TestDb {
+        store: PgStore::from_pool(pool, IdempotencyPolicy::default()),
+        name,
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(mut conn) = PgConnection::connect(&admin_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+impl TestDb {
+    /// Runs SQL against the test database, to move time-dependent columns into the past.
+    async fn exec(&self, sql: &str) {
+        sqlx::query(sql)
+            .execute(self.store.pool())
+            .await
+            .expect(sql);
+    }
+
+    async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(self.store.pool())
+            .await
+            .expect("count")
+    }
+}
+
+fn scope() -> Scope {
+    Scope {
+        tenant: "acme".into(),
+        operation: CHARGES_CREATE_V1.into(),
+    }
+}
+
+fn key(text: &str) -> IdempotencyKey {
+    IdempotencyKey::parse(text).expect("valid key")
+}
+
+fn fingerprint(amount: i64) -> Fingerprint {
+    Fingerprint::of_json_request("POST", "/charges", &json!({ "amount": amount }))
+}
+
+fn owned(claim: Claim) -> Claimed {
+    match claim {
+        Claim::Owned(claimed) => claimed,
+        other => panic!("expected to own the record, got {other:?}"),
+    }
+}
+
+fn charge_for(claimed: &Claimed) -> Charge {
+    Charge {
+        id: ChargeId::from_uuid(claimed.resource_id),
+        tenant: TenantId::new("acme"),
+        money: Money::new(Amount::new(100).expect("amount"), Currency::Usd),
+        source: PaymentSource::new("tok_visa").expect("source"),
+        description: None,
+        processor_charge_id: format!("sim_{}", claimed.attempt.0),
+        created_at: Utc::now(),
+    }
+}
+
+fn response(body: &str) -> StoredResponse {
+    StoredResponse::new(
+        201,
+        [("content-type", "application/json")],
+        body.as_bytes().to_vec(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_of_many_concurrent_claims_owns_a_fresh_key() {
+    let db = test_db().await;
+    let (s, k, fp) = (scope(), key("k"), fingerprint(100));
+    let claims = join_all((0..20).map(|_| db.store.claim(&s, &k, &fp))).await;
+    let claims: Vec<Claim> = claims.into_iter().map(|c| c.expect("claim")).collect();
+    let owners = claims
+        .iter()
+        .filter(|c| matches!(c, Claim::Owned(_)))
+        .count();
+    let in_flight = claims
+        .iter()
+        .filter(|c| matches!(c, Claim::InFlight { .. }))
+        .count();
+    assert_eq!((owners, in_flight), (1, 19));
+    assert_eq!(db.count("idempotency_records").await, 1);
+}
+
+#[tokio::test]
+async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off() {
+    let db = test_db().await;
+    let first = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("claim"),
+    );
+    assert_eq!(first.attempt, Attempt(1));
+
+    // While the lock is live a duplicate is refused.
+    let duplicate = db
+        .store
+        .claim(&scope(), &key("k"), &fingerprint(100))
+        .await
+        .expect("claim");
+    assert!(matches!(duplicate, Claim::InFlight { retry_after_secs } if retry_after_secs >= 1));
+
+    db.exec("UPDATE idempotency_records SET locked_until = now() - interval '1 second'")
+        .await;
+    let second = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("takeover"),
+    );
+    assert_eq!(second.attempt, Attempt(2));
+    assert!(second.took_over);
+    assert_eq!(
+        (second.resource_id, &second.processor_key),
+        (first.resource_id, &first.processor_key)
+    );
+
+    // The first attempt wakes up: none of its writes lands.
+    let s = scope();
+    let k = key("k");
+    assert_eq!(
+        db.store
+            .record_charged(&s, &k, first.attempt, "sim_old")
+            .await
+            .expect("write"),
+        Finish::Fenced
+    );
+    let late = db
+        .store
+        .finish_charge(&s, &k, first.attempt, &charge_for(&first), &response("old"))
+        .await;
+    assert_eq!(late.expect("write"), Finish::Fenced);
+    assert_eq!(
+        (db.count("charges").await, db.count("outbox_events").await),
+        (0, 0)
+    );
+
+    let done = db
+        .store
+        .finish_charge(
+            &s,
+            &k,
+            second.attempt,
+            &charge_for(&second),
+            &response("new"),
+        )
+        .await;
+    assert_eq!(done.expect("write"), Finish::Written);
+    assert_eq!(
+        [
+            db.count("charges").await,
+            db.count("ledger_transactions").await,
+            db.count("ledger_entries").await,
+            db.count("outbox_events").await
+        ],
+        [1, 1, 2, 1]
+    );
+    // A second finish by the winner is fenced too: the record is no longer pending.
+    let again = db
+        .store
+        .finish_charge(
+            &s,
+            &k,
+            second.attempt,
+            &charge_for(&second),
+            &response("new"),
+        )
+        .await;
+    assert_eq!(again.expect("write"), Finish::Fenced);
+    assert_eq!(db.count("charges").await, 1);
+
+    let replay = db
+        .store
+        .claim(&s, &k, &fingerprint(100))
+        .await
+        .expect("claim");
+    assert_eq!(replay, Claim::Replay(response("new")));
+}
+
+#[tokio::test]
+async fn a_takeover_resumes_from_charged_with_the_processor_charge_id() {
+    let db = test_db().await;
+    let first = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("claim"),
+    );
+    assert_eq!(
+        db.store
+            .record_charged(&scope(), &key("k"), first.attempt, "sim_42")
+            .await
+            .expect("write"),
+        Finish::Written
+    );
+    db.exec("UPDATE idempotency_records SET locked_until = now() - interval '1 second'")
+        .await;
+
+    let second = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("takeover"),
+    );
+    assert_eq!(second.resume_from, RecoveryPoint::Charged);
+    assert_eq!(second.processor_charge_id.as_deref(), Some("sim_42"));
+}
+
+#[tokio::test]
+async fn a_failed_record_is_retried_under_the_same_processor_key() {
+    let db = test_db().await;
+    let first = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("claim"),
+    );
+    assert_eq!(
+        db.store
+            .mark_failed(&scope(), &key("k"), first.attempt)
+            .await
+            .expect("write"),
+        Finish::Written
+    );
+
+    let retry = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("retry"),
+    );
+    assert_eq!(retry.attempt, Attempt(2));
+    assert_eq!(retry.processor_key, first.processor_key);
+    assert_eq!(retry.resume_from, RecoveryPoint::Started);
+    // A different payload still cannot use the key.
+    assert_eq!(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(999))
+            .await
+            .expect("claim"),
+        Claim::Mismatch
+    );
+}
+
+#[tokio::test]
+async fn an_expired_finished_record_is_replaced_by_a_new_request() {
+    let db = test_db().await;
+    let first = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("claim"),
+    );
+    let declined = StoredResponse::new(402, [], b"declined".to_vec());
+    db.store
+        .finish_without_charge(&scope(), &key("k"), first.attempt, &declined)
+        .await
+        .expect("finish");
+    assert_eq!(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(999))
+            .await
+            .expect("claim"),
+        Claim::Mismatch
+    );
+
+    db.exec("UPDATE idempotency_records SET expires_at = now() - interval '1 second'")
+        .await;
+    let fresh = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(999))
+            .await
+            .expect("claim"),
+    );
+    assert_eq!(fresh.resume_from, RecoveryPoint::Started);
+    assert!(!fresh.took_over);
+    assert_ne!(
+        fresh.resource_id, first.resource_id,
+        "a new request creates a new charge"
+    );
+    assert_ne!(
+        fresh.processor_key, first.processor_key,
+        "and must not be deduplicated into the old one"
+    );
+    assert_eq!(
+        fresh.attempt,
+        Attempt(2),
+        "attempts keep counting so old stragglers stay fenced"
+    );
+}
+
+#[tokio::test]
+async fn an_unfinished_record_never_expires_away() {
+    let db = test_db().await;
+    owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("claim"),
+    );
+    db.exec(
+        "UPDATE idempotency_records
+         SET expires_at = now() - interval '1 second', locked_until = now() - interval '1 second'",
+    )
+    .await;
+    // The card may have been charged: another payload is refused, the same one resumes.
+    assert_eq!(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(999))
+            .await
+            .expect("claim"),
+        Claim::Mismatch
+    );
+    let resumed = owned(
+        db.store
+            .claim(&scope(), &key("k"), &fingerprint(100))
+            .await
+            .expect("claim"),
+    );
+    assert!(resumed.took_over);
+}
+
+#[tokio::test]
+async fn keys_are_scoped_by_tenant_and_operation() {
+    let db = test_db().await;
+    let other_tenant = Scope {
+        tenant: "globex".into(),
+        operation: CHARGES_CREATE_V1.into(),
+    };
+    let other_operation = Scope {
+        tenant: "acme".into(),
+        operation: "charges.create.v2".into(),
+    };
+    for scope in [scope(), other_tenant, other_operation] {
+        let claim = db
+            .store
+            .claim(&scope, &key("k"), &fingerprint(100))
+            .await
+            .expect("claim");
+        assert!(matches!(claim, Claim::Owned(_)), "{scope:?}");
+    }
+    assert_eq!(db.count("idempotency_records").await, 3);
+}

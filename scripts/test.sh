@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The one test command. Checks that PostgreSQL answers, then formatting, lints, and every
+# test of the workspace: unit tests, storage tests and the black-box tests that start the
+# real service binary against a fresh database per test.
+#
+#   scripts/test.sh            # everything
+#   TEST_DATABASE_URL=postgres://user@host:5432/postgres scripts/test.sh
+#
+# Safe to re-run: each test creates and drops its own database; leftovers of interrupted runs
+# are dropped first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export TEST_DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+
+step() { printf '\n==> %s\n' "$*"; }
+fail() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
+
+step "Checking services"
+# host:port out of the URL, for a dependency-free reachability check.
+pg_hostport=$(sed -E 's#^[a-z]+://([^@/]*@)?([^/?]+).*#\2#' <<<"$TEST_DATABASE_URL")
+pg_host=${pg_hostport%:*}
+pg_port=${pg_hostport##*:}
+[ "$pg_port" = "$pg_hostport" ] && pg_port=5432
+if ! (exec 3<>"/dev/tcp/$pg_host/$pg_port") 2>/dev/null; then
+    fail "PostgreSQL is not answering at $pg_host:$pg_port (TEST_DATABASE_URL=$TEST_DATABASE_URL).
+  Start it (on Debian: pg_ctlcluster --skip-systemctl-redirect \$(ls /etc/postgresql) main start)
+  or point TEST_DATABASE_URL at a server whose user may create databases."
+fi
+echo "PostgreSQL answers at $pg_host:$pg_port"
+if command -v psql >/dev/null 2>&1; then
+    # Databases left by interrupted runs (a test that is killed cannot drop its own).
+    psql "$TEST_DATABASE_URL" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'payments_test_%'" |
+        while read -r db; do
+            [ -n "$db" ] && psql "$TEST_DATABASE_URL" -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)"
+        done
+fi
+
+step "Formatting (cargo fmt --check)"
+cargo fmt --all --check
+
+step "Lints (cargo clippy -D warnings)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "Tests (cargo test --workspace)"
+cargo test --workspace --all-targets --locked
