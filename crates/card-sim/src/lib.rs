@@ -1,12 +1,24 @@
 //! A simulated card processor with its own idempotency, behind the domain's
-//! [`CardProcessor`](payments_domain::CardProcessor) port.
+//! [`CardProcessor`](payments_domain::CardProcessor) port, in three forms:
+//!
+//! - [`InMemoryCardProcessor`]: the simulator itself, inside the caller's process;
+//! - the `card-sim` binary ([`server`]): the same simulator as an HTTP server in its own
+//!   process (`--bind` or `CARD_SIM_BIND`, `CARD_SIM_LATENCY_MS`), so a processor outlives
+//!   crashes of the service and a slow one can be simulated;
+//! - [`HttpCardProcessor`] ([`client`]): the port over HTTP, for talking to that server.
 //!
 //! Like a real processor, it remembers every idempotency key it has seen and answers a repeated
 //! key with the charge it already made, so that a retry of the service can never charge twice.
-//! The test tokens choose the outcome (see [`TestToken`]). This crate depends only on the domain.
+//! The test tokens choose the outcome (see [`TestToken`]); the token rules live only in the
+//! simulator, which the server wraps. This crate depends only on the domain among the
+//! workspace's crates; it must not import the service's storage or API.
 
+pub mod client;
+pub mod server;
 mod simulator;
 mod tokens;
+mod wire;
 
+pub use client::{ClientError, HttpCardProcessor};
 pub use simulator::InMemoryCardProcessor;
 pub use tokens::TestToken;

@@ -25,6 +25,7 @@ impl TestToken {
     /// How long `tok_slow` takes.
     pub const SLOW_LATENCY: Duration = Duration::from_secs(2);
 
+    /// The outcome a card token produces; any unrecognised token is [`TestToken::Unknown`].
     pub fn from_source(source: &str) -> Self {
         match source {
             "tok_visa" | "tok_mastercard" => Self::Succeeds,

@@ -1,0 +1,72 @@
+//! Every error the `card-sim` server answers with, mapped to a status and a body in one place.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::wire::{ErrorDetail, ErrorEnvelope};
+
+/// What a request to the simulator can fail with.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SimError {
+    /// 400: `POST /v1/charges` without an `Idempotency-Key`.
+    #[error("The Idempotency-Key header is required.")]
+    MissingIdempotencyKey,
+    /// 400: a malformed key, body or query.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// 404: no charge under the key, or no such route.
+    #[error("{0}")]
+    NotFound(String),
+    /// 402: the card was declined; the same key keeps answering this.
+    #[error("{message}")]
+    Declined {
+        decline_code: String,
+        message: String,
+    },
+    /// 500: a transient failure; nothing was charged, a retry with the same key may succeed.
+    #[error("The processor could not complete the charge. Retry with the same Idempotency-Key.")]
+    Transient { reason: String },
+}
+
+impl SimError {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::MissingIdempotencyKey | Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Declined { .. } => StatusCode::PAYMENT_REQUIRED,
+            Self::Transient { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::MissingIdempotencyKey | Self::InvalidRequest(_) | Self::NotFound(_) => {
+                "invalid_request_error"
+            }
+            Self::Declined { .. } => "card_error",
+            Self::Transient { .. } => "api_error",
+        }
+    }
+}
+
+impl IntoResponse for SimError {
+    fn into_response(self) -> Response {
+        if let Self::Transient { reason } = &self {
+            // The body stays generic; the detail is logged here, once.
+            tracing::warn!(error.reason = %reason, "charge failed transiently");
+        }
+        let decline_code = match &self {
+            Self::Declined { decline_code, .. } => Some(decline_code.clone()),
+            _ => None,
+        };
+        let body = ErrorEnvelope {
+            error: ErrorDetail {
+                kind: self.kind().to_owned(),
+                decline_code,
+                message: self.to_string(),
+            },
+        };
+        (self.status(), Json(body)).into_response()
+    }
+}

@@ -1,0 +1,112 @@
+//! The `card-sim` HTTP server: the [`InMemoryCardProcessor`] in its own process, so that the
+//! service can be killed and restarted while the processor keeps remembering its keys.
+//!
+//! | Route | Answer |
+//! | --- | --- |
+//! | `POST /v1/charges` (`Idempotency-Key` required) | 200 charge, 402 `card_error`, 500 `api_error`, 400 |
+//! | `GET /v1/charges?idempotency_key=K` | 200 charge made under K, or 404; never creates |
+//! | `GET /v1/stats` | `{"charges_created": N}` |
+//! | `GET /healthz` | 200 |
+
+mod config;
+mod error;
+mod routes;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+pub use config::{ConfigError, DEFAULT_BIND, ServerConfig, USAGE};
+
+use crate::InMemoryCardProcessor;
+
+/// The router over one simulator. Tests and the binary build the same one.
+pub fn app(processor: Arc<InMemoryCardProcessor>) -> Router {
+    Router::new()
+        .route(
+            "/v1/charges",
+            get(routes::find_charge).post(routes::create_charge),
+        )
+        .route("/v1/stats", get(routes::stats))
+        .route("/healthz", get(routes::healthz))
+        .fallback(routes::not_found)
+        .with_state(processor)
+}
+
+/// Why the server stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address is in use, not local, or not permitted.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// The accept loop failed after start-up.
+    #[error("server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Listens on `config.bind`, announces the address and serves until SIGINT or SIGTERM, then
+/// drains the requests in flight.
+pub async fn run(config: ServerConfig) -> Result<(), ServeError> {
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+    let address = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: config.bind,
+        source,
+    })?;
+    announce(address);
+    tracing::info!(%address, latency_ms = config.latency.as_millis(), "card-sim started");
+
+    let processor = Arc::new(InMemoryCardProcessor::with_latency(config.latency));
+    axum::serve(listener, app(processor))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(ServeError::Serve)?;
+    tracing::info!("card-sim stopped");
+    Ok(())
+}
+
+/// Prints the one line other programs parse to find the port: `listening address=<ip:port>`.
+/// It goes to stdout, apart from the logs (stderr), so that `RUST_LOG` cannot hide it, and is
+/// flushed at once because a reader is waiting for it.
+fn announce(address: SocketAddr) {
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout must not stop the server; the reader has simply gone.
+    let _ = writeln!(stdout, "card-sim listening address={address}");
+    let _ = stdout.flush();
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown signal received; draining requests in flight");
+}

@@ -1,0 +1,121 @@
+//! The handlers: HTTP in, [`InMemoryCardProcessor`] calls, HTTP out. No outcome is decided
+//! here; the simulator owns the token rules and the idempotency.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use payments_domain::{
+    Amount, CardProcessor, Currency, CurrencyError, Money, PaymentSource, ProcessorCharge,
+    ProcessorChargeRequest, ProcessorError,
+};
+
+use super::error::SimError;
+use crate::InMemoryCardProcessor;
+use crate::wire::{ChargeBody, ChargeView, FindQuery, IDEMPOTENCY_KEY, SUCCEEDED, StatsView};
+
+/// Shared by every handler; the simulator guards its own state.
+pub(crate) type Sim = Arc<InMemoryCardProcessor>;
+
+/// The longest idempotency key accepted, as in the service itself.
+const MAX_KEY_LEN: usize = 255;
+
+/// `POST /v1/charges`: creates the charge, or returns the one already made under the key.
+pub(crate) async fn create_charge(
+    State(sim): State<Sim>,
+    headers: HeaderMap,
+    body: Result<Json<ChargeBody>, JsonRejection>,
+) -> Result<Json<ChargeView>, SimError> {
+    let idempotency_key = idempotency_key(&headers)?;
+    let Json(body) = body.map_err(|rejection| SimError::InvalidRequest(rejection.body_text()))?;
+    let request = ProcessorChargeRequest {
+        idempotency_key,
+        money: money(body.amount, &body.currency)?,
+        source: PaymentSource::new(body.source)
+            .map_err(|e| SimError::InvalidRequest(e.to_string()))?,
+    };
+    match sim.charge(request).await {
+        Ok(charge) => {
+            tracing::info!(charge.id = %charge.id, charge.outcome = "succeeded", "charge");
+            Ok(Json(view(&charge)))
+        }
+        Err(ProcessorError::Declined {
+            decline_code,
+            message,
+        }) => {
+            tracing::info!(charge.outcome = "declined", charge.decline_code = %decline_code, "charge");
+            Err(SimError::Declined {
+                decline_code,
+                message,
+            })
+        }
+        Err(ProcessorError::Unavailable { reason }) => Err(SimError::Transient { reason }),
+    }
+}
+
+/// `GET /v1/charges?idempotency_key=K`: the charge made under K. Never creates one.
+pub(crate) async fn find_charge(
+    State(sim): State<Sim>,
+    query: Result<Query<FindQuery>, QueryRejection>,
+) -> Result<Json<ChargeView>, SimError> {
+    let Query(query) =
+        query.map_err(|rejection| SimError::InvalidRequest(rejection.body_text()))?;
+    match sim.find_charge(&query.idempotency_key).await {
+        Ok(Some(charge)) => Ok(Json(view(&charge))),
+        Ok(None) => Err(SimError::NotFound(
+            "No charge was created under this idempotency key.".into(),
+        )),
+        // The in-memory lookup cannot fail today; map it anyway rather than panic.
+        Err(error) => Err(SimError::Transient {
+            reason: error.to_string(),
+        }),
+    }
+}
+
+/// `GET /v1/stats`: what tests count to prove "exactly once" at the processor.
+pub(crate) async fn stats(State(sim): State<Sim>) -> Json<StatsView> {
+    Json(StatsView {
+        charges_created: sim.charges_created(),
+    })
+}
+
+/// `GET /healthz`.
+pub(crate) async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Any other path: the same JSON error shape as everything else.
+pub(crate) async fn not_found() -> SimError {
+    SimError::NotFound("No such resource.".into())
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<String, SimError> {
+    let value = headers
+        .get(IDEMPOTENCY_KEY)
+        .ok_or(SimError::MissingIdempotencyKey)?;
+    match value.to_str() {
+        Ok(key) if !key.is_empty() && key.len() <= MAX_KEY_LEN => Ok(key.to_owned()),
+        _ => Err(SimError::InvalidRequest(format!(
+            "The Idempotency-Key must be 1 to {MAX_KEY_LEN} printable ASCII characters."
+        ))),
+    }
+}
+
+fn money(amount: i64, currency: &str) -> Result<Money, SimError> {
+    let amount = Amount::new(amount).map_err(|e| SimError::InvalidRequest(e.to_string()))?;
+    let currency: Currency = currency
+        .parse()
+        .map_err(|e: CurrencyError| SimError::InvalidRequest(e.to_string()))?;
+    Ok(Money::new(amount, currency))
+}
+
+fn view(charge: &ProcessorCharge) -> ChargeView {
+    ChargeView {
+        id: charge.id.clone(),
+        amount: charge.money.amount.minor_units(),
+        currency: charge.money.currency.code().to_owned(),
+        status: SUCCEEDED.to_owned(),
+    }
+}

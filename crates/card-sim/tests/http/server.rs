@@ -1,0 +1,73 @@
+//! The process: where it listens, how it refuses bad settings, how it stops.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use payments_domain::CardProcessor;
+use tokio::process::Command;
+
+use crate::helpers::{PATIENT, charge_appears, request, spawn_sim_with};
+
+#[tokio::test]
+async fn the_bind_address_can_come_from_the_environment() {
+    let sim = spawn_sim_with(&[], &[("CARD_SIM_BIND", "127.0.0.1:0")]).await;
+    let health = sim
+        .http()
+        .get(sim.url("/healthz"))
+        .send()
+        .await
+        .expect("healthz");
+    assert_eq!(health.status(), reqwest::StatusCode::OK);
+    assert!(!sim.base_url.ends_with(":0"), "{}", sim.base_url);
+}
+
+#[tokio::test]
+async fn bad_settings_stop_start_up_with_a_message_naming_them() {
+    let output = Command::new(env!("CARGO_BIN_EXE_card-sim"))
+        .args(["--bind", "127.0.0.1:0"])
+        .env_clear()
+        .env("CARD_SIM_LATENCY_MS", "soon")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run card-sim");
+
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("CARD_SIM_LATENCY_MS"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}
+
+/// SIGTERM drains: a charge in flight still gets its answer, then the process exits cleanly.
+#[cfg(unix)]
+#[tokio::test]
+async fn sigterm_finishes_the_charge_in_flight_then_exits_cleanly() {
+    let mut sim = spawn_sim_with(
+        &["--bind", "127.0.0.1:0"],
+        &[("CARD_SIM_LATENCY_MS", "1000")],
+    )
+    .await;
+    let processor = sim.processor(PATIENT);
+    let client = processor.clone();
+    let in_flight = tokio::spawn(async move { client.charge(request("k", "tok_visa")).await });
+    // The charge is recorded before the latency, so once it is visible the request is being
+    // handled and still has about a second to go when the signal arrives.
+    let created = charge_appears(&processor, "k").await;
+
+    let pid = sim.child.id().expect("running child").to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+
+    let charge = in_flight.await.expect("join");
+    assert_eq!(charge, Ok(created));
+    let status = tokio::time::timeout(Duration::from_secs(10), sim.child.wait())
+        .await
+        .expect("card-sim exits after SIGTERM")
+        .expect("wait");
+    assert!(status.success(), "{status:?}");
+}
