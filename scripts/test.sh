@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command. Checks that PostgreSQL answers, then formatting, lints, and every
-# test of the workspace: unit tests, storage tests and the black-box tests that start the
-# real service binary against a fresh database per test.
+# test of the workspace: unit tests, storage tests, and the black-box tests that start the
+# real service binary (and the card-sim processor) against a fresh database per test.
+# Everything is built once, with all features: the crash tests need the `failpoints` build.
 #
 #   scripts/test.sh            # everything
 #   TEST_DATABASE_URL=postgres://user@host:5432/postgres scripts/test.sh
@@ -40,7 +41,7 @@ step "Formatting (cargo fmt --check)"
 cargo fmt --all --check
 
 step "Lints (cargo clippy -D warnings)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
-step "Tests (cargo test --workspace)"
-cargo test --workspace --all-targets --locked
+step "Tests (cargo test --workspace --all-features)"
+cargo test --workspace --all-targets --all-features --locked

@@ -9,16 +9,21 @@
 //! Every write after the claim is fenced by the attempt number: if another attempt took the
 //! record over meanwhile, this one writes nothing and answers from the record as it now is.
 
+use std::time::Duration;
+
 use chrono::{DurationRound, TimeDelta, Utc};
 use payments_domain::{
     Charge, ChargeId, ChargeRequest, ProcessorChargeRequest, ProcessorError, TenantId,
 };
 use payments_idempotency::{
-    CHARGES_CREATE_V1, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, StoredResponse,
-    decide,
+    Attempt, CHARGES_CREATE_V1, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope,
+    StoredResponse, decide,
 };
 use payments_storage::{Claim, Claimed, Finish};
+use tokio::time::Instant;
+use uuid::Uuid;
 
+use crate::failpoint::{self, Failpoint};
 use crate::views::ChargeView;
 use crate::{ApiError, AppState};
 
@@ -28,7 +33,11 @@ pub struct NewCharge {
     pub tenant: TenantId,
     pub key: IdempotencyKey,
     pub fingerprint: Fingerprint,
+    /// The canonical JSON of the request, kept so the completer can finish it.
+    pub canonical_body: Vec<u8>,
     pub request: ChargeRequest,
+    /// `Prefer: wait=N`: how long a duplicate may wait for an in-flight attempt.
+    pub wait: Option<Duration>,
 }
 
 /// What to send back: a response produced now, or one stored earlier.
@@ -38,31 +47,53 @@ pub enum ChargeOutcome {
     Replayed(StoredResponse),
 }
 
+/// The record an attempt owns, and what it writes under.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owner<'a> {
+    pub scope: &'a Scope,
+    pub key: &'a IdempotencyKey,
+    pub attempt: Attempt,
+    pub resource_id: Uuid,
+}
+
 /// Runs the flow for one request.
 pub async fn create_charge(state: &AppState, new: NewCharge) -> Result<ChargeOutcome, ApiError> {
     let scope = Scope {
         tenant: new.tenant.as_str().to_owned(),
         operation: CHARGES_CREATE_V1.to_owned(),
     };
-    let claim = state
-        .store
-        .claim(&scope, &new.key, &new.fingerprint)
-        .await?;
-    let outcome = match claim {
-        Claim::Replay(response) => Ok(ChargeOutcome::Replayed(response)),
-        Claim::InFlight { retry_after_secs } => {
-            Err(ApiError::IdempotencyKeyInUse { retry_after_secs })
-        }
-        Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
-        Claim::Owned(claimed) => {
-            tracing::info!(
-                idempotency.attempt = claimed.attempt.0,
-                idempotency.resume_from = %claimed.resume_from,
-                idempotency.took_over = claimed.took_over,
-                "executing charge"
-            );
-            execute(state, &scope, &new, claimed).await
-        }
+    let deadline = new.wait.map(|wait| Instant::now() + wait);
+    let outcome = loop {
+        // Subscribe before claiming, so a completion between the two is not missed.
+        let mut completions = state.completions.subscribe();
+        let claim = state
+            .store
+            .claim(&scope, &new.key, &new.fingerprint, &new.canonical_body)
+            .await?;
+        break match claim {
+            Claim::Replay(response) => Ok(ChargeOutcome::Replayed(response)),
+            Claim::InFlight { retry_after_secs } => match deadline {
+                Some(deadline) if Instant::now() < deadline => {
+                    state
+                        .completions
+                        .wait_for(&mut completions, &scope, &new.key, deadline)
+                        .await;
+                    continue;
+                }
+                _ => Err(ApiError::IdempotencyKeyInUse { retry_after_secs }),
+            },
+            Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
+            Claim::Owned(claimed) => {
+                tracing::info!(
+                    idempotency.attempt = claimed.attempt.0,
+                    idempotency.resume_from = %claimed.resume_from,
+                    idempotency.took_over = claimed.took_over,
+                    "executing charge"
+                );
+                failpoint::hit(Failpoint::AfterClaim).await;
+                execute(state, &scope, &new, claimed).await
+            }
+        };
     };
     tracing::info!(
         idempotency.outcome = outcome_name(&outcome),
@@ -78,6 +109,12 @@ async fn execute(
     claimed: Claimed,
 ) -> Result<ChargeOutcome, ApiError> {
     let store = &state.store;
+    let owner = Owner {
+        scope,
+        key: &new.key,
+        attempt: claimed.attempt,
+        resource_id: claimed.resource_id,
+    };
     let processor_charge_id = match (claimed.resume_from, claimed.processor_charge_id) {
         // The processor already confirmed the charge: do not call it again.
         (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => id,
@@ -89,6 +126,7 @@ async fn execute(
             };
             match state.processor.charge(request).await {
                 Ok(charge) => {
+                    failpoint::hit(Failpoint::AfterCharge).await;
                     if store
                         .record_charged(scope, &new.key, claimed.attempt, &charge.id)
                         .await?
@@ -112,7 +150,10 @@ async fn execute(
                         .finish_without_charge(scope, &new.key, claimed.attempt, &response)
                         .await?
                     {
-                        Finish::Written => Ok(ChargeOutcome::Fresh(response)),
+                        Finish::Written => {
+                            state.completions.announce(scope, &new.key);
+                            Ok(ChargeOutcome::Fresh(response))
+                        }
                         Finish::Fenced => answer_from_record(state, scope, new).await,
                     };
                 }
@@ -125,27 +166,43 @@ async fn execute(
             }
         }
     };
+    match finish_charge(state, owner, &new.tenant, &new.request, processor_charge_id).await? {
+        (Finish::Written, response) => {
+            failpoint::hit(Failpoint::AfterCommit).await;
+            Ok(ChargeOutcome::Fresh(response))
+        }
+        (Finish::Fenced, _) => answer_from_record(state, scope, new).await,
+    }
+}
 
+/// Step 3, shared by requests and the completer: the charge, its ledger transaction, its
+/// event and the completed record in one transaction, fenced by the owner's attempt.
+pub(crate) async fn finish_charge(
+    state: &AppState,
+    owner: Owner<'_>,
+    tenant: &TenantId,
+    request: &ChargeRequest,
+    processor_charge_id: String,
+) -> Result<(Finish, StoredResponse), ApiError> {
     let charge = Charge {
-        id: ChargeId::from_uuid(claimed.resource_id),
-        tenant: new.tenant.clone(),
-        money: new.request.money,
-        source: new.request.source.clone(),
-        description: new.request.description.clone(),
+        id: ChargeId::from_uuid(owner.resource_id),
+        tenant: tenant.clone(),
+        money: request.money,
+        source: request.source.clone(),
+        description: request.description.clone(),
         processor_charge_id,
         created_at: now_to_the_microsecond(),
     };
     let response = created_response(&charge)?;
-    match store
-        .finish_charge(scope, &new.key, claimed.attempt, &charge, &response)
-        .await?
-    {
-        Finish::Written => {
-            tracing::info!(charge.id = %charge.id, "charge created");
-            Ok(ChargeOutcome::Fresh(response))
-        }
-        Finish::Fenced => answer_from_record(state, scope, new).await,
+    let finish = state
+        .store
+        .finish_charge(owner.scope, owner.key, owner.attempt, &charge, &response)
+        .await?;
+    if finish == Finish::Written {
+        tracing::info!(charge.id = %charge.id, "charge created");
+        state.completions.announce(owner.scope, owner.key);
     }
+    Ok((finish, response))
 }
 
 /// This attempt lost its record to another one: answer with whatever the record says now.

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::state::{ApiKeys, Limits};
+use crate::workers::WorkerSettings;
 
 const DEFAULTS: &str = include_str!("defaults.toml");
 
@@ -29,6 +30,7 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub idempotency: IdempotencySettings,
     pub processor: ProcessorSettings,
+    pub workers: WorkersSettings,
     pub auth: AuthSettings,
     pub log: LogSettings,
 }
@@ -60,6 +62,17 @@ pub struct IdempotencySettings {
 #[serde(deny_unknown_fields)]
 pub struct ProcessorSettings {
     pub key_window_secs: u64,
+    pub url: String,
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkersSettings {
+    pub completer_interval_ms: u64,
+    pub completer_batch_size: u32,
+    pub reaper_interval_ms: u64,
+    pub reaper_batch_size: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,6 +112,9 @@ pub struct ValidSettings {
     pub policy: IdempotencyPolicy,
     pub api_keys: ApiKeys,
     pub limits: Limits,
+    pub processor_url: Option<String>,
+    pub processor_timeout: Duration,
+    pub workers: WorkerSettings,
     pub log: LogSettings,
 }
 
@@ -169,6 +185,45 @@ impl Settings {
             Duration::from_secs(self.processor.key_window_secs),
         )
         .map_err(|e| StartupError::Load(e.to_string()))?;
+        let processor_timeout = Duration::from_millis(self.processor.timeout_ms);
+        if processor_timeout.is_zero() || processor_timeout >= policy.lock_timeout {
+            return Err(invalid(
+                "processor.timeout_ms",
+                "must be more than 0 and shorter than idempotency.lock_timeout_secs, so that an \
+                 attempt ends before another may take its record over",
+            ));
+        }
+        let processor_url = match self.processor.url.trim() {
+            "" => None,
+            url if url.starts_with("http://") || url.starts_with("https://") => {
+                Some(url.to_owned())
+            }
+            _ => {
+                return Err(invalid(
+                    "processor.url",
+                    "must be an http:// or https:// URL, or empty",
+                ));
+            }
+        };
+        let w = &self.workers;
+        if w.completer_interval_ms == 0 || w.reaper_interval_ms == 0 {
+            return Err(invalid(
+                "workers",
+                "completer_interval_ms and reaper_interval_ms must be more than 0",
+            ));
+        }
+        if w.completer_batch_size == 0 || w.reaper_batch_size == 0 {
+            return Err(invalid(
+                "workers",
+                "completer_batch_size and reaper_batch_size must be more than 0",
+            ));
+        }
+        let workers = WorkerSettings {
+            completer_interval: Duration::from_millis(w.completer_interval_ms),
+            completer_batch: i64::from(w.completer_batch_size),
+            reaper_interval: Duration::from_millis(w.reaper_interval_ms),
+            reaper_batch: i64::from(w.reaper_batch_size),
+        };
         Ok(ValidSettings {
             bind,
             pg_options,
@@ -182,6 +237,9 @@ impl Settings {
             limits: Limits {
                 body_limit_bytes: self.server.body_limit_bytes,
             },
+            processor_url,
+            processor_timeout,
+            workers,
             log: self.log,
         })
     }

@@ -109,6 +109,43 @@ fn is_json_media_type(value: &str) -> bool {
     essence.eq_ignore_ascii_case("application/json")
 }
 
+/// `Prefer: wait=N` (RFC 7240 §4.3): how long the client is willing to wait for a duplicate's
+/// in-flight attempt instead of receiving 409 at once. Capped at [`PreferWait::MAX`]; other
+/// preferences and malformed values are ignored, as RFC 7240 asks.
+#[derive(Debug, Clone, Copy)]
+pub struct PreferWait(pub Option<std::time::Duration>);
+
+impl PreferWait {
+    pub const MAX: std::time::Duration = std::time::Duration::from_secs(10);
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for PreferWait {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let seconds = parts
+            .headers
+            .get_all("prefer")
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .find_map(parse_wait);
+        Ok(Self(
+            seconds.map(|s| std::time::Duration::from_secs(s).min(Self::MAX)),
+        ))
+    }
+}
+
+/// The seconds of one `wait=N` preference, ignoring parameters after `;`.
+fn parse_wait(preference: &str) -> Option<u64> {
+    let token = preference.split(';').next()?.trim();
+    let (name, value) = token.split_once('=')?;
+    if !name.trim().eq_ignore_ascii_case("wait") {
+        return None;
+    }
+    value.trim().trim_matches('"').parse().ok()
+}
+
 /// A query string parsed into `T`, rejected as a problem+json 400.
 #[derive(Debug)]
 pub struct ApiQuery<T>(pub T);
@@ -137,6 +174,16 @@ mod tests {
         assert_eq!(bearer_token("Basic c2tfMQ=="), None);
         assert_eq!(bearer_token("Bearer "), None);
         assert_eq!(bearer_token("Bearer"), None);
+    }
+
+    #[test]
+    fn prefer_wait_is_found_among_other_preferences() {
+        assert_eq!(parse_wait("wait=5"), Some(5));
+        assert_eq!(parse_wait(" WAIT = 3 "), Some(3));
+        assert_eq!(parse_wait("wait=\"7\""), Some(7));
+        assert_eq!(parse_wait("respond-async"), None);
+        assert_eq!(parse_wait("wait=soon"), None);
+        assert_eq!(parse_wait("handling=lenient"), None);
     }
 
     #[test]

@@ -7,18 +7,22 @@
 //! `payments-storage`; this crate converts between HTTP and those types at the edge.
 
 mod charge_flow;
+mod completions;
 pub mod config;
 mod error;
 mod extract;
+mod failpoint;
 mod replay;
 mod routes;
 mod state;
 mod telemetry;
 mod views;
+mod workers;
 
 use std::sync::Arc;
 
-use payments_card_sim::InMemoryCardProcessor;
+use payments_card_sim::{HttpCardProcessor, InMemoryCardProcessor};
+use payments_domain::CardProcessor;
 use payments_storage::PgStore;
 use tokio::net::TcpListener;
 
@@ -42,7 +46,23 @@ pub async fn run() -> Result<(), StartupError> {
         .await
         .map_err(|e| StartupError::Database(error_chain(&e)))?;
 
-    let processor = Arc::new(InMemoryCardProcessor::default());
+    let (processor, processor_name): (Arc<dyn CardProcessor>, String) = match &settings
+        .processor_url
+    {
+        Some(url) => {
+            let client = HttpCardProcessor::new(url, settings.processor_timeout).map_err(|e| {
+                StartupError::Invalid {
+                    key: "processor.url",
+                    reason: e.to_string(),
+                }
+            })?;
+            (Arc::new(client), format!("card-sim at {url}"))
+        }
+        None => (
+            Arc::new(InMemoryCardProcessor::default()),
+            "in-process simulator".to_owned(),
+        ),
+    };
     let state = AppState::new(store, processor, settings.api_keys.clone(), settings.limits);
 
     let listener = TcpListener::bind(settings.bind)
@@ -55,12 +75,19 @@ pub async fn run() -> Result<(), StartupError> {
         addr: settings.bind,
         reason: e.to_string(),
     })?;
-    tracing::info!(%address, database = "postgres", processor = "in-process simulator", "listening");
+    tracing::info!(%address, database = "postgres", processor = %processor_name, "listening");
 
-    axum::serve(listener, app(state))
+    // One shutdown signal stops the server (after draining requests) and then the workers.
+    let (stop_workers, workers_stopped) = tokio::sync::watch::channel(false);
+    let workers = workers::spawn(state.clone(), settings.workers, workers_stopped);
+    let served = axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| StartupError::Serve(e.to_string()))?;
+        .await;
+    let _ = stop_workers.send(true);
+    for worker in workers {
+        let _ = worker.await;
+    }
+    served.map_err(|e| StartupError::Serve(e.to_string()))?;
     tracing::info!("stopped");
     Ok(())
 }

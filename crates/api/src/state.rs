@@ -6,6 +6,8 @@ use std::sync::Arc;
 use payments_domain::{CardProcessor, TenantId};
 use payments_storage::PgStore;
 
+use crate::completions::Completions;
+
 /// API keys and the tenant each one authenticates.
 #[derive(Clone)]
 pub struct ApiKeys(Arc<HashMap<String, TenantId>>);
@@ -43,6 +45,7 @@ pub struct AppState {
     pub processor: Arc<dyn CardProcessor>,
     pub api_keys: ApiKeys,
     pub limits: Limits,
+    pub completions: Completions,
 }
 
 impl AppState {
@@ -57,6 +60,7 @@ impl AppState {
             processor,
             api_keys,
             limits,
+            completions: Completions::default(),
         }
     }
 }

@@ -60,11 +60,15 @@ impl PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
+        request_body: &[u8],
     ) -> Result<Claim, StoreError> {
         // Two rounds at most: the record can vanish (reaped) between the failed insert and the
         // locking read, and then the insert is tried once more.
         for _ in 0..2 {
-            if let Some(claimed) = self.insert_pending(scope, key, fingerprint).await? {
+            if let Some(claimed) = self
+                .insert_pending(scope, key, fingerprint, request_body)
+                .await?
+            {
                 return Ok(Claim::Owned(claimed));
             }
             let mut tx = self.pool.begin().await?;
@@ -90,7 +94,7 @@ impl PgStore {
                     })
                 }
                 Decision::ReplaceExpired => Claim::Owned(
-                    self.replace_expired(&mut tx, scope, key, fingerprint)
+                    self.replace_expired(&mut tx, scope, key, fingerprint, request_body)
                         .await?,
                 ),
                 // The record exists, so `decide` cannot say Execute; try the insert again.
@@ -109,15 +113,18 @@ impl PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
+        request_body: &[u8],
     ) -> Result<Option<Claimed>, StoreError> {
         let resource_id = Uuid::new_v4();
         let processor_key = processor_key_for(resource_id);
         let attempts: Option<i32> = sqlx::query_scalar(
             "INSERT INTO idempotency_records
                  (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
-                  locked_until, attempts, resource_id, processor_key, created_at, expires_at)
+                  locked_until, attempts, resource_id, processor_key, created_at, expires_at,
+                  request_body)
              VALUES ($1, $2, $3, $4, 'pending', 'started',
-                     now() + make_interval(secs => $5), 1, $6, $7, now(), now() + make_interval(secs => $8))
+                     now() + make_interval(secs => $5), 1, $6, $7, now(), now() + make_interval(secs => $8),
+                     $9)
              ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
              RETURNING attempts",
         )
@@ -129,6 +136,7 @@ impl PgStore {
         .bind(resource_id)
         .bind(&processor_key)
         .bind(secs(self.policy.ttl))
+        .bind(request_body)
         .fetch_optional(&self.pool)
         .await?;
         Ok(attempts.map(|attempts| Claimed {
@@ -173,6 +181,7 @@ impl PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
+        request_body: &[u8],
     ) -> Result<Claimed, StoreError> {
         let resource_id = Uuid::new_v4();
         let processor_key = processor_key_for(resource_id);
@@ -182,7 +191,8 @@ impl PgStore {
                  attempts = attempts + 1, locked_until = now() + make_interval(secs => $5),
                  resource_id = $6, processor_key = $7, processor_charge_id = NULL,
                  response_status = NULL, response_headers = NULL, response_body = NULL,
-                 created_at = now(), expires_at = now() + make_interval(secs => $8), updated_at = now()
+                 created_at = now(), expires_at = now() + make_interval(secs => $8), updated_at = now(),
+                 request_body = $9
              WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
              RETURNING attempts",
         )
@@ -194,6 +204,7 @@ impl PgStore {
         .bind(resource_id)
         .bind(&processor_key)
         .bind(secs(self.policy.ttl))
+        .bind(request_body)
         .fetch_one(conn)
         .await?;
         Ok(Claimed {

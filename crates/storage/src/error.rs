@@ -50,7 +50,10 @@ pub(crate) fn violated_constraint(error: &sqlx::Error) -> Option<String> {
 
 fn is_unavailable(error: &sqlx::Error) -> bool {
     match error {
+        // A protocol error means the connection itself is broken (a handshake cut short, a
+        // peer that is not PostgreSQL): nothing ran, and retrying later can succeed.
         sqlx::Error::Io(_)
+        | sqlx::Error::Protocol(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed

@@ -12,6 +12,7 @@ mod claim;
 mod error;
 mod finish;
 mod ledger;
+mod recovery;
 mod rows;
 
 use std::time::Duration;
@@ -26,6 +27,7 @@ pub use claim::{Claim, Claimed};
 pub use error::StoreError;
 pub use finish::Finish;
 pub use ledger::Balance;
+pub use recovery::Abandoned;
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

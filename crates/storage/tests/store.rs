@@ -133,7 +133,7 @@ fn response(body: &str) -> StoredResponse {
 async fn exactly_one_of_many_concurrent_claims_owns_a_fresh_key() {
     let db = test_db().await;
     let (s, k, fp) = (scope(), key("k"), fingerprint(100));
-    let claims = join_all((0..20).map(|_| db.store.claim(&s, &k, &fp))).await;
+    let claims = join_all((0..20).map(|_| db.store.claim(&s, &k, &fp, b"{}"))).await;
     let claims: Vec<Claim> = claims.into_iter().map(|c| c.expect("claim")).collect();
     let owners = claims
         .iter()
@@ -152,7 +152,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off() {
     let db = test_db().await;
     let first = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
     );
@@ -161,7 +161,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off() {
     // While the lock is live a duplicate is refused.
     let duplicate = db
         .store
-        .claim(&scope(), &key("k"), &fingerprint(100))
+        .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
         .await
         .expect("claim");
     assert!(matches!(duplicate, Claim::InFlight { retry_after_secs } if retry_after_secs >= 1));
@@ -170,7 +170,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off() {
         .await;
     let second = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("takeover"),
     );
@@ -237,7 +237,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off() {
 
     let replay = db
         .store
-        .claim(&s, &k, &fingerprint(100))
+        .claim(&s, &k, &fingerprint(100), b"{}")
         .await
         .expect("claim");
     assert_eq!(replay, Claim::Replay(response("new")));
@@ -248,7 +248,7 @@ async fn a_takeover_resumes_from_charged_with_the_processor_charge_id() {
     let db = test_db().await;
     let first = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
     );
@@ -264,7 +264,7 @@ async fn a_takeover_resumes_from_charged_with_the_processor_charge_id() {
 
     let second = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("takeover"),
     );
@@ -277,7 +277,7 @@ async fn a_failed_record_is_retried_under_the_same_processor_key() {
     let db = test_db().await;
     let first = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
     );
@@ -291,7 +291,7 @@ async fn a_failed_record_is_retried_under_the_same_processor_key() {
 
     let retry = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("retry"),
     );
@@ -301,7 +301,7 @@ async fn a_failed_record_is_retried_under_the_same_processor_key() {
     // A different payload still cannot use the key.
     assert_eq!(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(999))
+            .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
             .await
             .expect("claim"),
         Claim::Mismatch
@@ -313,7 +313,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request() {
     let db = test_db().await;
     let first = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
     );
@@ -324,7 +324,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request() {
         .expect("finish");
     assert_eq!(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(999))
+            .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
             .await
             .expect("claim"),
         Claim::Mismatch
@@ -334,7 +334,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request() {
         .await;
     let fresh = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(999))
+            .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
             .await
             .expect("claim"),
     );
@@ -360,7 +360,7 @@ async fn an_unfinished_record_never_expires_away() {
     let db = test_db().await;
     owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
     );
@@ -372,14 +372,14 @@ async fn an_unfinished_record_never_expires_away() {
     // The card may have been charged: another payload is refused, the same one resumes.
     assert_eq!(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(999))
+            .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
             .await
             .expect("claim"),
         Claim::Mismatch
     );
     let resumed = owned(
         db.store
-            .claim(&scope(), &key("k"), &fingerprint(100))
+            .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
     );
@@ -400,7 +400,7 @@ async fn keys_are_scoped_by_tenant_and_operation() {
     for scope in [scope(), other_tenant, other_operation] {
         let claim = db
             .store
-            .claim(&scope, &key("k"), &fingerprint(100))
+            .claim(&scope, &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim");
         assert!(matches!(claim, Claim::Owned(_)), "{scope:?}");

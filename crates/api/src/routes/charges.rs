@@ -4,13 +4,13 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use payments_domain::{ChargeId, ChargeRequest};
-use payments_idempotency::Fingerprint;
+use payments_idempotency::{Fingerprint, canonical_json};
 use payments_storage::ListCharges;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::charge_flow::{ChargeOutcome, NewCharge, create_charge};
-use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, Tenant};
+use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
 use crate::replay::respond;
 use crate::views::{ChargeList, ChargeView, CreateChargeBody};
 use crate::{ApiError, AppState};
@@ -21,6 +21,7 @@ pub async fn create(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
+    PreferWait(wait): PreferWait,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
     // Typed parsing first, from the bytes: it rejects duplicate fields, unknown fields, wrong
@@ -31,12 +32,15 @@ pub async fn create(
     let canonical: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
     let fingerprint = Fingerprint::of_json_request("POST", "/charges", &canonical);
+    let canonical_body = canonical_json(&canonical).into_bytes();
 
     let new = NewCharge {
         tenant,
         key,
         fingerprint,
+        canonical_body,
         request,
+        wait,
     };
     Ok(match create_charge(&state, new).await? {
         ChargeOutcome::Fresh(response) => respond(response, false),

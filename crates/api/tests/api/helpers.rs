@@ -27,13 +27,112 @@ fn database_url(name: &str) -> String {
     format!("{base}/{name}")
 }
 
+/// A fresh database, dropped (with its connections) when this is dropped.
+pub struct TestDatabase {
+    pub url: String,
+    pub pool: PgPool,
+    name: String,
+}
+
+impl TestDatabase {
+    pub async fn create() -> Self {
+        let name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&admin_url())
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "PostgreSQL is required for these tests and is not reachable at {}: {e}",
+                    admin_url()
+                )
+            });
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create the test database");
+        let url = database_url(&name);
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_lazy(&url)
+            .expect("test database URL");
+        Self { url, pool, name }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs outside async context: a short-lived runtime on its own thread removes
+        // the database, also when the test panicked.
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(&admin_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// One running `payments-api` process, killed when dropped.
+pub struct Service {
+    pub base_url: String,
+    child: Child,
+}
+
+impl Service {
+    /// Starts the service on a free port against `database_url`, with extra environment.
+    pub async fn start(database_url: &str, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("DATABASE_URL", database_url)
+            .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
+            .env("PAYMENTS__LOG__FORMAT", "text")
+            .env("RUST_LOG", "info,sqlx=warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("start payments-api");
+        let address = read_listening_address(&mut child, "payments-api").await;
+        Self {
+            base_url: format!("http://{address}"),
+            child,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// Waits (bounded) for the process to exit and says whether it exited successfully.
+    pub async fn wait_exit(&mut self) -> bool {
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("the service should have exited")
+            .expect("wait for the service")
+            .success()
+    }
+}
+
 /// A running service and a connection to its database.
 pub struct TestApp {
     pub base_url: String,
     pub client: Client,
     pub db: PgPool,
-    db_name: String,
-    child: Child,
+    // Declared before the database so that the process is killed before the database drops.
+    _service: Service,
+    _database: TestDatabase,
 }
 
 /// Starts the service with default settings.
@@ -43,56 +142,27 @@ pub async fn spawn_app() -> TestApp {
 
 /// Starts the service with extra environment variables.
 pub async fn spawn_app_with(env: &[(&str, &str)]) -> TestApp {
-    let db_name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&admin_url())
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "PostgreSQL is required for these tests and is not reachable at {}: {e}",
-                admin_url()
-            )
-        });
-    sqlx::query(&format!("CREATE DATABASE {db_name}"))
-        .execute(&mut admin)
-        .await
-        .expect("create the test database");
-    let url = database_url(&db_name);
-
-    let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", &url)
-        .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
-        .env("PAYMENTS__LOG__FORMAT", "text")
-        .env("RUST_LOG", "info,sqlx=warn")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    let mut child = command.spawn().expect("start payments-api");
-    let address = read_listening_address(&mut child).await;
-
-    let db = PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&url)
-        .await
-        .expect("connect to the test database");
+    let database = TestDatabase::create().await;
+    let service = Service::start(&database.url, env).await;
     TestApp {
-        base_url: format!("http://{address}"),
-        client: Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("http client"),
-        db,
-        db_name,
-        child,
+        base_url: service.base_url.clone(),
+        client: http_client(),
+        db: database.pool.clone(),
+        _service: service,
+        _database: database,
     }
 }
 
-/// Reads the service's log until it says where it listens, then keeps draining it so the
-/// pipe never fills and blocks the service.
-async fn read_listening_address(child: &mut Child) -> String {
+pub fn http_client() -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client")
+}
+
+/// Reads a child's log until it says where it listens (`listening ... address=IP:PORT`), then
+/// keeps draining it so the pipe never fills and blocks the child.
+pub async fn read_listening_address(child: &mut Child, what: &str) -> String {
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
     let address = tokio::time::timeout(Duration::from_secs(60), async {
@@ -100,7 +170,10 @@ async fn read_listening_address(child: &mut Child) -> String {
             if line.contains("listening")
                 && let Some(rest) = line.split("address=").nth(1)
             {
-                return rest.split_whitespace().next().map(str::to_owned);
+                return rest
+                    .split_whitespace()
+                    .next()
+                    .map(|a| a.trim_matches('"').to_owned());
             }
         }
         None
@@ -108,7 +181,7 @@ async fn read_listening_address(child: &mut Child) -> String {
     .await
     .ok()
     .flatten()
-    .expect("payments-api did not report a listening address (see its stderr above)");
+    .unwrap_or_else(|| panic!("{what} did not report a listening address (see its stderr above)"));
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     address
 }
@@ -149,23 +222,9 @@ impl TestApp {
             .expect("GET")
     }
 
-    /// Rows in a table.
-    pub async fn count(&self, table: &str) -> i64 {
-        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
-            .fetch_one(&self.db)
-            .await
-            .expect("count rows")
-    }
-
-    /// Rows in every table a charge writes: (records, charges, ledger transactions, entries, outbox).
+    /// Rows in every table a charge writes.
     pub async fn footprint(&self) -> Footprint {
-        Footprint {
-            records: self.count("idempotency_records").await,
-            charges: self.count("charges").await,
-            ledger_transactions: self.count("ledger_transactions").await,
-            ledger_entries: self.count("ledger_entries").await,
-            outbox_events: self.count("outbox_events").await,
-        }
+        Footprint::of(&self.db).await
     }
 
     /// The stored state of a key: (state, recovery_point, attempts).
@@ -201,6 +260,17 @@ impl Footprint {
         outbox_events: 0,
     };
 
+    /// Counts the rows in every table a charge writes.
+    pub async fn of(db: &PgPool) -> Self {
+        Self {
+            records: count_rows(db, "idempotency_records").await,
+            charges: count_rows(db, "charges").await,
+            ledger_transactions: count_rows(db, "ledger_transactions").await,
+            ledger_entries: count_rows(db, "ledger_entries").await,
+            outbox_events: count_rows(db, "outbox_events").await,
+        }
+    }
+
     /// What `n` successful charges leave behind.
     pub fn charged(n: i64) -> Self {
         Self {
@@ -213,29 +283,12 @@ impl Footprint {
     }
 }
 
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-        let db_name = self.db_name.clone();
-        // Drop runs outside async context: a short-lived runtime on its own thread removes
-        // the database. A test that panics before this still has its database removed.
-        let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async {
-                if let Ok(mut admin) = PgConnection::connect(&admin_url()).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
+/// Rows in a table.
+pub async fn count_rows(db: &PgPool, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(db)
+        .await
+        .expect("count rows")
 }
 
 /// A valid charge body.

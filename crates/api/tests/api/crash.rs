@@ -1,0 +1,226 @@
+//! The crash matrix: the service is aborted (no unwinding, no cleanup) at each point of a
+//! `POST /charges`, restarted on the same database against the same card-sim process, and the
+//! client then retries at once, retries after the lock timeout, or never retries. In every cell:
+//! exactly one charge at the processor (none when the crash came before the charge and nobody
+//! retried), one ledger transaction and one outbox event per charge, and every later retry
+//! replays one and the same response.
+
+use std::time::Duration;
+
+use reqwest::Response;
+use serde_json::Value;
+
+use crate::card_sim::CardSim;
+use crate::helpers::{ACME, Footprint, Service, TestDatabase, http_client, new_key, visa};
+
+/// Short locks keep the matrix fast; the processor timeout must stay below the lock.
+const LOCK_TIMEOUT_SECS: &str = "2";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    RetriesAtOnce,
+    RetriesAfterLockTimeout,
+    NeverRetries,
+}
+
+fn settings(card_sim: &CardSim) -> Vec<(&'static str, String)> {
+    vec![
+        ("PAYMENTS__PROCESSOR__URL", card_sim.url.clone()),
+        ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "1500".into()),
+        (
+            "PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS",
+            LOCK_TIMEOUT_SECS.into(),
+        ),
+        ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "200".into()),
+    ]
+}
+
+async fn start(
+    db: &TestDatabase,
+    settings: &[(&'static str, String)],
+    extra: &[(&'static str, &str)],
+) -> Service {
+    let mut env: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.extend_from_slice(extra);
+    Service::start(&db.url, &env).await
+}
+
+async fn post(service: &Service, key: &str, body: &Value) -> reqwest::Result<Response> {
+    http_client()
+        .post(service.url("/charges"))
+        .bearer_auth(ACME)
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+}
+
+/// Retries as a well-behaved client does: on 409, waits the Retry-After it was given.
+async fn post_until_final(service: &Service, key: &str, body: &Value) -> (u16, Vec<u8>) {
+    for _ in 0..20 {
+        let response = post(service, key, body)
+            .await
+            .expect("the restarted service answers");
+        if response.status().as_u16() == 409 {
+            let secs = response.headers()["retry-after"]
+                .to_str()
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            continue;
+        }
+        let status = response.status().as_u16();
+        return (status, response.bytes().await.expect("body").to_vec());
+    }
+    panic!("the key never reached a final answer");
+}
+
+/// Waits (bounded) until the completer has settled the record (no longer pending).
+async fn wait_until_settled(db: &TestDatabase, key: &str) -> String {
+    for _ in 0..100 {
+        let state: Option<String> =
+            sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
+                .bind(key)
+                .fetch_optional(&db.pool)
+                .await
+                .expect("read record");
+        match state.as_deref() {
+            Some("pending") | None => tokio::time::sleep(Duration::from_millis(100)).await,
+            Some(state) => return state.to_owned(),
+        }
+    }
+    panic!("the completer did not settle the abandoned record");
+}
+
+async fn crash_then(point: &str, client: Client) {
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create().await;
+    let settings = settings(&card_sim);
+    let key = new_key();
+    let body = visa(4321);
+
+    let mut crashing = start(&db, &settings, &[("PAYMENTS_CRASH_AT", point)]).await;
+    assert!(
+        post(&crashing, &key, &body).await.is_err(),
+        "the service dies before it answers"
+    );
+    assert!(
+        !crashing.wait_exit().await,
+        "the service was aborted, not shut down"
+    );
+
+    let service = start(&db, &settings, &[]).await;
+    let first_answer = match client {
+        Client::RetriesAtOnce => Some(post_until_final(&service, &key, &body).await),
+        Client::RetriesAfterLockTimeout => {
+            tokio::time::sleep(Duration::from_millis(2_500)).await;
+            let response = post(&service, &key, &body).await.expect("answer");
+            assert_eq!(
+                response.status().as_u16(),
+                201,
+                "after the lock timeout the retry is not refused"
+            );
+            Some((201, response.bytes().await.expect("body").to_vec()))
+        }
+        Client::NeverRetries => {
+            let settled = wait_until_settled(&db, &key).await;
+            let charged_before_crash = point != "after_claim";
+            assert_eq!(
+                settled,
+                if charged_before_crash {
+                    "completed"
+                } else {
+                    "failed"
+                }
+            );
+            None
+        }
+    };
+
+    let expected = if point == "after_claim" && client == Client::NeverRetries {
+        0
+    } else {
+        1
+    };
+    assert_eq!(
+        card_sim.charges_created().await,
+        expected,
+        "charges at the processor"
+    );
+    let footprint = Footprint::of(&db.pool).await;
+    assert_eq!(
+        (
+            footprint.charges,
+            footprint.ledger_transactions,
+            footprint.outbox_events
+        ),
+        (expected, expected, expected)
+    );
+    if let Some((status, _)) = &first_answer {
+        assert_eq!(*status, 201);
+    }
+
+    // Every later retry replays one and the same response (after a failed record, the first
+    // of them executes it: with the same processor key, so still one charge).
+    let (status, later) = post_until_final(&service, &key, &body).await;
+    assert_eq!(status, 201);
+    for _ in 0..2 {
+        let replay = post(&service, &key, &body).await.expect("replay");
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        assert_eq!(replay.bytes().await.expect("body").to_vec(), later);
+    }
+    if let Some((_, first)) = first_answer {
+        assert_eq!(
+            first, later,
+            "the client's first answer is the one replayed"
+        );
+    }
+    assert_eq!(card_sim.charges_created().await, 1);
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
+}
+
+#[tokio::test]
+async fn crash_after_claim_then_client_retries_at_once() {
+    crash_then("after_claim", Client::RetriesAtOnce).await;
+}
+
+#[tokio::test]
+async fn crash_after_claim_then_client_retries_after_lock_timeout() {
+    crash_then("after_claim", Client::RetriesAfterLockTimeout).await;
+}
+
+#[tokio::test]
+async fn crash_after_claim_then_client_never_retries() {
+    crash_then("after_claim", Client::NeverRetries).await;
+}
+
+#[tokio::test]
+async fn crash_after_charge_then_client_retries_at_once() {
+    crash_then("after_charge", Client::RetriesAtOnce).await;
+}
+
+#[tokio::test]
+async fn crash_after_charge_then_client_retries_after_lock_timeout() {
+    crash_then("after_charge", Client::RetriesAfterLockTimeout).await;
+}
+
+#[tokio::test]
+async fn crash_after_charge_then_client_never_retries() {
+    crash_then("after_charge", Client::NeverRetries).await;
+}
+
+#[tokio::test]
+async fn crash_after_commit_then_client_retries_at_once() {
+    crash_then("after_commit", Client::RetriesAtOnce).await;
+}
+
+#[tokio::test]
+async fn crash_after_commit_then_client_retries_after_lock_timeout() {
+    crash_then("after_commit", Client::RetriesAfterLockTimeout).await;
+}
+
+#[tokio::test]
+async fn crash_after_commit_then_client_never_retries() {
+    crash_then("after_commit", Client::NeverRetries).await;
+}
