@@ -85,6 +85,10 @@ impl Drop for TestDatabase {
 /// One running `payments-api` process, killed when dropped.
 pub struct Service {
     pub base_url: String,
+    #[cfg_attr(
+        not(feature = "failpoints"),
+        allow(dead_code, reason = "only the crash tests wait for an exit")
+    )]
     child: Child,
 }
 
@@ -116,6 +120,10 @@ impl Service {
     }
 
     /// Waits (bounded) for the process to exit and says whether it exited successfully.
+    #[cfg_attr(
+        not(feature = "failpoints"),
+        allow(dead_code, reason = "only the crash tests wait for an exit")
+    )]
     pub async fn wait_exit(&mut self) -> bool {
         tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
