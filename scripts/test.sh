@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one test command. Checks that PostgreSQL answers, then formatting, lints, and every
+# The one test command. Checks that PostgreSQL and Redis answer, then formatting, lints, and every
 # test of the workspace: unit tests, storage tests, and the black-box tests that start the
 # real service binary (and the card-sim processor) against a fresh database per test.
 # Everything is built once, with all features: the crash tests need the `failpoints` build.
@@ -29,6 +29,20 @@ if ! (exec 3<>"/dev/tcp/$pg_host/$pg_port") 2>/dev/null; then
   or point TEST_DATABASE_URL at a server whose user may create databases."
 fi
 echo "PostgreSQL answers at $pg_host:$pg_port"
+
+export TEST_REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379}"
+redis_hostport=$(sed -E 's#^[a-z]+://([^@/]*@)?([^/?]+).*#\2#' <<<"$TEST_REDIS_URL")
+redis_host=${redis_hostport%:*}
+redis_port=${redis_hostport##*:}
+[ "$redis_port" = "$redis_hostport" ] && redis_port=6379
+if ! (exec 3<>"/dev/tcp/$redis_host/$redis_port") 2>/dev/null; then
+    fail "Redis is not answering at $redis_host:$redis_port (TEST_REDIS_URL=$TEST_REDIS_URL).
+  Start it (redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no)
+  or point TEST_REDIS_URL at one."
+fi
+command -v redis-server >/dev/null 2>&1 ||
+    fail "redis-server is not installed: the Redis-outage tests start and stop their own (apt-get install redis-server)."
+echo "Redis answers at $redis_host:$redis_port"
 if command -v psql >/dev/null 2>&1; then
     # Databases left by interrupted runs (a test that is killed cannot drop its own).
     psql "$TEST_DATABASE_URL" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'payments_test_%'" |

@@ -1,17 +1,18 @@
 //! `POST /charges` from claim to response: the exactly-once flow of DESIGN.md section 4.
 //!
+//! 0. a replay may be served from the Redis cache (fingerprint checked, 422 on mismatch);
 //! 1. claim the key (insert, or judge the existing record under a row lock);
 //! 2. charge the card with the record's processor key, the same on every attempt, and record
 //!    the `charged` recovery point;
 //! 3. in one transaction, write the charge, its ledger transaction, its outbox event and the
-//!    completed record with the response; only then answer.
+//!    completed record with the response; cache the response; only then answer.
 //!
 //! Every write after the claim is fenced by the attempt number: if another attempt took the
 //! record over meanwhile, this one writes nothing and answers from the record as it now is.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use chrono::{DurationRound, TimeDelta, Utc};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use payments_domain::{
     Charge, ChargeId, ChargeRequest, ProcessorChargeRequest, ProcessorError, TenantId,
 };
@@ -20,12 +21,11 @@ use payments_idempotency::{
     StoredResponse, decide,
 };
 use payments_storage::{Claim, Claimed, Finish};
-use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::failpoint::{self, Failpoint};
 use crate::views::ChargeView;
-use crate::{ApiError, AppState};
+use crate::{ApiError, AppState, error_chain, metrics};
 
 /// A validated charge request with its key and fingerprint.
 #[derive(Debug)]
@@ -62,28 +62,47 @@ pub async fn create_charge(state: &AppState, new: NewCharge) -> Result<ChargeOut
         tenant: new.tenant.as_str().to_owned(),
         operation: CHARGES_CREATE_V1.to_owned(),
     };
-    let deadline = new.wait.map(|wait| Instant::now() + wait);
-    let outcome = loop {
+    if let Some(answer) = replay_from_cache(state, &scope, &new).await {
+        return answer;
+    }
+    let deadline = new.wait.map(|wait| tokio::time::Instant::now() + wait);
+    loop {
         // Subscribe before claiming, so a completion between the two is not missed.
         let mut completions = state.completions.subscribe();
         let claim = state
             .store
             .claim(&scope, &new.key, &new.fingerprint, &new.canonical_body)
             .await?;
-        break match claim {
-            Claim::Replay(response) => Ok(ChargeOutcome::Replayed(response)),
+        return match claim {
+            Claim::Replay {
+                response,
+                expires_at,
+            } => {
+                metrics::outcome("replayed_db");
+                remember(state, &scope, &new, &response, expires_at).await;
+                Ok(ChargeOutcome::Replayed(response))
+            }
             Claim::InFlight { retry_after_secs } => match deadline {
-                Some(deadline) if Instant::now() < deadline => {
+                Some(deadline) if tokio::time::Instant::now() < deadline => {
                     state
                         .completions
                         .wait_for(&mut completions, &scope, &new.key, deadline)
                         .await;
                     continue;
                 }
-                _ => Err(ApiError::IdempotencyKeyInUse { retry_after_secs }),
+                _ => {
+                    metrics::outcome("in_flight");
+                    Err(ApiError::IdempotencyKeyInUse { retry_after_secs })
+                }
             },
-            Claim::Mismatch => Err(ApiError::IdempotencyKeyReused),
+            Claim::Mismatch => {
+                metrics::outcome("mismatch");
+                Err(ApiError::IdempotencyKeyReused)
+            }
             Claim::Owned(claimed) => {
+                if claimed.took_over {
+                    metrics::outcome("taken_over");
+                }
                 tracing::info!(
                     idempotency.attempt = claimed.attempt.0,
                     idempotency.resume_from = %claimed.resume_from,
@@ -94,12 +113,54 @@ pub async fn create_charge(state: &AppState, new: NewCharge) -> Result<ChargeOut
                 execute(state, &scope, &new, claimed).await
             }
         };
+    }
+}
+
+/// Serves a replay from Redis when it has one. A miss, or any Redis failure, falls through
+/// to the database: Redis can make a replay faster, never make a request fail.
+async fn replay_from_cache(
+    state: &AppState,
+    scope: &Scope,
+    new: &NewCharge,
+) -> Option<Result<ChargeOutcome, ApiError>> {
+    let cache = state.cache.as_ref()?;
+    match cache.get(scope, &new.key).await {
+        Ok(Some(hit)) if hit.fingerprint == new.fingerprint => {
+            metrics::outcome("replayed_cache");
+            Some(Ok(ChargeOutcome::Replayed(hit.response)))
+        }
+        Ok(Some(_)) => {
+            metrics::outcome("mismatch");
+            Some(Err(ApiError::IdempotencyKeyReused))
+        }
+        Ok(None) => None,
+        Err(error) => {
+            metrics::redis_error("cache_get");
+            tracing::warn!(error = %error_chain(&error), "replay cache read failed; using the database");
+            None
+        }
+    }
+}
+
+/// Puts a final response in the replay cache for the rest of the record's retention.
+async fn remember(
+    state: &AppState,
+    scope: &Scope,
+    new: &NewCharge,
+    response: &StoredResponse,
+    expires_at: DateTime<Utc>,
+) {
+    let Some(cache) = &state.cache else { return };
+    let Ok(ttl) = (expires_at - Utc::now()).to_std() else {
+        return;
     };
-    tracing::info!(
-        idempotency.outcome = outcome_name(&outcome),
-        "charge request handled"
-    );
-    outcome
+    if let Err(error) = cache
+        .put(scope, &new.key, &new.fingerprint, response, ttl)
+        .await
+    {
+        metrics::redis_error("cache_put");
+        tracing::warn!(error = %error_chain(&error), "replay cache write failed");
+    }
 }
 
 async fn execute(
@@ -124,14 +185,16 @@ async fn execute(
                 money: new.request.money,
                 source: new.request.source.clone(),
             };
-            match state.processor.charge(request).await {
+            let started = Instant::now();
+            let charged = state.processor.charge(request).await;
+            metrics::processor_call("charge", started);
+            match charged {
                 Ok(charge) => {
                     failpoint::hit(Failpoint::AfterCharge).await;
-                    if store
+                    let recorded = store
                         .record_charged(scope, &new.key, claimed.attempt, &charge.id)
-                        .await?
-                        == Finish::Fenced
-                    {
+                        .await?;
+                    if recorded == Finish::Fenced {
                         return answer_from_record(state, scope, new).await;
                     }
                     charge.id
@@ -146,16 +209,16 @@ async fn execute(
                         message,
                     }
                     .to_stored_response();
-                    return match store
+                    let finish = store
                         .finish_without_charge(scope, &new.key, claimed.attempt, &response)
-                        .await?
-                    {
-                        Finish::Written => {
-                            state.completions.announce(scope, &new.key);
-                            Ok(ChargeOutcome::Fresh(response))
-                        }
-                        Finish::Fenced => answer_from_record(state, scope, new).await,
-                    };
+                        .await?;
+                    if finish == Finish::Fenced {
+                        return answer_from_record(state, scope, new).await;
+                    }
+                    state.completions.announce(scope, &new.key);
+                    metrics::outcome("executed");
+                    remember(state, scope, new, &response, claimed.expires_at).await;
+                    return Ok(ChargeOutcome::Fresh(response));
                 }
                 Err(ProcessorError::Unavailable { reason }) => {
                     // Nothing final is stored: the lock is released and the key stays usable.
@@ -169,6 +232,8 @@ async fn execute(
     match finish_charge(state, owner, &new.tenant, &new.request, processor_charge_id).await? {
         (Finish::Written, response) => {
             failpoint::hit(Failpoint::AfterCommit).await;
+            metrics::outcome("executed");
+            remember(state, scope, new, &response, claimed.expires_at).await;
             Ok(ChargeOutcome::Fresh(response))
         }
         (Finish::Fenced, _) => answer_from_record(state, scope, new).await,
@@ -211,6 +276,7 @@ async fn answer_from_record(
     scope: &Scope,
     new: &NewCharge,
 ) -> Result<ChargeOutcome, ApiError> {
+    metrics::outcome("fenced");
     tracing::warn!("attempt was fenced off; answering from the record");
     let Some((record, now)) = state.store.find_record(scope, &new.key).await? else {
         return Err(ApiError::IdempotencyKeyInUse {
@@ -247,16 +313,8 @@ fn created_response(charge: &Charge) -> Result<StoredResponse, ApiError> {
 }
 
 /// PostgreSQL keeps microseconds: truncating first makes a charge read back identical.
-fn now_to_the_microsecond() -> chrono::DateTime<Utc> {
+fn now_to_the_microsecond() -> DateTime<Utc> {
     let now = Utc::now();
     now.duration_trunc(TimeDelta::microseconds(1))
         .unwrap_or(now)
-}
-
-fn outcome_name(outcome: &Result<ChargeOutcome, ApiError>) -> &'static str {
-    match outcome {
-        Ok(ChargeOutcome::Fresh(_)) => "executed",
-        Ok(ChargeOutcome::Replayed(_)) => "replayed",
-        Err(e) => e.code(),
-    }
 }

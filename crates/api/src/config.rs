@@ -30,6 +30,7 @@ pub struct Settings {
     pub database: DatabaseSettings,
     pub idempotency: IdempotencySettings,
     pub processor: ProcessorSettings,
+    pub redis: RedisSettings,
     pub workers: WorkersSettings,
     pub auth: AuthSettings,
     pub log: LogSettings,
@@ -66,11 +67,22 @@ pub struct ProcessorSettings {
     pub timeout_ms: u64,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    pub url: String,
+    pub timeout_ms: u64,
+    pub stream: String,
+    pub key_prefix: String,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkersSettings {
     pub completer_interval_ms: u64,
     pub completer_batch_size: u32,
+    pub relay_interval_ms: u64,
+    pub relay_batch_size: u32,
     pub reaper_interval_ms: u64,
     pub reaper_batch_size: u32,
 }
@@ -115,6 +127,8 @@ pub struct ValidSettings {
     pub processor_url: Option<String>,
     pub processor_timeout: Duration,
     pub workers: WorkerSettings,
+    /// `None` when Redis is disabled (an empty `redis.url`).
+    pub redis: Option<RedisSettings>,
     pub log: LogSettings,
 }
 
@@ -152,6 +166,11 @@ impl Settings {
                 .prefix_separator("__")
                 .separator("__"),
         );
+        if let Ok(url) = std::env::var("REDIS_URL") {
+            builder = builder
+                .set_override("redis.url", url)
+                .map_err(|e| StartupError::Load(e.to_string()))?;
+        }
         if let Ok(url) = std::env::var("DATABASE_URL") {
             builder = builder
                 .set_override("database.url", url)
@@ -218,11 +237,37 @@ impl Settings {
                 "completer_batch_size and reaper_batch_size must be more than 0",
             ));
         }
+        if w.relay_interval_ms == 0 || w.relay_batch_size == 0 {
+            return Err(invalid(
+                "workers",
+                "relay_interval_ms and relay_batch_size must be more than 0",
+            ));
+        }
+        let redis = match self.redis.url.trim() {
+            "" => None,
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                if self.redis.timeout_ms == 0 {
+                    return Err(invalid("redis.timeout_ms", "must be more than 0"));
+                }
+                if self.redis.stream.trim().is_empty() {
+                    return Err(invalid("redis.stream", "must not be empty"));
+                }
+                Some(self.redis.clone())
+            }
+            _ => {
+                return Err(invalid(
+                    "redis.url",
+                    "must be a redis:// or rediss:// URL, or empty to run without Redis",
+                ));
+            }
+        };
         let workers = WorkerSettings {
             completer_interval: Duration::from_millis(w.completer_interval_ms),
             completer_batch: i64::from(w.completer_batch_size),
             reaper_interval: Duration::from_millis(w.reaper_interval_ms),
             reaper_batch: i64::from(w.reaper_batch_size),
+            relay_interval: Duration::from_millis(w.relay_interval_ms),
+            relay_batch: i64::from(w.relay_batch_size),
         };
         Ok(ValidSettings {
             bind,
@@ -240,6 +285,7 @@ impl Settings {
             processor_url,
             processor_timeout,
             workers,
+            redis,
             log: self.log,
         })
     }

@@ -10,8 +10,10 @@ mod charge_flow;
 mod completions;
 pub mod config;
 mod error;
+mod events_tail;
 mod extract;
 mod failpoint;
+mod metrics;
 mod replay;
 mod routes;
 mod state;
@@ -20,13 +22,15 @@ mod views;
 mod workers;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use payments_card_sim::{HttpCardProcessor, InMemoryCardProcessor};
 use payments_domain::CardProcessor;
-use payments_storage::PgStore;
+use payments_storage::{EventStream, PgStore, RedisLink, ReplayCache};
 use tokio::net::TcpListener;
 
 pub use error::ApiError;
+pub use events_tail::tail_events;
 pub use routes::app;
 pub use state::{ApiKeys, AppState};
 
@@ -63,7 +67,24 @@ pub async fn run() -> Result<(), StartupError> {
             "in-process simulator".to_owned(),
         ),
     };
-    let state = AppState::new(store, processor, settings.api_keys.clone(), settings.limits);
+    let mut state = AppState::new(store, processor, settings.api_keys.clone(), settings.limits);
+    state.metrics = metrics::install();
+    if let Some(redis) = &settings.redis {
+        let link =
+            RedisLink::new(&redis.url, Duration::from_millis(redis.timeout_ms)).map_err(|e| {
+                StartupError::Invalid {
+                    key: "redis.url",
+                    reason: e.to_string(),
+                }
+            })?;
+        state.cache = Some(ReplayCache::new(link.clone(), redis.key_prefix.clone()));
+        state.events = Some(EventStream::new(link, redis.stream.clone()));
+    }
+    let redis_name = settings
+        .redis
+        .as_ref()
+        .map_or("disabled", |r| r.url.as_str())
+        .to_owned();
 
     let listener = TcpListener::bind(settings.bind)
         .await
@@ -75,7 +96,8 @@ pub async fn run() -> Result<(), StartupError> {
         addr: settings.bind,
         reason: e.to_string(),
     })?;
-    tracing::info!(%address, database = "postgres", processor = %processor_name, "listening");
+    tracing::info!(%address, database = "postgres", processor = %processor_name,
+        redis = %redis_name, "listening");
 
     // One shutdown signal stops the server (after draining requests) and then the workers.
     let (stop_workers, workers_stopped) = tokio::sync::watch::channel(false);

@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use metrics_exporter_prometheus::PrometheusHandle;
 use payments_domain::{CardProcessor, TenantId};
-use payments_storage::PgStore;
+use payments_storage::{EventStream, PgStore, ReplayCache};
 
 use crate::completions::Completions;
 
@@ -46,6 +47,12 @@ pub struct AppState {
     pub api_keys: ApiKeys,
     pub limits: Limits,
     pub completions: Completions,
+    /// The Redis replay cache, when Redis is configured.
+    pub cache: Option<ReplayCache>,
+    /// The stream the outbox relay publishes to, when Redis is configured.
+    pub events: Option<EventStream>,
+    /// Renders `GET /metrics`; `None` if this process has no recorder of its own.
+    pub metrics: Option<PrometheusHandle>,
 }
 
 impl AppState {
@@ -61,6 +68,9 @@ impl AppState {
             api_keys,
             limits,
             completions: Completions::default(),
+            cache: None,
+            events: None,
+            metrics: None,
         }
     }
 }

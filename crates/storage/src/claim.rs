@@ -15,8 +15,12 @@ use crate::{PgStore, StoreError, secs};
 pub enum Claim {
     /// This attempt owns the record and must drive it to an end.
     Owned(Claimed),
-    /// The key already has a final response: send it again.
-    Replay(StoredResponse),
+    /// The key already has a final response: send it again (and it may be cached until the
+    /// record expires).
+    Replay {
+        response: StoredResponse,
+        expires_at: DateTime<Utc>,
+    },
     /// Another attempt holds the lock.
     InFlight { retry_after_secs: u64 },
     /// The key belongs to a different request.
@@ -37,6 +41,8 @@ pub struct Claimed {
     pub processor_charge_id: Option<String>,
     /// Whether an earlier attempt had the record (a takeover or a retry after failure).
     pub took_over: bool,
+    /// When the record's retention ends: a cached copy of its response must not outlive it.
+    pub expires_at: DateTime<Utc>,
 }
 
 /// A row read under its lock, with the database's clock: all instances judge lock expiry by
@@ -78,11 +84,14 @@ impl PgStore {
             let processor_charge_id = locked.row.processor_charge_id.clone();
             let record = locked.row.into_record()?;
             let outcome = match decide(Some(&record), fingerprint, locked.db_now) {
-                Decision::Replay(response) => Claim::Replay(response),
+                Decision::Replay(response) => Claim::Replay {
+                    response,
+                    expires_at: record.expires_at,
+                },
                 Decision::InFlight { retry_after_secs } => Claim::InFlight { retry_after_secs },
                 Decision::Mismatch => Claim::Mismatch,
                 Decision::Resume { from } => {
-                    let (attempt, resource_id, processor_key) =
+                    let (attempt, resource_id, processor_key, expires_at) =
                         self.take_over(&mut tx, scope, key).await?;
                     Claim::Owned(Claimed {
                         attempt,
@@ -91,6 +100,7 @@ impl PgStore {
                         resume_from: from,
                         processor_charge_id,
                         took_over: true,
+                        expires_at,
                     })
                 }
                 Decision::ReplaceExpired => Claim::Owned(
@@ -117,7 +127,7 @@ impl PgStore {
     ) -> Result<Option<Claimed>, StoreError> {
         let resource_id = Uuid::new_v4();
         let processor_key = processor_key_for(resource_id);
-        let attempts: Option<i32> = sqlx::query_scalar(
+        let inserted: Option<(i32, DateTime<Utc>)> = sqlx::query_as(
             "INSERT INTO idempotency_records
                  (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
                   locked_until, attempts, resource_id, processor_key, created_at, expires_at,
@@ -126,7 +136,7 @@ impl PgStore {
                      now() + make_interval(secs => $5), 1, $6, $7, now(), now() + make_interval(secs => $8),
                      $9)
              ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-             RETURNING attempts",
+             RETURNING attempts, expires_at",
         )
         .bind(&scope.tenant)
         .bind(&scope.operation)
@@ -139,13 +149,14 @@ impl PgStore {
         .bind(request_body)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(attempts.map(|attempts| Claimed {
+        Ok(inserted.map(|(attempts, expires_at)| Claimed {
             attempt: Attempt(attempts),
             resource_id,
             processor_key,
             resume_from: RecoveryPoint::Started,
             processor_charge_id: None,
             took_over: false,
+            expires_at,
         }))
     }
 
@@ -156,21 +167,22 @@ impl PgStore {
         conn: &mut PgConnection,
         scope: &Scope,
         key: &IdempotencyKey,
-    ) -> Result<(Attempt, Uuid, String), StoreError> {
-        let (attempts, resource_id, processor_key): (i32, Uuid, String) = sqlx::query_as(
-            "UPDATE idempotency_records
+    ) -> Result<(Attempt, Uuid, String, DateTime<Utc>), StoreError> {
+        let (attempts, resource_id, processor_key, expires_at): (i32, Uuid, String, DateTime<Utc>) =
+            sqlx::query_as(
+                "UPDATE idempotency_records
              SET state = 'pending', attempts = attempts + 1,
                  locked_until = now() + make_interval(secs => $4), updated_at = now()
              WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-             RETURNING attempts, resource_id, processor_key",
-        )
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .bind(secs(self.policy.lock_timeout))
-        .fetch_one(conn)
-        .await?;
-        Ok((Attempt(attempts), resource_id, processor_key))
+             RETURNING attempts, resource_id, processor_key, expires_at",
+            )
+            .bind(&scope.tenant)
+            .bind(&scope.operation)
+            .bind(key.as_str())
+            .bind(secs(self.policy.lock_timeout))
+            .fetch_one(conn)
+            .await?;
+        Ok((Attempt(attempts), resource_id, processor_key, expires_at))
     }
 
     /// Reuses an expired record's row for a new request. `attempts` keeps counting, so a
@@ -185,7 +197,7 @@ impl PgStore {
     ) -> Result<Claimed, StoreError> {
         let resource_id = Uuid::new_v4();
         let processor_key = processor_key_for(resource_id);
-        let attempts: i32 = sqlx::query_scalar(
+        let (attempts, expires_at): (i32, DateTime<Utc>) = sqlx::query_as(
             "UPDATE idempotency_records
              SET fingerprint = $4, state = 'pending', recovery_point = 'started',
                  attempts = attempts + 1, locked_until = now() + make_interval(secs => $5),
@@ -194,7 +206,7 @@ impl PgStore {
                  created_at = now(), expires_at = now() + make_interval(secs => $8), updated_at = now(),
                  request_body = $9
              WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-             RETURNING attempts",
+             RETURNING attempts, expires_at",
         )
         .bind(&scope.tenant)
         .bind(&scope.operation)
@@ -214,6 +226,7 @@ impl PgStore {
             resume_from: RecoveryPoint::Started,
             processor_charge_id: None,
             took_over: false,
+            expires_at,
         })
     }
 

@@ -5,14 +5,18 @@
 //! runs, and rows are converted to domain and protocol types here, at the edge, so nothing above
 //! this crate sees a database type. Each multi-statement step runs in a transaction this crate
 //! opens and commits; single statements rely on PostgreSQL's statement atomicity. This crate
-//! must not import axum or any HTTP type.
+//! must not import axum or any HTTP type. Redis (the replay cache, the event stream) is only
+//! ever an accelerator and a transport: nothing here treats it as a source of truth.
 
 mod charges;
 mod claim;
 mod error;
 mod finish;
 mod ledger;
+mod outbox;
 mod recovery;
+mod redis_link;
+mod replay_cache;
 mod rows;
 
 use std::time::Duration;
@@ -27,7 +31,10 @@ pub use claim::{Claim, Claimed};
 pub use error::StoreError;
 pub use finish::Finish;
 pub use ledger::Balance;
+pub use outbox::{Backlog, EventStream, OutboxEvent, RelayError};
 pub use recovery::Abandoned;
+pub use redis_link::{RedisFailure, RedisLink};
+pub use replay_cache::{CachedReplay, ReplayCache};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

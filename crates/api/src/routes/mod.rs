@@ -26,9 +26,11 @@ pub fn app(state: AppState) -> Router {
         .route("/ledger/balances", get(ledger::balances))
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))
+        .route("/metrics", get(health::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(crate::metrics::track_requests))
         // Outermost first: hide credentials from everything below, give the request an id,
         // trace it inside a span that carries the id, and echo the id on the response.
         .layer(

@@ -19,6 +19,20 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// The Redis the tests share (each test uses its own keys on it).
+pub fn test_redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+fn database_name(database_url: &str) -> &str {
+    database_url.rsplit('/').next().unwrap_or("payments")
+}
+
+/// The event stream of the services started on `database_url`.
+pub fn stream_for(database_url: &str) -> String {
+    format!("test:{}:events", database_name(database_url))
+}
+
 fn database_url(name: &str) -> String {
     let admin = admin_url();
     let base = admin
@@ -103,6 +117,13 @@ impl Service {
             .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
             .env("PAYMENTS__LOG__FORMAT", "text")
             .env("RUST_LOG", "info,sqlx=warn")
+            // Each test database gets its own stream and cache keys on the shared Redis.
+            .env("PAYMENTS__REDIS__URL", test_redis_url())
+            .env("PAYMENTS__REDIS__STREAM", stream_for(database_url))
+            .env(
+                "PAYMENTS__REDIS__KEY_PREFIX",
+                format!("test:{}", database_name(database_url)),
+            )
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

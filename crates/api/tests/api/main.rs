@@ -7,8 +7,10 @@ mod concurrency;
 // Crash injection needs the service built with `--features failpoints`.
 #[cfg(feature = "failpoints")]
 mod crash;
+mod events;
 mod helpers;
 mod reads;
 mod recovery;
+mod redis_server;
 mod startup;
 mod validation;

@@ -1,0 +1,66 @@
+//! Prometheus metrics: what matters about requests, idempotency outcomes, the processor, the
+//! outbox and Redis. Rendered at `GET /metrics`.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// Latency buckets in seconds: from sub-millisecond replays to slow processor calls.
+const BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// Installs the process-wide recorder; `None` if one is installed already.
+pub fn install() -> Option<PrometheusHandle> {
+    PrometheusBuilder::new()
+        .set_buckets(&BUCKETS)
+        .ok()?
+        .install_recorder()
+        .ok()
+}
+
+/// An idempotency outcome: `executed`, `replayed_cache`, `replayed_db`, `in_flight`,
+/// `mismatch`, `taken_over`, `fenced`, `completed_by_completer`, `failed_by_completer`.
+pub fn outcome(name: &'static str) {
+    counter!("idempotency_outcomes_total", "outcome" => name).increment(1);
+}
+
+/// A Redis call that failed (and was worked around).
+pub fn redis_error(operation: &'static str) {
+    counter!("redis_errors_total", "operation" => operation).increment(1);
+}
+
+pub fn processor_call(operation: &'static str, started: Instant) {
+    histogram!("processor_call_duration_seconds", "operation" => operation)
+        .record(started.elapsed().as_secs_f64());
+}
+
+pub fn outbox_backlog(unpublished: i64, oldest_age_secs: f64) {
+    gauge!("outbox_backlog").set(unpublished as f64);
+    gauge!("outbox_relay_lag_seconds").set(oldest_age_secs);
+}
+
+pub fn events_published(count: usize) {
+    counter!("outbox_events_published_total").increment(count as u64);
+}
+
+/// Counts every request by route template, method and status, and times it.
+pub async fn track_requests(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    histogram!("http_request_duration_seconds", "route" => route.clone())
+        .record(started.elapsed().as_secs_f64());
+    let status = response.status().as_u16().to_string();
+    counter!("http_requests_total", "route" => route, "method" => method, "status" => status)
+        .increment(1);
+    response
+}

@@ -1,0 +1,80 @@
+//! Background workers every instance runs: the completer, the reaper and the outbox relay.
+//! All are safe to run on any number of instances at once (`FOR UPDATE SKIP LOCKED`, fenced
+//! writes), and all stop at the same shutdown signal as the server.
+
+mod completer;
+mod reaper;
+mod relay;
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::AppState;
+
+/// How often each worker runs, and how much it takes per round.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerSettings {
+    pub completer_interval: Duration,
+    pub completer_batch: i64,
+    pub reaper_interval: Duration,
+    pub reaper_batch: i64,
+    pub relay_interval: Duration,
+    pub relay_batch: i64,
+}
+
+/// Starts the workers; they stop when `shutdown` turns true.
+pub fn spawn(
+    state: AppState,
+    settings: WorkerSettings,
+    shutdown: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut workers = Vec::new();
+    let s = state.clone();
+    workers.push(tokio::spawn(every(
+        settings.completer_interval,
+        shutdown.clone(),
+        move || {
+            let state = s.clone();
+            async move { completer::run_round(&state, settings.completer_batch).await }
+        },
+    )));
+    let s = state.clone();
+    workers.push(tokio::spawn(every(
+        settings.reaper_interval,
+        shutdown.clone(),
+        move || {
+            let state = s.clone();
+            async move { reaper::run_round(&state, settings.reaper_batch).await }
+        },
+    )));
+    if state.events.is_some() {
+        workers.push(tokio::spawn(relay::run(
+            state,
+            settings.relay_interval,
+            settings.relay_batch,
+            shutdown,
+        )));
+    }
+    workers
+}
+
+/// Runs `round` every `interval` until shutdown. A round in progress is finished first.
+async fn every<F, Fut>(interval: Duration, mut shutdown: watch::Receiver<bool>, round: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => round().await,
+            _ = shutdown.changed() => return,
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! A private `redis-server` on a free port, with an append-only file fsynced on every write,
+//! so the test can stop it (SIGKILL) and start it again with its stream intact.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!(
+            "payments-test-redis-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).expect("redis data directory");
+        let mut server = Self {
+            port,
+            dir,
+            child: None,
+        };
+        server.restart().await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server (again) on the same port and data directory, and waits until it
+    /// answers.
+    pub async fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server must be installed for the Redis tests");
+        self.child = Some(child);
+        let client = redis::Client::open(self.url()).expect("url");
+        for _ in 0..100 {
+            if let Ok(mut conn) = client.get_multiplexed_async_connection().await
+                && redis::cmd("PING")
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("redis-server did not start on port {}", self.port);
+    }
+
+    /// Kills the server outright, as a crash or an operator would.
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
