@@ -4,7 +4,6 @@
 //! [`ValidSettings`] is what the service runs with. Every validation error names the key an
 //! operator has to change, in one line.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
@@ -17,7 +16,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use sqlx::postgres::PgConnectOptions;
 
-use crate::state::{ApiKeys, Limits};
+use crate::auth::{ApiKeys, parse_key_hash};
+use crate::state::Limits;
 use crate::workers::WorkerSettings;
 
 const DEFAULTS: &str = include_str!("defaults.toml");
@@ -41,6 +41,8 @@ pub struct Settings {
 pub struct ServerSettings {
     pub bind: String,
     pub body_limit_bytes: usize,
+    pub body_timeout_ms: u64,
+    pub max_in_flight: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,7 +98,8 @@ pub struct AuthSettings {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeySetting {
-    pub key: SecretString,
+    /// The SHA-256 of the key, in hex: the key itself is never configured.
+    pub key_sha256: String,
     pub tenant: String,
 }
 
@@ -195,6 +198,12 @@ impl Settings {
         if self.database.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be at least 1"));
         }
+        if self.server.body_timeout_ms == 0 {
+            return Err(invalid("server.body_timeout_ms", "must be at least 1"));
+        }
+        if self.server.max_in_flight == 0 {
+            return Err(invalid("server.max_in_flight", "must be at least 1"));
+        }
         if self.server.body_limit_bytes == 0 {
             return Err(invalid("server.body_limit_bytes", "must be at least 1"));
         }
@@ -281,6 +290,8 @@ impl Settings {
             api_keys: api_keys(self.auth.api_keys)?,
             limits: Limits {
                 body_limit_bytes: self.server.body_limit_bytes,
+                body_timeout: Duration::from_millis(self.server.body_timeout_ms),
+                max_in_flight: self.server.max_in_flight,
             },
             processor_url,
             processor_timeout,
@@ -314,18 +325,24 @@ fn api_keys(entries: Vec<ApiKeySetting>) -> Result<ApiKeys, StartupError> {
     if entries.is_empty() {
         return Err(invalid("auth.api_keys", "at least one API key is required"));
     }
-    let mut keys = HashMap::new();
+    let mut keys = Vec::with_capacity(entries.len());
     for entry in entries {
-        let key = entry.key.expose_secret().to_owned();
-        if key.trim().is_empty() || entry.tenant.trim().is_empty() {
+        let hash = parse_key_hash(&entry.key_sha256).ok_or_else(|| {
+            invalid(
+                "auth.api_keys",
+                "key_sha256 must be the SHA-256 of the key as 64 hex digits",
+            )
+        })?;
+        if entry.tenant.trim().is_empty() {
             return Err(invalid(
                 "auth.api_keys",
-                "every entry needs a non-empty key and tenant",
+                "every entry needs a non-empty tenant",
             ));
         }
-        if keys.insert(key, TenantId::new(entry.tenant)).is_some() {
+        if keys.iter().any(|(known, _)| *known == hash) {
             return Err(invalid("auth.api_keys", "the same key is listed twice"));
         }
+        keys.push((hash, TenantId::new(entry.tenant)));
     }
     Ok(ApiKeys::new(keys))
 }

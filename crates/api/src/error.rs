@@ -60,6 +60,12 @@ pub enum ApiError {
     /// 405 `method_not_allowed`.
     #[error("This method is not allowed on this resource.")]
     MethodNotAllowed,
+    /// 408 `request_timeout`: the client took too long to send its body. Nothing was claimed.
+    #[error("The request body was not received in time.")]
+    RequestTimeout,
+    /// 503 `overloaded`: this instance is at its limit of requests in flight; nothing was done.
+    #[error("The service is at capacity. Retry the request with the same Idempotency-Key.")]
+    Overloaded,
     /// 503 `store_unavailable`: the database cannot be reached, so nothing is executed (fail
     /// closed: no charge without a record).
     #[error(
@@ -81,12 +87,13 @@ impl ApiError {
             Self::CardDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::IdempotencyKeyInUse { .. } => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::ProcessorUnavailable | Self::StoreUnavailable(_) => {
+            Self::ProcessorUnavailable | Self::StoreUnavailable(_) | Self::Overloaded => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
         }
@@ -107,6 +114,8 @@ impl ApiError {
             Self::UnsupportedMediaType => "unsupported_media_type",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
+            Self::RequestTimeout => "request_timeout",
+            Self::Overloaded => "overloaded",
             Self::StoreUnavailable(_) => "store_unavailable",
             Self::Internal(_) => "internal",
         }
@@ -116,7 +125,7 @@ impl ApiError {
     fn retry_after(&self) -> Option<u64> {
         match self {
             Self::IdempotencyKeyInUse { retry_after_secs } => Some(*retry_after_secs),
-            Self::ProcessorUnavailable | Self::StoreUnavailable(_) => Some(1),
+            Self::ProcessorUnavailable | Self::StoreUnavailable(_) | Self::Overloaded => Some(1),
             _ => None,
         }
     }

@@ -1,6 +1,7 @@
 //! Request extractors whose rejections are problem+json like every other error.
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
@@ -95,12 +96,26 @@ impl FromRequest<AppState> for JsonBytes {
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge { limit }
+                } else if caused_by_body_timeout(&rejection) {
+                    ApiError::RequestTimeout
                 } else {
                     ApiError::InvalidRequest("The request body could not be read.".into())
                 }
             })?;
         Ok(Self(bytes))
     }
+}
+
+/// Whether reading the body failed because the client was too slow (the body timeout layer).
+fn caused_by_body_timeout(rejection: &BytesRejection) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(error) = source {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// `application/json`, with any parameters (`; charset=utf-8`), in any case.

@@ -6,6 +6,7 @@
 //! lives in `payments-idempotency`, the rules in `payments-domain`, the SQL in
 //! `payments-storage`; this crate converts between HTTP and those types at the edge.
 
+mod auth;
 mod charge_flow;
 mod completions;
 pub mod config;
@@ -29,10 +30,11 @@ use payments_domain::CardProcessor;
 use payments_storage::{EventStream, PgStore, RedisLink, ReplayCache};
 use tokio::net::TcpListener;
 
+pub use auth::ApiKeys;
 pub use error::ApiError;
 pub use events_tail::tail_events;
 pub use routes::app;
-pub use state::{ApiKeys, AppState};
+pub use state::AppState;
 
 use crate::config::{Settings, StartupError};
 

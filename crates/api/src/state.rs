@@ -1,42 +1,22 @@
 //! The state every handler shares.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use payments_domain::{CardProcessor, TenantId};
+use payments_domain::CardProcessor;
 use payments_storage::{EventStream, PgStore, ReplayCache};
 
+use crate::auth::ApiKeys;
 use crate::completions::Completions;
-
-/// API keys and the tenant each one authenticates.
-#[derive(Clone)]
-pub struct ApiKeys(Arc<HashMap<String, TenantId>>);
-
-impl ApiKeys {
-    pub fn new(keys: HashMap<String, TenantId>) -> Self {
-        Self(Arc::new(keys))
-    }
-
-    /// The tenant a presented key belongs to.
-    pub fn tenant_for(&self, presented: &str) -> Option<&TenantId> {
-        self.0.get(presented)
-    }
-}
-
-impl std::fmt::Debug for ApiKeys {
-    // Never print the keys themselves.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApiKeys")
-            .field("count", &self.0.len())
-            .finish()
-    }
-}
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub body_limit_bytes: usize,
+    /// How long a client may take to send its body.
+    pub body_timeout: std::time::Duration,
+    /// Requests one instance handles at once before shedding load.
+    pub max_in_flight: usize,
 }
 
 /// Shared by every request; cheap to clone.

@@ -2,15 +2,22 @@
 
 mod charges;
 mod health;
+mod keys;
 mod ledger;
 
-use axum::Router;
+use axum::body::Body;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request, header};
 use axum::routing::get;
+use axum::{BoxError, Router};
 use tower::ServiceBuilder;
+use tower::limit::ConcurrencyLimitLayer;
+use tower::load_shed::LoadShedLayer;
+use tower_http::map_request_body::MapRequestBodyLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::{ApiError, AppState};
@@ -20,10 +27,13 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// Builds the whole application; `main` and the tests serve the same router.
 pub fn app(state: AppState) -> Router {
     let body_limit = state.limits.body_limit_bytes;
+    let body_timeout = state.limits.body_timeout;
+    let max_in_flight = state.limits.max_in_flight;
     Router::new()
         .route("/charges", get(charges::list).post(charges::create))
         .route("/charges/{id}", get(charges::show))
         .route("/ledger/balances", get(ledger::balances))
+        .route("/idempotency-keys/{key}", get(keys::show))
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))
         .route("/metrics", get(health::metrics))
@@ -54,7 +64,18 @@ pub fn app(state: AppState) -> Router {
                         )
                     }),
                 )
-                .layer(PropagateRequestIdLayer::new(REQUEST_ID)),
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+                // Shed load beyond the in-flight limit at once (503 + Retry-After) rather
+                // than queueing requests until their clients time out and retry.
+                .layer(HandleErrorLayer::new(|_: BoxError| async {
+                    ApiError::Overloaded
+                }))
+                .layer(LoadShedLayer::new())
+                .layer(ConcurrencyLimitLayer::new(max_in_flight))
+                // A client that stalls while sending its body is cut off (408); the body is
+                // read before the key is claimed, so a slow client never holds a lock.
+                .layer(RequestBodyTimeoutLayer::new(body_timeout))
+                .layer(MapRequestBodyLayer::new(Body::new)),
         )
         .with_state(state)
 }

@@ -9,6 +9,8 @@ mod concurrency;
 mod crash;
 mod events;
 mod helpers;
+mod hostile;
+mod keys;
 mod reads;
 mod recovery;
 mod redis_server;

@@ -81,3 +81,22 @@ async fn an_unreachable_database_names_database_url() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_plain_api_key_in_the_configuration_is_refused() {
+    let dir =
+        std::env::temp_dir().join(format!("payments-config-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("payments.toml");
+    std::fs::write(
+        &config,
+        "[[auth.api_keys]]\nkey = \"sk_live_plain\"\ntenant = \"initech\"\n",
+    )
+    .expect("write");
+    assert_refused(
+        &[("PAYMENTS_CONFIG", config.to_str().unwrap_or_default())],
+        "key_sha256",
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,90 @@
+//! API keys: configured as SHA-256 hashes, compared in constant time.
+//!
+//! The service never holds a key in plain text after start-up, so neither a configuration
+//! file nor a memory dump reveals one. Every configured hash is compared on every request,
+//! without stopping at the first match, so response timing does not tell an attacker how
+//! close a guess was.
+
+use payments_domain::TenantId;
+use sha2::{Digest, Sha256};
+
+/// API key hashes and the tenant each one authenticates.
+#[derive(Clone)]
+pub struct ApiKeys(std::sync::Arc<Vec<([u8; 32], TenantId)>>);
+
+impl ApiKeys {
+    /// `entries` are (SHA-256 of the key, tenant).
+    pub fn new(entries: Vec<([u8; 32], TenantId)>) -> Self {
+        Self(std::sync::Arc::new(entries))
+    }
+
+    /// The tenant a presented key belongs to.
+    pub fn tenant_for(&self, presented: &str) -> Option<&TenantId> {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for (hash, tenant) in self.0.iter() {
+            if constant_time_eq(hash, &digest) {
+                found = Some(tenant);
+            }
+        }
+        found
+    }
+}
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeys")
+            .field("count", &self.0.len())
+            .finish()
+    }
+}
+
+/// Compares all 32 bytes whatever they hold: the time taken does not depend on where the
+/// first difference is.
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(difference) == 0
+}
+
+/// Parses a configured `key_sha256` value.
+pub fn parse_key_hash(hex_digest: &str) -> Option<[u8; 32]> {
+    let bytes = hex::decode(hex_digest.trim()).ok()?;
+    bytes.try_into().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> ApiKeys {
+        let hash = |k: &str| Sha256::digest(k.as_bytes()).into();
+        ApiKeys::new(vec![
+            (hash("sk_a"), TenantId::new("a")),
+            (hash("sk_b"), TenantId::new("b")),
+        ])
+    }
+
+    #[test]
+    fn a_key_authenticates_its_own_tenant_only() {
+        assert_eq!(keys().tenant_for("sk_a").map(TenantId::as_str), Some("a"));
+        assert_eq!(keys().tenant_for("sk_b").map(TenantId::as_str), Some("b"));
+        assert_eq!(keys().tenant_for("sk_c"), None);
+        assert_eq!(keys().tenant_for(""), None);
+    }
+
+    #[test]
+    fn hashes_parse_from_hex_of_exactly_32_bytes() {
+        assert!(parse_key_hash(&"ab".repeat(32)).is_some());
+        assert!(parse_key_hash(&"ab".repeat(31)).is_none());
+        assert!(parse_key_hash("not hex").is_none());
+    }
+
+    #[test]
+    fn equality_is_exact() {
+        let a = [7u8; 32];
+        let mut b = a;
+        assert!(constant_time_eq(&a, &b));
+        b[31] ^= 1;
+        assert!(!constant_time_eq(&a, &b));
+    }
+}

@@ -1,0 +1,79 @@
+//! `GET /idempotency-keys/{key}`: "did my request go through?" without retrying it.
+//!
+//! It shows the record's state and timing, never the stored response body: inspecting a key
+//! must not become a second way to read a charge.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use chrono::SecondsFormat;
+use payments_idempotency::{
+    CHARGES_CREATE_V1, IdempotencyKey, IdempotencyRecord, RecordState, Scope,
+};
+use serde::Serialize;
+
+use crate::extract::Tenant;
+use crate::{ApiError, AppState};
+
+/// What a client may learn about one of its keys.
+#[derive(Debug, Serialize)]
+pub struct KeyView {
+    object: &'static str,
+    key: String,
+    operation: String,
+    state: &'static str,
+    recovery_point: &'static str,
+    attempts: i32,
+    /// The status of the stored response once completed (201, 402), else null.
+    response_status: Option<u16>,
+    /// SHA-256 of the request, so a client can check which payload the key belongs to.
+    fingerprint: String,
+    locked_until: Option<String>,
+    created_at: String,
+    expires_at: String,
+}
+
+impl From<&IdempotencyRecord> for KeyView {
+    fn from(record: &IdempotencyRecord) -> Self {
+        let time =
+            |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(SecondsFormat::Micros, true);
+        Self {
+            object: "idempotency_key",
+            key: record.key.to_string(),
+            operation: record.scope.operation.clone(),
+            state: record.state.as_str(),
+            recovery_point: record.recovery_point.as_str(),
+            attempts: record.attempts.0,
+            response_status: record.response.as_ref().map(|r| r.status),
+            fingerprint: record.fingerprint.to_hex(),
+            locked_until: record.locked_until.map(time),
+            created_at: time(record.created_at),
+            expires_at: time(record.expires_at),
+        }
+    }
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(raw): Path<String>,
+) -> Result<Json<KeyView>, ApiError> {
+    let key =
+        IdempotencyKey::parse(&raw).map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
+    let scope = Scope {
+        tenant: tenant.as_str().to_owned(),
+        operation: CHARGES_CREATE_V1.to_owned(),
+    };
+    let not_found = || ApiError::NotFound(format!("No such idempotency key: {key}"));
+    let (record, now) = state
+        .store
+        .find_record(&scope, &key)
+        .await?
+        .ok_or_else(not_found)?;
+    // A finished record past its retention is gone as far as clients are concerned (the key
+    // is fresh again), whether or not the reaper has deleted it yet.
+    let finished = matches!(record.state, RecordState::Completed | RecordState::Failed);
+    if finished && record.expires_at <= now {
+        return Err(not_found());
+    }
+    Ok(Json(KeyView::from(&record)))
+}
