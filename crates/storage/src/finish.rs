@@ -219,3 +219,19 @@ async fn insert_outbox_event(
     .await?;
     Ok(())
 }
+
+impl PgStore {
+    /// Writes a charge, its ledger transaction and its event in one transaction, with no
+    /// idempotency record at all. Not part of the service: it is the floor the charge flow is
+    /// measured against in the benchmarks (the same writes, none of the protection).
+    pub async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
+        let ledger = LedgerTransaction::for_charge(charge);
+        let event = PaymentCompleted::for_charge(charge);
+        let mut tx = self.pool.begin().await?;
+        insert_charge(&mut tx, charge).await?;
+        insert_ledger_transaction(&mut tx, charge, &ledger).await?;
+        insert_outbox_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

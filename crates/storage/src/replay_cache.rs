@@ -51,6 +51,14 @@ impl ReplayCache {
         Ok(bytes.and_then(|bytes| decode(&bytes)))
     }
 
+    /// One GET of a fixed key: the floor a cached replay is measured against in the
+    /// benchmarks.
+    pub async fn probe(&self) -> Result<Option<Vec<u8>>, RedisFailure> {
+        self.link
+            .query(redis::cmd("GET").arg(format!("{}:probe", self.prefix)))
+            .await
+    }
+
     /// Stores a completed response for `ttl` (the record's remaining retention, so the cache
     /// can never replay a key the database already considers expired).
     pub async fn put(

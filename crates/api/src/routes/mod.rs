@@ -1,5 +1,7 @@
 //! The router and its middleware.
 
+#[cfg(feature = "bench")]
+mod bench;
 mod charges;
 mod health;
 mod keys;
@@ -37,6 +39,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))
         .route("/metrics", get(health::metrics))
+        .merge(bench_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
@@ -78,6 +81,20 @@ pub fn app(state: AppState) -> Router {
                 .layer(MapRequestBodyLayer::new(Body::new)),
         )
         .with_state(state)
+}
+
+#[cfg(feature = "bench")]
+fn bench_routes() -> Router<AppState> {
+    use axum::routing::post;
+    Router::new()
+        .route("/bench/redis", get(bench::redis))
+        .route("/bench/charge", post(bench::charge))
+        .route("/bench/reap", post(bench::reap))
+}
+
+#[cfg(not(feature = "bench"))]
+fn bench_routes() -> Router<AppState> {
+    Router::new()
 }
 
 async fn not_found() -> ApiError {

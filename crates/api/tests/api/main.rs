@@ -1,6 +1,9 @@
 //! Black-box tests: the real `payments-api` binary, started on a random port against its own
 //! fresh PostgreSQL database, driven over HTTP.
 
+// The bench-only floors exist only with `--features bench`.
+#[cfg(feature = "bench")]
+mod bench_endpoints;
 mod card_sim;
 mod charges;
 mod concurrency;
