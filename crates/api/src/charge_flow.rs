@@ -221,9 +221,11 @@ async fn execute(
                     return Ok(ChargeOutcome::Fresh(response));
                 }
                 Err(ProcessorError::Unavailable { reason }) => {
-                    // Nothing final is stored: the lock is released and the key stays usable.
+                    // The outcome is unknown (a timeout may hide a charge): nothing final is
+                    // stored, the lock is released, and a retry or the completer settles it
+                    // with the same processor key.
                     tracing::warn!(processor.error = %reason, "card processor unavailable");
-                    store.mark_failed(scope, &new.key, claimed.attempt).await?;
+                    store.release_lock(scope, &new.key, claimed.attempt).await?;
                     return Err(ApiError::ProcessorUnavailable);
                 }
             }

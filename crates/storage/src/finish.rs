@@ -80,6 +80,31 @@ impl PgStore {
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
+    /// Gives up the lock after an unknown outcome (the processor timed out or was unreachable):
+    /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
+    /// nobody retries, the completer asks the processor whether the charge happened. Marking it
+    /// failed instead would leave a charge the processor did make unrecorded.
+    pub async fn release_lock(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<Finish, StoreError> {
+        let sql = format!(
+            "UPDATE idempotency_records
+             SET locked_until = now(), updated_at = now()
+             WHERE {FENCE}"
+        );
+        let done = sqlx::query(&sql)
+            .bind(&scope.tenant)
+            .bind(&scope.operation)
+            .bind(key.as_str())
+            .bind(attempt.0)
+            .execute(&self.pool)
+            .await?;
+        Ok(Finish::from_rows(done.rows_affected()))
+    }
+
     /// Completes the record with a response that created nothing (a decline).
     pub async fn finish_without_charge(
         &self,

@@ -35,6 +35,7 @@ impl CardSim {
         let mut child = Command::new(binary())
             .env_clear()
             .env("CARD_SIM_BIND", "127.0.0.1:0")
+            .env("RUST_LOG", "warn")
             .env("CARD_SIM_LATENCY_MS", latency_ms.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -190,11 +190,12 @@ async fn a_processor_error_is_503_stores_no_response_and_every_retry_executes_ag
             (status, problem["code"].as_str()),
             (503, Some("processor_unavailable"))
         );
-        // The record is failed (no stored response), and each retry was a new attempt.
-        assert_eq!(
-            app.record_state("acme", &key).await,
-            Some(("failed".into(), "started".into(), attempt))
-        );
+        // Nothing final is stored: the record waits, unlocked, for a retry or the completer
+        // (which may have marked it failed already), and each retry was a new attempt.
+        let (state, point, attempts) = app.record_state("acme", &key).await.expect("record");
+        assert!(state == "pending" || state == "failed", "{state}");
+        assert_eq!(point, "started");
+        assert!(attempts >= attempt, "attempts {attempts}");
     }
     let stored: Option<i16> = sqlx::query_scalar("SELECT response_status FROM idempotency_records")
         .fetch_one(&app.db)
@@ -236,10 +237,8 @@ async fn after_a_transient_processor_error_a_retry_with_the_same_key_succeeds_on
     );
     let replay = app.post_charge(ACME, &key, &body).await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    assert_eq!(
-        app.record_state("acme", &key).await,
-        Some(("completed".into(), "finished".into(), 2))
-    );
+    let (state, point, _) = app.record_state("acme", &key).await.expect("record");
+    assert_eq!((state.as_str(), point.as_str()), ("completed", "finished"));
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 

@@ -369,3 +369,50 @@ async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_wi
     assert_eq!(card_sim.charges_created().await, 2);
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(2));
 }
+
+#[tokio::test]
+async fn a_charge_whose_processor_call_timed_out_is_recorded_without_the_client() {
+    // The processor charges the card but answers after our timeout: the client gets 503 and
+    // never retries. The charge must not be left unrecorded.
+    let card_sim = CardSim::start_with_latency_ms(1_500).await;
+    let db = TestDatabase::create().await;
+    let service = Service::start(
+        &db.url,
+        &[
+            processor(&card_sim),
+            ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "300"),
+            ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "200"),
+        ],
+    )
+    .await;
+    let key = new_key();
+    let (status, body) = problem(post(&service, &key, &visa(900)).await).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("processor_unavailable"))
+    );
+
+    let mut state = String::new();
+    for _ in 0..100 {
+        state =
+            sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
+                .bind(&key)
+                .fetch_one(&db.pool)
+                .await
+                .expect("record");
+        if state != "pending" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        state, "completed",
+        "the completer found the charge at the processor"
+    );
+    assert_eq!(card_sim.charges_created().await, 1);
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
+    // The client's eventual retry replays that charge.
+    let replay = post(&service, &key, &visa(900)).await;
+    assert_eq!(replay.status().as_u16(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+}
