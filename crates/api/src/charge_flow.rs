@@ -4,8 +4,8 @@
 //! 1. claim the key (insert, or judge the existing record under a row lock);
 //! 2. charge the card with the record's processor key, the same on every attempt, and record
 //!    the `charged` recovery point;
-//! 3. in one transaction, write the charge, its ledger transaction, its outbox event and the
-//!    completed record with the response; cache the response; only then answer.
+//! 3. in one statement (one transaction), write the charge, its ledger transaction, its outbox
+//!    event and the completed record with the response; cache the response; only then answer.
 //!
 //! Every write after the claim is fenced by the attempt number: if another attempt took the
 //! record over meanwhile, this one writes nothing and answers from the record as it now is.
@@ -142,7 +142,9 @@ async fn replay_from_cache(
     }
 }
 
-/// Puts a final response in the replay cache for the rest of the record's retention.
+/// Puts a final response in the replay cache for the rest of the record's retention. The TTL
+/// is computed on this instance's clock while expiry is judged by the database's; with clocks
+/// in step (NTP) the difference is far below the retention.
 async fn remember(
     state: &AppState,
     scope: &Scope,
@@ -243,7 +245,7 @@ async fn execute(
 }
 
 /// Step 3, shared by requests and the completer: the charge, its ledger transaction, its
-/// event and the completed record in one transaction, fenced by the owner's attempt.
+/// event and the completed record in one statement, fenced by the owner's attempt.
 pub(crate) async fn finish_charge(
     state: &AppState,
     owner: Owner<'_>,

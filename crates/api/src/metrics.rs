@@ -25,8 +25,10 @@ pub fn install() -> Option<PrometheusHandle> {
 
 /// An idempotency outcome: `executed`, `replayed_cache`, `replayed_db`, `in_flight`,
 /// `mismatch`, `taken_over`, `fenced`, `completed_by_completer`, `failed_by_completer`.
+/// Logged as well, so each request's log carries its outcome (inside the request span).
 pub fn outcome(name: &'static str) {
     counter!("idempotency_outcomes_total", "outcome" => name).increment(1);
+    tracing::info!(idempotency.outcome = name, "idempotency outcome");
 }
 
 /// A Redis call that failed (and was worked around).

@@ -161,8 +161,9 @@ impl PgStore {
     }
 }
 
-/// The inserts of a charge, its balanced ledger transaction and its event, as CTEs that each
-/// select from a CTE named `gate`; parameters are numbered from `first`. Shared by the guarded
+/// The inserts of a charge, its balanced ledger transaction and its event, as CTEs chained
+/// from a CTE named `gate`: the charge selects from `gate`, everything else from the charge,
+/// so no row is written unless the gate yields one. Parameters are numbered from `first`. Shared by the guarded
 /// finish and the bench floor so that both write exactly the same rows.
 fn charge_writes(first: usize) -> String {
     let p: Vec<String> = (first..first + 16).map(|i| format!("${i}")).collect();

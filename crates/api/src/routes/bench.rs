@@ -28,7 +28,7 @@ pub async fn redis(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
     Ok(Json(json!({ "ok": true })))
 }
 
-/// The charge, ledger and outbox writes in one transaction, without idempotency: the floor of
+/// The charge, ledger and outbox writes in one statement, without idempotency: the floor of
 /// a first charge.
 pub async fn charge(
     State(state): State<AppState>,
