@@ -62,3 +62,6 @@ step "Tests (cargo test --workspace --all-features)"
 # The crash tests abort the service on purpose: no core files.
 ulimit -c 0
 cargo test --workspace --all-targets --all-features --locked
+
+step "Contract (schemathesis against openapi.yaml)"
+bash scripts/contract.sh

@@ -42,9 +42,11 @@ pub struct Description(String);
 impl Description {
     pub const MAX_CHARS: usize = 500;
 
+    /// At most [`Description::MAX_CHARS`] characters and no NUL: a NUL cannot be stored in a
+    /// text column, and finding that out after the card was charged would strand the charge.
     pub fn new(text: impl Into<String>) -> Result<Self, DescriptionError> {
         let text = text.into();
-        if text.chars().count() > Self::MAX_CHARS {
+        if text.chars().count() > Self::MAX_CHARS || text.contains('\0') {
             return Err(DescriptionError);
         }
         Ok(Self(text))
@@ -57,7 +59,10 @@ impl Description {
 
 /// The description is longer than [`Description::MAX_CHARS`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("description must be at most {} characters", Description::MAX_CHARS)]
+#[error(
+    "description must be at most {} characters, without NUL",
+    Description::MAX_CHARS
+)]
 pub struct DescriptionError;
 
 /// A validated request to charge a card.
@@ -97,5 +102,10 @@ mod tests {
     fn description_is_limited_in_characters_not_bytes() {
         assert!(Description::new("é".repeat(500)).is_ok());
         assert!(Description::new("a".repeat(501)).is_err());
+    }
+
+    #[test]
+    fn description_cannot_hold_a_nul() {
+        assert!(Description::new("a\0b").is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! `POST /charges`, `GET /charges/{id}`, `GET /charges`.
 
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use payments_domain::{ChargeId, ChargeRequest};
@@ -51,8 +52,10 @@ pub async fn create(
 pub async fn show(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ChargeView>, ApiError> {
+    // A segment that does not even decode (invalid UTF-8) names no charge either.
+    let Path(id) = id.map_err(|_| ApiError::NotFound("No such charge.".into()))?;
     let not_found = || ApiError::NotFound(format!("No such charge: {id}"));
     let charge_id: ChargeId = id.parse().map_err(|_| not_found())?;
     let charge = state

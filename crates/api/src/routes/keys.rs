@@ -4,6 +4,7 @@
 //! must not become a second way to read a charge.
 
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use chrono::SecondsFormat;
 use payments_idempotency::{
@@ -55,8 +56,11 @@ impl From<&IdempotencyRecord> for KeyView {
 pub async fn show(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
-    Path(raw): Path<String>,
+    raw: Result<Path<String>, PathRejection>,
 ) -> Result<Json<KeyView>, ApiError> {
+    let Path(raw) = raw.map_err(|_| {
+        ApiError::IdempotencyKeyInvalid("the key in the path is not valid UTF-8".into())
+    })?;
     let key =
         IdempotencyKey::parse(&raw).map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
     let scope = Scope {

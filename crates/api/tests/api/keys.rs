@@ -123,3 +123,13 @@ fn sha256_hex(text: &str) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
+
+#[tokio::test]
+async fn a_key_that_does_not_decode_is_a_problem_not_plain_text() {
+    let app = spawn_app().await;
+    let (status, body) = problem(app.get(ACME, "/idempotency-keys/%C3%28").await).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("idempotency_key_invalid"))
+    );
+}

@@ -57,6 +57,7 @@ async fn a_malformed_charge_id_is_not_found() {
         "ch_",
         "ch_not-a-uuid",
         "py_00000000-0000-0000-0000-000000000000",
+        "%FF",
     ] {
         let (status, body) = problem(app.get(ACME, &format!("/charges/{id}")).await).await;
         assert_eq!(

@@ -161,6 +161,18 @@ fn cases() -> Vec<Case> {
             code: "invalid_request",
         },
         Case {
+            name: "NUL in the description",
+            build: |a, k| {
+                raw(
+                    a,
+                    k,
+                    r#"{"amount":100,"currency":"usd","source":"tok_visa","description":"a\u0000b"}"#,
+                )
+            },
+            status: 400,
+            code: "invalid_request",
+        },
+        Case {
             name: "duplicate field",
             build: |a, k| {
                 raw(
