@@ -43,6 +43,8 @@ pub struct ServerSettings {
     pub body_limit_bytes: usize,
     pub body_timeout_ms: u64,
     pub max_in_flight: usize,
+    pub header_limit_bytes: usize,
+    pub request_timeout_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -201,6 +203,12 @@ impl Settings {
         if self.server.body_timeout_ms == 0 {
             return Err(invalid("server.body_timeout_ms", "must be at least 1"));
         }
+        if self.server.header_limit_bytes == 0 {
+            return Err(invalid("server.header_limit_bytes", "must be at least 1"));
+        }
+        if self.server.request_timeout_ms == 0 {
+            return Err(invalid("server.request_timeout_ms", "must be at least 1"));
+        }
         if self.server.max_in_flight == 0 {
             return Err(invalid("server.max_in_flight", "must be at least 1"));
         }
@@ -292,6 +300,8 @@ impl Settings {
                 body_limit_bytes: self.server.body_limit_bytes,
                 body_timeout: Duration::from_millis(self.server.body_timeout_ms),
                 max_in_flight: self.server.max_in_flight,
+                header_limit_bytes: self.server.header_limit_bytes,
+                request_timeout: Duration::from_millis(self.server.request_timeout_ms),
             },
             processor_url,
             processor_timeout,

@@ -63,6 +63,13 @@ pub enum ApiError {
     /// 408 `request_timeout`: the client took too long to send its body. Nothing was claimed.
     #[error("The request body was not received in time.")]
     RequestTimeout,
+    /// 431 `headers_too_large`: the request headers exceed `server.header_limit_bytes`.
+    #[error("The request headers are larger than the limit of {limit} bytes.")]
+    HeadersTooLarge { limit: usize },
+    /// 503 `timeout`: the request took longer than `server.request_timeout_ms`. A charge cut
+    /// off here is settled by a retry with the same key or by the completer.
+    #[error("The request took too long. Retry it with the same Idempotency-Key.")]
+    Timeout,
     /// 503 `overloaded`: this instance is at its limit of requests in flight; nothing was done.
     #[error("The service is at capacity. Retry the request with the same Idempotency-Key.")]
     Overloaded,
@@ -88,14 +95,16 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::IdempotencyKeyInUse { .. } => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::ProcessorUnavailable | Self::StoreUnavailable(_) | Self::Overloaded => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::ProcessorUnavailable
+            | Self::StoreUnavailable(_)
+            | Self::Overloaded
+            | Self::Timeout => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -115,6 +124,8 @@ impl ApiError {
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::RequestTimeout => "request_timeout",
+            Self::HeadersTooLarge { .. } => "headers_too_large",
+            Self::Timeout => "timeout",
             Self::Overloaded => "overloaded",
             Self::StoreUnavailable(_) => "store_unavailable",
             Self::Internal(_) => "internal",
@@ -125,7 +136,10 @@ impl ApiError {
     fn retry_after(&self) -> Option<u64> {
         match self {
             Self::IdempotencyKeyInUse { retry_after_secs } => Some(*retry_after_secs),
-            Self::ProcessorUnavailable | Self::StoreUnavailable(_) | Self::Overloaded => Some(1),
+            Self::ProcessorUnavailable
+            | Self::StoreUnavailable(_)
+            | Self::Overloaded
+            | Self::Timeout => Some(1),
             _ => None,
         }
     }

@@ -17,6 +17,10 @@ pub struct Limits {
     pub body_timeout: std::time::Duration,
     /// Requests one instance handles at once before shedding load.
     pub max_in_flight: usize,
+    /// Total bytes of request header names and values accepted.
+    pub header_limit_bytes: usize,
+    /// The longest a whole request may take.
+    pub request_timeout: std::time::Duration,
 }
 
 /// Shared by every request; cheap to clone.

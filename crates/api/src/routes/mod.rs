@@ -16,6 +16,7 @@ use axum::{BoxError, Router};
 use tower::ServiceBuilder;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::load_shed::LoadShedLayer;
+use tower::timeout::TimeoutLayer;
 use tower_http::map_request_body::MapRequestBodyLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
@@ -31,6 +32,8 @@ pub fn app(state: AppState) -> Router {
     let body_limit = state.limits.body_limit_bytes;
     let body_timeout = state.limits.body_timeout;
     let max_in_flight = state.limits.max_in_flight;
+    let header_limit = state.limits.header_limit_bytes;
+    let request_timeout = state.limits.request_timeout;
     Router::new()
         .route("/charges", get(charges::list).post(charges::create))
         .route("/charges/{id}", get(charges::show))
@@ -70,11 +73,21 @@ pub fn app(state: AppState) -> Router {
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
                 // Shed load beyond the in-flight limit at once (503 + Retry-After) rather
                 // than queueing requests until their clients time out and retry.
-                .layer(HandleErrorLayer::new(|_: BoxError| async {
-                    ApiError::Overloaded
+                // A request over the whole-request timeout is cut off (503 `timeout`); a
+                // charge stopped mid-way is settled by a retry or the completer.
+                .layer(HandleErrorLayer::new(|error: BoxError| async move {
+                    if error.is::<tower::timeout::error::Elapsed>() {
+                        ApiError::Timeout
+                    } else {
+                        ApiError::Overloaded
+                    }
                 }))
                 .layer(LoadShedLayer::new())
                 .layer(ConcurrencyLimitLayer::new(max_in_flight))
+                .layer(TimeoutLayer::new(request_timeout))
+                .layer(axum::middleware::from_fn(move |request, next| {
+                    limit_header_size(request, next, header_limit)
+                }))
                 // A client that stalls while sending its body is cut off (408); the body is
                 // read before the key is claimed, so a slow client never holds a lock.
                 .layer(RequestBodyTimeoutLayer::new(body_timeout))
@@ -95,6 +108,24 @@ fn bench_routes() -> Router<AppState> {
 #[cfg(not(feature = "bench"))]
 fn bench_routes() -> Router<AppState> {
     Router::new()
+}
+
+/// Refuses requests whose header names and values add up to more than `limit` bytes.
+async fn limit_header_size(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+    limit: usize,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let size: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if size > limit {
+        return ApiError::HeadersTooLarge { limit }.into_response();
+    }
+    next.run(request).await
 }
 
 async fn not_found() -> ApiError {

@@ -255,3 +255,57 @@ async fn two_tenants_with_the_same_keys_never_see_each_others_data_on_any_endpoi
         assert_eq!(replay["id"], own["id"], "a replay never crosses tenants");
     }
 }
+
+#[tokio::test]
+async fn oversized_headers_are_431_and_store_nothing() {
+    let app = spawn_app_with(&[("PAYMENTS__SERVER__HEADER_LIMIT_BYTES", "4096")]).await;
+    let response = app
+        .charge(ACME, &new_key(), &visa(100))
+        .header("X-Padding", "p".repeat(5_000))
+        .send()
+        .await
+        .expect("send");
+    let (status, body) = problem(response).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (431, Some("headers_too_large"))
+    );
+    assert_eq!(app.footprint().await, Footprint::EMPTY);
+}
+
+#[tokio::test]
+async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later() {
+    let app = spawn_app_with(&[
+        ("PAYMENTS__SERVER__REQUEST_TIMEOUT_MS", "500"),
+        ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "2"),
+        ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "1500"),
+        ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "200"),
+    ])
+    .await;
+    let key = new_key();
+    // tok_slow answers after two seconds; the in-process processor records the charge first.
+    let slow = json!({ "amount": 100, "currency": "usd", "source": "tok_slow" });
+    let response = app.post_charge(ACME, &key, &slow).await;
+    assert!(response.headers().get("retry-after").is_some());
+    let (status, body) = problem(response).await;
+    assert_eq!((status, body["code"].as_str()), (503, Some("timeout")));
+
+    // Nobody retries: once the lock expires the completer finds the charge the processor
+    // made and records it; a later retry replays it.
+    let mut settled = None;
+    for _ in 0..100 {
+        settled = app
+            .record_state("acme", &key)
+            .await
+            .map(|(state, _, _)| state);
+        if settled.as_deref() == Some("completed") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(settled.as_deref(), Some("completed"));
+    let replay = app.post_charge(ACME, &key, &slow).await;
+    assert_eq!(replay.status().as_u16(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(app.footprint().await, Footprint::charged(1));
+}
