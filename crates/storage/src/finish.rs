@@ -32,6 +32,27 @@ impl Finish {
 const FENCE: &str = "tenant_id = $1 AND operation = $2 AND idempotency_key = $3
                      AND attempts = $4 AND state = 'pending'";
 
+type FencedQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// `UPDATE idempotency_records SET <set> WHERE <fence>` with the fence's four parameters
+/// bound; `set` may use `$5` onwards.
+fn fenced_update<'q>(
+    sql: &'q str,
+    scope: &'q Scope,
+    key: &'q IdempotencyKey,
+    attempt: Attempt,
+) -> FencedQuery<'q> {
+    sqlx::query(sql)
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .bind(attempt.0)
+}
+
+fn fenced_sql(set: &str) -> String {
+    format!("UPDATE idempotency_records SET {set}, updated_at = now() WHERE {FENCE}")
+}
+
 impl PgStore {
     /// Records that the processor confirmed the charge, so that a takeover resumes from here.
     pub async fn record_charged(
@@ -41,16 +62,8 @@ impl PgStore {
         attempt: Attempt,
         processor_charge_id: &str,
     ) -> Result<Finish, StoreError> {
-        let sql = format!(
-            "UPDATE idempotency_records
-             SET recovery_point = 'charged', processor_charge_id = $5, updated_at = now()
-             WHERE {FENCE}"
-        );
-        let done = sqlx::query(&sql)
-            .bind(&scope.tenant)
-            .bind(&scope.operation)
-            .bind(key.as_str())
-            .bind(attempt.0)
+        let sql = fenced_sql("recovery_point = 'charged', processor_charge_id = $5");
+        let done = fenced_update(&sql, scope, key, attempt)
             .bind(processor_charge_id)
             .execute(&self.pool)
             .await?;
@@ -65,16 +78,8 @@ impl PgStore {
         key: &IdempotencyKey,
         attempt: Attempt,
     ) -> Result<Finish, StoreError> {
-        let sql = format!(
-            "UPDATE idempotency_records
-             SET state = 'failed', locked_until = NULL, updated_at = now()
-             WHERE {FENCE}"
-        );
-        let done = sqlx::query(&sql)
-            .bind(&scope.tenant)
-            .bind(&scope.operation)
-            .bind(key.as_str())
-            .bind(attempt.0)
+        let sql = fenced_sql("state = 'failed', locked_until = NULL");
+        let done = fenced_update(&sql, scope, key, attempt)
             .execute(&self.pool)
             .await?;
         Ok(Finish::from_rows(done.rows_affected()))
@@ -90,16 +95,8 @@ impl PgStore {
         key: &IdempotencyKey,
         attempt: Attempt,
     ) -> Result<Finish, StoreError> {
-        let sql = format!(
-            "UPDATE idempotency_records
-             SET locked_until = now(), updated_at = now()
-             WHERE {FENCE}"
-        );
-        let done = sqlx::query(&sql)
-            .bind(&scope.tenant)
-            .bind(&scope.operation)
-            .bind(key.as_str())
-            .bind(attempt.0)
+        let sql = fenced_sql("locked_until = now()");
+        let done = fenced_update(&sql, scope, key, attempt)
             .execute(&self.pool)
             .await?;
         Ok(Finish::from_rows(done.rows_affected()))
@@ -241,19 +238,12 @@ async fn complete_record(
     attempt: Attempt,
     response: &StoredResponse,
 ) -> Result<Finish, StoreError> {
-    let sql = format!(
-        "UPDATE idempotency_records
-         SET state = 'completed', recovery_point = 'finished', locked_until = NULL,
-             response_status = $5, response_headers = $6, response_body = $7, updated_at = now()
-         WHERE {FENCE}"
+    let sql = fenced_sql(
+        "state = 'completed', recovery_point = 'finished', locked_until = NULL,
+         response_status = $5, response_headers = $6, response_body = $7",
     );
-    let status = stored_status(response)?;
-    let done = sqlx::query(&sql)
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .bind(attempt.0)
-        .bind(status)
+    let done = fenced_update(&sql, scope, key, attempt)
+        .bind(stored_status(response)?)
         .bind(headers_to_json(&response.headers))
         .bind(&response.body)
         .execute(conn)

@@ -12,20 +12,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::helpers::{
-    ACME, Service, TestDatabase, http_client, new_key, problem, stream_for, test_redis_url, visa,
+    Service, TestDatabase, http_client, new_key, problem, stream_for, test_redis_url, visa,
 };
 use crate::redis_server::RedisServer;
-
-async fn post(service: &Service, key: &str, body: &Value) -> reqwest::Response {
-    http_client()
-        .post(service.url("/charges"))
-        .bearer_auth(ACME)
-        .header("Idempotency-Key", key)
-        .json(body)
-        .send()
-        .await
-        .expect("POST /charges")
-}
 
 async fn unpublished(db: &TestDatabase) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE published_at IS NULL")
@@ -102,7 +91,7 @@ async fn two_relays_publish_every_completed_charge_exactly_once() {
     let responses = join_all(
         keys.iter()
             .enumerate()
-            .map(|(i, key)| post(&instances[i % 2], key, &body)),
+            .map(|(i, key)| instances[i % 2].post_charge(key, &body)),
     )
     .await;
     assert!(responses.iter().all(|r| r.status().as_u16() == 201));
@@ -119,7 +108,8 @@ async fn with_redis_stopped_charges_and_replays_go_on_and_no_event_is_lost_or_re
 
     for _ in 0..3 {
         assert_eq!(
-            post(&service, &new_key(), &visa(100))
+            service
+                .post_charge(&new_key(), &visa(100))
                 .await
                 .status()
                 .as_u16(),
@@ -133,20 +123,24 @@ async fn with_redis_stopped_charges_and_replays_go_on_and_no_event_is_lost_or_re
     for _ in 0..3 {
         let key = new_key();
         assert_eq!(
-            post(&service, &key, &visa(250)).await.status().as_u16(),
+            service
+                .post_charge(&key, &visa(250))
+                .await
+                .status()
+                .as_u16(),
             201,
             "Redis down fails nothing"
         );
         keys.push(key);
     }
-    let replay = post(&service, &keys[0], &visa(250)).await;
+    let replay = service.post_charge(&keys[0], &visa(250)).await;
     assert_eq!(replay.status().as_u16(), 201);
     assert_eq!(
         replay.headers()["idempotent-replayed"],
         "true",
         "replayed from PostgreSQL"
     );
-    let (status, _) = problem(post(&service, &keys[0], &visa(999)).await).await;
+    let (status, _) = problem(service.post_charge(&keys[0], &visa(999)).await).await;
     assert_eq!(status, 422);
     assert_eq!(unpublished(&db).await, 3, "events wait in the outbox");
 
@@ -184,16 +178,17 @@ async fn a_replay_is_served_from_the_cache_and_a_cached_other_payload_is_still_4
     let db = TestDatabase::create().await;
     let service = Service::start(&db.url, &[]).await;
     let key = new_key();
-    let first = post(&service, &key, &visa(100))
+    let first = service
+        .post_charge(&key, &visa(100))
         .await
         .bytes()
         .await
         .expect("body");
 
-    let replay = post(&service, &key, &visa(100)).await;
+    let replay = service.post_charge(&key, &visa(100)).await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(replay.bytes().await.expect("body"), first);
-    let (status, body) = problem(post(&service, &key, &visa(101)).await).await;
+    let (status, body) = problem(service.post_charge(&key, &visa(101)).await).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (422, Some("idempotency_key_reused"))
@@ -212,7 +207,11 @@ async fn a_replay_from_the_database_refills_the_cache() {
     let service = Service::start(&db.url, &[]).await;
     let key = new_key();
     assert_eq!(
-        post(&service, &key, &visa(100)).await.status().as_u16(),
+        service
+            .post_charge(&key, &visa(100))
+            .await
+            .status()
+            .as_u16(),
         201
     );
 
@@ -240,7 +239,7 @@ async fn a_replay_from_the_database_refills_the_cache() {
 
     for _ in 0..2 {
         assert_eq!(
-            post(&service, &key, &visa(100)).await.headers()["idempotent-replayed"],
+            service.post_charge(&key, &visa(100)).await.headers()["idempotent-replayed"],
             "true"
         );
     }
@@ -268,7 +267,8 @@ async fn metrics_count_requests_outcomes_and_processor_calls() {
 
     for _ in 0..3 {
         assert_eq!(
-            post(&service, &new_key(), &visa(100))
+            service
+                .post_charge(&new_key(), &visa(100))
                 .await
                 .status()
                 .as_u16(),
@@ -278,7 +278,10 @@ async fn metrics_count_requests_outcomes_and_processor_calls() {
     let key = new_key();
     let slow =
         serde_json::json!({ "amount": 100, "currency": "usd", "source": "tok_chargeDeclined" });
-    assert_eq!(post(&service, &key, &slow).await.status().as_u16(), 402);
+    assert_eq!(
+        service.post_charge(&key, &slow).await.status().as_u16(),
+        402
+    );
 
     let after = scrape(&service).await;
     assert_eq!(created(&after), 3.0);
@@ -339,7 +342,8 @@ async fn events_tail_prints_each_event_once() {
         .expect("start the tail");
     for _ in 0..2 {
         assert_eq!(
-            post(&service, &new_key(), &visa(100))
+            service
+                .post_charge(&new_key(), &visa(100))
                 .await
                 .status()
                 .as_u16(),

@@ -140,6 +140,18 @@ impl Service {
         format!("{}{path}", self.base_url)
     }
 
+    /// Sends a `POST /charges` as tenant acme.
+    pub async fn post_charge(&self, key: &str, body: &Value) -> Response {
+        http_client()
+            .post(self.url("/charges"))
+            .bearer_auth(ACME)
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+            .await
+            .expect("POST /charges")
+    }
+
     /// Waits (bounded) for the process to exit and says whether it exited successfully.
     #[cfg_attr(
         not(feature = "failpoints"),

@@ -20,17 +20,6 @@ fn processor(card_sim: &CardSim) -> (&'static str, &str) {
     ("PAYMENTS__PROCESSOR__URL", card_sim.url.as_str())
 }
 
-async fn post(service: &Service, key: &str, body: &Value) -> reqwest::Response {
-    http_client()
-        .post(service.url("/charges"))
-        .bearer_auth(ACME)
-        .header("Idempotency-Key", key)
-        .json(body)
-        .send()
-        .await
-        .expect("POST /charges")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_and_two_hundred_concurrent_duplicates_charge_once() {
     let card_sim = CardSim::start_with_latency_ms(200).await;
@@ -44,7 +33,7 @@ async fn three_instances_and_two_hundred_concurrent_duplicates_charge_once() {
     let key = new_key();
     let body = visa(2500);
 
-    let requests = (0..200).map(|i| post(&instances[i % 3], &key, &body));
+    let requests = (0..200).map(|i| instances[i % 3].post_charge(&key, &body));
     let mut answers = Vec::new();
     for response in join_all(requests).await {
         let status = response.status().as_u16();
@@ -108,7 +97,7 @@ async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_th
     wait_for_stale_lock(&db, &key).await;
 
     // Attempt 2 takes the record over and finishes it.
-    let second = post(&fast, &key, &body).await;
+    let second = fast.post_charge(&key, &body).await;
     assert_eq!(second.status().as_u16(), 201);
     assert!(
         second.headers().get("idempotent-replayed").is_none(),
@@ -176,7 +165,7 @@ async fn a_duplicate_that_prefers_to_wait_gets_the_replay_instead_of_409() {
     while count_rows(&db.pool, "idempotency_records").await == 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let impatient = post(&service, &key, &body).await;
+    let impatient = service.post_charge(&key, &body).await;
     assert_eq!(
         impatient.status().as_u16(),
         409,
@@ -213,10 +202,14 @@ async fn after_expiry_and_reaping_the_same_key_is_fresh_for_any_payload() {
     .await;
     let key = new_key();
     assert_eq!(
-        post(&service, &key, &visa(100)).await.status().as_u16(),
+        service
+            .post_charge(&key, &visa(100))
+            .await
+            .status()
+            .as_u16(),
         201
     );
-    let (status, _) = problem(post(&service, &key, &visa(200)).await).await;
+    let (status, _) = problem(service.post_charge(&key, &visa(200)).await).await;
     assert_eq!(status, 422, "within the TTL another payload is refused");
 
     for _ in 0..100 {
@@ -231,7 +224,7 @@ async fn after_expiry_and_reaping_the_same_key_is_fresh_for_any_payload() {
         "the reaper deleted the expired record"
     );
 
-    let fresh = post(&service, &key, &visa(200)).await;
+    let fresh = service.post_charge(&key, &visa(200)).await;
     assert_eq!(fresh.status().as_u16(), 201);
     assert!(fresh.headers().get("idempotent-replayed").is_none());
     assert_eq!(count_rows(&db.pool, "charges").await, 2);
@@ -323,7 +316,8 @@ async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_wi
     .await;
 
     assert_eq!(
-        post(&service, &new_key(), &visa(100))
+        service
+            .post_charge(&new_key(), &visa(100))
             .await
             .status()
             .as_u16(),
@@ -333,7 +327,7 @@ async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_wi
 
     let key = new_key();
     for _ in 0..3 {
-        let response = post(&service, &key, &visa(200)).await;
+        let response = service.post_charge(&key, &visa(200)).await;
         let retry_after = response.headers().get("retry-after").is_some();
         let (status, body) = problem(response).await;
         assert!(retry_after, "503 carries Retry-After: {body}");
@@ -357,7 +351,7 @@ async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_wi
     relay.restore();
     let mut recovered = None;
     for _ in 0..50 {
-        let response = post(&service, &key, &visa(200)).await;
+        let response = service.post_charge(&key, &visa(200)).await;
         if response.status().as_u16() == 201 {
             recovered = Some(response.json::<Value>().await.expect("charge"));
             break;
@@ -386,7 +380,7 @@ async fn a_charge_whose_processor_call_timed_out_is_recorded_without_the_client(
     )
     .await;
     let key = new_key();
-    let (status, body) = problem(post(&service, &key, &visa(900)).await).await;
+    let (status, body) = problem(service.post_charge(&key, &visa(900)).await).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (503, Some("processor_unavailable"))
@@ -412,7 +406,7 @@ async fn a_charge_whose_processor_call_timed_out_is_recorded_without_the_client(
     assert_eq!(card_sim.charges_created().await, 1);
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
     // The client's eventual retry replays that charge.
-    let replay = post(&service, &key, &visa(900)).await;
+    let replay = service.post_charge(&key, &visa(900)).await;
     assert_eq!(replay.status().as_u16(), 201);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
 }
