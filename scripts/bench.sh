@@ -8,10 +8,11 @@
 # It builds the release binaries with the `bench` feature, then starts every service the
 # scenarios need at once, each on a fresh database and free loopback ports (and a card-sim
 # for in-flight), preloads the growth databases, and runs the scenarios with wrk and the Lua
-# scripts in scripts/bench/ in rounds: one run of each scenario per round, --repeat rounds,
-# the median run kept, so that a scenario and the floor it is compared with are measured
-# minutes apart at most and under the same background load. The reaper scenario runs last on
-# a service of its own. Everything it started is stopped and dropped on success and on
+# scripts in scripts/bench/ in rounds: one run of each scenario per round, each right after
+# the one it is compared with, --repeat rounds. A row reports the scenario's median run and
+# the median over the rounds of its ratio to its floor within a round, so that a round slowed
+# down by other work on the machine slows both sides of a ratio. The reaper scenario runs
+# last on a service of its own. Everything it started is stopped and dropped on success and on
 # failure. Every scenario must finish with 0 errors (the 409s of in-flight are its expected
 # answer) and pass its exactly-once checks: otherwise it exits non-zero.
 #
@@ -846,19 +847,16 @@ apply_targets() {
 }
 
 write_report() {
-    local md="$OUT/results.md" tsv="$OUT/results.tsv" name ratio range lo hi commit dirty cpu mem
+    local md="$OUT/results.md" tsv="$OUT/results.tsv" name ratio range lo hi cpu mem
     cpu="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
     mem="$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
-    commit="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    dirty=""
-    [[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]] && dirty=" with uncommitted changes"
     {
         echo "# Benchmark results"
         echo
         echo "- Command: \`$COMMAND_LINE\`"
         echo "- Date: $(date -u '+%Y-%m-%d %H:%M UTC')"
         echo "- Machine: $(nproc) cores ($cpu), $mem memory, $(uname -sr)"
-        echo "- Software: PostgreSQL $(psql_admin -At -c 'SHOW server_version' | cut -d' ' -f1) ($(psql_admin -At -F' ' -c "SELECT 'shared_buffers ' || current_setting('shared_buffers') || ', synchronous_commit ' || current_setting('synchronous_commit')")), Redis $(redis info server | sed -n 's/^redis_version:\([^[:space:]]*\).*/\1/p'), $(wrk --version 2>&1 | head -1 | awk '{print $1, $2}'); commit $commit$dirty"
+        echo "- Software: PostgreSQL $(psql_admin -At -c 'SHOW server_version' | cut -d' ' -f1) ($(psql_admin -At -F' ' -c "SELECT 'shared_buffers ' || current_setting('shared_buffers') || ', synchronous_commit ' || current_setting('synchronous_commit')")), Redis $(redis info server | sed -n 's/^redis_version:\([^[:space:]]*\).*/\1/p'), $(wrk --version 2>&1 | head -1 | awk '{print $1, $2}'); commit $COMMIT"
         echo "- Other load on the machine: load average $LOAD_BEFORE (1, 5, 15 min) when the run started"
         echo "- Load: wrk with $CONNECTIONS connections and $THREADS threads for ${DURATION} s per scenario after a ${WARMUP} s warm-up$( ((REPEAT > 1)) && echo ", in $REPEAT rounds: each row is the scenario's median run, its range the lowest and highest run, its ratio the median of the ratios within a round") (the -c1 rows: one connection, one thread), on the same machine as the service, PostgreSQL and Redis; the service at its defaults (10 database connections)"
         echo
@@ -913,6 +911,10 @@ write_report() {
 main() {
     local started=$SECONDS failure
     LOAD_BEFORE="$(cut -d' ' -f1-3 /proc/loadavg)"
+    # The code measured is the code built now, whatever is committed while the run goes on.
+    COMMIT="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    [[ -n "$(git -C "$ROOT" status --porcelain -- crates migrations Cargo.toml Cargo.lock 2>/dev/null)" ]] &&
+        COMMIT+=" with uncommitted changes to the code"
     mkdir -p "$OUT/raw" "$OUT/logs"
     rm -f "$OUT"/raw/* "$OUT"/logs/*
     ensure_tools
