@@ -11,10 +11,9 @@ use std::time::Duration;
 use config::{Config, Environment, File, FileFormat};
 use payments_domain::TenantId;
 use payments_idempotency::IdempotencyPolicy;
-use payments_storage::PoolSettings;
+use payments_storage::{Database, PoolSettings};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-use sqlx::postgres::PgConnectOptions;
 
 use crate::auth::{ApiKeys, parse_key_hash};
 use crate::state::Limits;
@@ -123,8 +122,7 @@ pub enum LogFormat {
 #[derive(Debug)]
 pub struct ValidSettings {
     pub bind: SocketAddr,
-    pub pg_options: PgConnectOptions,
-    database_url: SecretString,
+    pub database: Database,
     pub pool: PoolSettings,
     pub policy: IdempotencyPolicy,
     pub api_keys: ApiKeys,
@@ -135,12 +133,6 @@ pub struct ValidSettings {
     /// `None` when Redis is disabled (an empty `redis.url`).
     pub redis: Option<RedisSettings>,
     pub log: LogSettings,
-}
-
-impl ValidSettings {
-    pub fn database_url(&self) -> &str {
-        self.database_url.expose_secret()
-    }
 }
 
 /// Why the service did not start. Each message is one line that names the setting.
@@ -196,7 +188,12 @@ impl Settings {
                 self.server.bind
             ),
         })?;
-        let pg_options = postgres_options(self.database.url.expose_secret())?;
+        let database = Database::parse(self.database.url.expose_secret()).map_err(|reason| {
+            StartupError::Invalid {
+                key: "database.url",
+                reason,
+            }
+        })?;
         if self.database.max_connections == 0 {
             return Err(invalid("database.max_connections", "must be at least 1"));
         }
@@ -288,8 +285,7 @@ impl Settings {
         };
         Ok(ValidSettings {
             bind,
-            pg_options,
-            database_url: self.database.url,
+            database,
             pool: PoolSettings {
                 max_connections: self.database.max_connections,
                 acquire_timeout: Duration::from_millis(self.database.acquire_timeout_ms),
@@ -310,25 +306,6 @@ impl Settings {
             log: self.log,
         })
     }
-}
-
-/// Parses a `postgres://` or `postgresql://` URL. The scheme is checked here because the
-/// driver's parser accepts any scheme and would quietly connect to PostgreSQL defaults.
-fn postgres_options(url: &str) -> Result<PgConnectOptions, StartupError> {
-    let scheme = url
-        .split_once("://")
-        .map(|(scheme, _)| scheme)
-        .unwrap_or_default();
-    if !matches!(scheme, "postgres" | "postgresql") {
-        return Err(StartupError::Invalid {
-            key: "database.url",
-            reason: format!("unsupported scheme {scheme:?}: expected postgres:// or postgresql://"),
-        });
-    }
-    PgConnectOptions::from_str(url).map_err(|e| StartupError::Invalid {
-        key: "database.url",
-        reason: format!("not a valid PostgreSQL URL ({e})"),
-    })
 }
 
 fn api_keys(entries: Vec<ApiKeySetting>) -> Result<ApiKeys, StartupError> {

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use payments_card_sim::{HttpCardProcessor, InMemoryCardProcessor};
 use payments_domain::CardProcessor;
-use payments_storage::{EventStream, PgStore, RedisLink, ReplayCache};
+use payments_storage::{EventStream, RedisLink, ReplayCache};
 use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
@@ -43,12 +43,9 @@ pub async fn run() -> Result<(), StartupError> {
     let settings = Settings::load()?.validate()?;
     telemetry::init(&settings.log);
 
-    PgStore::create_database_if_missing(settings.database_url())
-        .await
-        .map_err(|e| StartupError::Database(error_chain(&e)))?;
-    let store = PgStore::connect_lazy(settings.pg_options.clone(), &settings.pool, settings.policy);
-    store
-        .migrate()
+    let store = settings
+        .database
+        .open(&settings.pool, settings.policy)
         .await
         .map_err(|e| StartupError::Database(error_chain(&e)))?;
 
@@ -98,8 +95,8 @@ pub async fn run() -> Result<(), StartupError> {
         addr: settings.bind,
         reason: e.to_string(),
     })?;
-    tracing::info!(%address, database = "postgres", processor = %processor_name,
-        redis = %redis_name, "listening");
+    tracing::info!(%address, database = %settings.database.describe(),
+        processor = %processor_name, redis = %redis_name, "listening");
 
     // One shutdown signal stops the server (after draining requests) and then the workers.
     let (stop_workers, workers_stopped) = tokio::sync::watch::channel(false);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_domain::CardProcessor;
-use payments_storage::{EventStream, PgStore, ReplayCache};
+use payments_storage::{EventStream, ReplayCache, Store};
 
 use crate::auth::ApiKeys;
 use crate::completions::Completions;
@@ -26,7 +26,8 @@ pub struct Limits {
 /// Shared by every request; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    pub store: PgStore,
+    /// The database, PostgreSQL or SQLite: the handlers see only the repositories.
+    pub store: Arc<dyn Store>,
     pub processor: Arc<dyn CardProcessor>,
     pub api_keys: ApiKeys,
     pub limits: Limits,
@@ -41,7 +42,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(
-        store: PgStore,
+        store: Arc<dyn Store>,
         processor: Arc<dyn CardProcessor>,
         api_keys: ApiKeys,
         limits: Limits,

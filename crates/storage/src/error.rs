@@ -1,5 +1,7 @@
 //! The storage layer's one error type.
 
+use sqlx::error::DatabaseError;
+
 /// Why a storage operation failed. The API maps `Unavailable` to 503 (fail closed: no record,
 /// no execution) and everything else to 500.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +24,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("migration failed: {0}")]
     Migration(String),
+    /// The database cannot be used where it was configured (a directory that cannot be
+    /// created, say).
+    #[error("{0}")]
+    Unusable(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -40,13 +46,33 @@ impl From<sqlx::Error> for StoreError {
 }
 
 /// The name of the constraint a database error reports, if any: callers match on names (as
-/// written in the migrations), never on message text.
+/// written in the migrations). PostgreSQL reports the name itself; SQLite only in its message
+/// (`CHECK constraint failed: <name>`, or the trigger's `RAISE` text, which is the name).
 pub(crate) fn violated_constraint(error: &sqlx::Error) -> Option<String> {
-    error
-        .as_database_error()
-        .and_then(|e| e.constraint())
-        .map(str::to_owned)
+    let db = error.as_database_error()?;
+    if let Some(name) = db.constraint() {
+        return Some(name.to_owned());
+    }
+    // Extended result codes keep the primary code in the low byte.
+    if sqlite_code(db)? & 0xff != SQLITE_CONSTRAINT {
+        return None;
+    }
+    let message = db.message();
+    let name = message
+        .strip_prefix("CHECK constraint failed: ")
+        .unwrap_or(message);
+    Some(name.to_owned())
 }
+
+/// The result code of an SQLite error; `None` for any other database's error.
+fn sqlite_code(db: &dyn DatabaseError) -> Option<i32> {
+    db.try_downcast_ref::<sqlx::sqlite::SqliteError>()?;
+    db.code()?.parse().ok()
+}
+
+const SQLITE_CONSTRAINT: i32 = 19;
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
 
 fn is_unavailable(error: &sqlx::Error) -> bool {
     match error {
@@ -59,9 +85,13 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         // 57P01 admin_shutdown, 57P03 cannot_connect_now, 08xxx connection exceptions.
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|code| code.starts_with("08") || code == "57P01" || code == "57P03"),
+        sqlx::Error::Database(db) => match sqlite_code(db.as_ref()) {
+            // SQLite: another writer kept the database locked past the busy timeout.
+            Some(code) => matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED),
+            None => db
+                .code()
+                .is_some_and(|code| code.starts_with("08") || code == "57P01" || code == "57P03"),
+        },
         _ => false,
     }
 }

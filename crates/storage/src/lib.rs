@@ -1,117 +1,143 @@
-//! PostgreSQL persistence for the payments service: idempotency records, charges, the
-//! double-entry ledger and the outbox, and the migrations that create them.
+//! Persistence for the payments service: idempotency records, charges, the double-entry ledger
+//! and the outbox, behind repository traits with two backends, PostgreSQL (deployments) and
+//! SQLite (the embedded mode), and the migrations of each.
 //!
 //! Queries are plain `sqlx::query`/`query_as` with `FromRow` rows: the SQL is visible where it
 //! runs, and rows are converted to domain and protocol types here, at the edge, so nothing above
 //! this crate sees a database type. Each multi-statement step runs in a transaction this crate
-//! opens and commits; single statements rely on PostgreSQL's statement atomicity. This crate
-//! must not import axum or any HTTP type. Redis (the replay cache, the event stream) is only
-//! ever an accelerator and a transport: nothing here treats it as a source of truth.
+//! opens and commits. This crate must not import axum or any HTTP type. Redis (the replay
+//! cache, the event stream) is only ever an accelerator and a transport: nothing here treats it
+//! as a source of truth.
 
-mod charges;
-mod claim;
 mod error;
-mod finish;
-mod ledger;
-mod outbox;
-mod recovery;
+mod model;
+mod postgres;
 mod redis_link;
 mod replay_cache;
+mod repository;
 mod rows;
+mod sqlite;
+mod stream;
 
+use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use payments_idempotency::IdempotencyPolicy;
-use sqlx::PgPool;
-use sqlx::migrate::MigrateDatabase;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::sqlite::SqliteConnectOptions;
 
-pub use charges::{ChargePage, ListCharges};
-pub use claim::{Claim, Claimed};
 pub use error::StoreError;
-pub use finish::Finish;
-pub use ledger::Balance;
-pub use outbox::{Backlog, EventStream, OutboxEvent, RelayError};
-pub use recovery::Abandoned;
+pub use model::{Abandoned, Backlog, Balance, ChargePage, Claim, Claimed, Finish, ListCharges};
+pub use postgres::PgStore;
 pub use redis_link::{RedisFailure, RedisLink};
 pub use replay_cache::{CachedReplay, ReplayCache};
-
-/// The migrations under `migrations/postgres`, embedded in the binary.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+pub use repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
+pub use sqlite::SqliteStore;
+pub use stream::{EventStream, OutboxEvent, RelayError};
 
 /// How to reach the database.
 #[derive(Debug, Clone)]
 pub struct PoolSettings {
     pub max_connections: u32,
-    /// How long a request waits for a connection before it fails with 503: short, so a lost
-    /// database fails requests fast instead of queueing them.
+    /// How long a request waits for a connection (or, on SQLite, for another process's write)
+    /// before it fails with 503: short, so a lost database fails requests fast instead of
+    /// queueing them.
     pub acquire_timeout: Duration,
 }
 
-/// The repository the service works through. Cheap to clone (the pool is shared).
-#[derive(Debug, Clone)]
-pub struct PgStore {
-    pool: PgPool,
-    policy: IdempotencyPolicy,
+/// Where the data lives, parsed from a database URL.
+#[derive(Clone)]
+pub enum Database {
+    /// `postgres://` or `postgresql://`.
+    Postgres {
+        url: String,
+        options: PgConnectOptions,
+    },
+    /// `sqlite://path`, `sqlite:path` or `sqlite::memory:`.
+    Sqlite(SqliteConnectOptions),
 }
 
-impl PgStore {
-    /// Connects lazily: the service starts even while the database is down, answers 503 until
-    /// it is back, and recovers without a restart.
-    pub fn connect_lazy(
-        options: PgConnectOptions,
+// The URL may carry a password: only the backend and the location are ever printed.
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Database {
+    /// Parses a database URL. The scheme is checked here because the drivers' parsers accept
+    /// other schemes and would quietly connect to their defaults.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let scheme = url
+            .split_once(':')
+            .map(|(scheme, _)| scheme)
+            .unwrap_or_default();
+        match scheme {
+            "postgres" | "postgresql" => PgConnectOptions::from_str(url)
+                .map(|options| Self::Postgres {
+                    url: url.to_owned(),
+                    options,
+                })
+                .map_err(|e| format!("not a valid PostgreSQL URL ({e})")),
+            "sqlite" => SqliteConnectOptions::from_str(url)
+                .map(Self::Sqlite)
+                .map_err(|e| format!("not a valid SQLite URL ({e})")),
+            _ => Err(format!(
+                "unsupported scheme {scheme:?}: expected postgres://, postgresql:// or sqlite:"
+            )),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Self::Postgres { .. } => Backend::Postgres,
+            Self::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// The backend and where it is, without credentials: `postgres at host:5432/db`,
+    /// `sqlite at data/payments.db`, `sqlite in memory`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Postgres { options, .. } => format!(
+                "postgres at {}:{}/{}",
+                options.get_host(),
+                options.get_port(),
+                options.get_database().unwrap_or_default()
+            ),
+            Self::Sqlite(options) if is_in_memory(options) => "sqlite in memory".to_owned(),
+            Self::Sqlite(options) => {
+                format!("sqlite at {}", options.get_filename().display())
+            }
+        }
+    }
+
+    /// Opens the store and brings its schema up to date. PostgreSQL's database is created if
+    /// missing and its pool connects lazily afterwards; SQLite's file and directory are created
+    /// if missing.
+    pub async fn open(
+        &self,
         settings: &PoolSettings,
         policy: IdempotencyPolicy,
-    ) -> Self {
-        // No ping before each acquire: it would add a round trip to every statement on the hot
-        // path. A connection that died is found by its next statement, which fails as
-        // `Unavailable` (503, nothing executed) and is dropped from the pool.
-        let pool = PgPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.acquire_timeout)
-            .test_before_acquire(false)
-            .connect_lazy_with(options);
-        Self { pool, policy }
-    }
-
-    /// Wraps an existing pool (tests, tools).
-    pub fn from_pool(pool: PgPool, policy: IdempotencyPolicy) -> Self {
-        Self { pool, policy }
-    }
-
-    /// Creates the database named in `url` if it does not exist yet.
-    pub async fn create_database_if_missing(url: &str) -> Result<(), StoreError> {
-        if !sqlx::Postgres::database_exists(url).await? {
-            sqlx::Postgres::create_database(url).await?;
-        }
-        Ok(())
-    }
-
-    /// Applies the embedded migrations. Safe to run from several instances at once: sqlx takes
-    /// an advisory lock around them.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StoreError::Migration(e.to_string()))
-    }
-
-    /// Answers whether the database takes a query now.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    pub fn policy(&self) -> IdempotencyPolicy {
-        self.policy
+    ) -> Result<Arc<dyn Store>, StoreError> {
+        let store: Arc<dyn Store> = match self {
+            Self::Postgres { url, options } => {
+                PgStore::create_database_if_missing(url).await?;
+                Arc::new(PgStore::connect_lazy(options.clone(), settings, policy))
+            }
+            Self::Sqlite(options) => {
+                Arc::new(SqliteStore::open(options.clone(), settings, policy).await?)
+            }
+        };
+        store.migrate().await?;
+        Ok(store)
     }
 }
 
-/// Seconds as a PostgreSQL interval argument (`make_interval(secs => $n)` takes a double).
-fn secs(duration: Duration) -> f64 {
-    duration.as_secs_f64()
+fn is_in_memory(options: &SqliteConnectOptions) -> bool {
+    options
+        .get_filename()
+        .to_string_lossy()
+        .starts_with("file:sqlx-in-memory")
 }

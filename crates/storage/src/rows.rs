@@ -127,6 +127,12 @@ impl ChargeRow {
     }
 }
 
+/// A response status as the `smallint` column stores it.
+pub(crate) fn stored_status(response: &StoredResponse) -> Result<i16, StoreError> {
+    i16::try_from(response.status)
+        .map_err(|_| StoreError::Corrupt(format!("status {} out of range", response.status)))
+}
+
 fn corrupt(column: &str, value: impl std::fmt::Debug) -> StoreError {
     StoreError::Corrupt(format!("{column} = {value:?}"))
 }

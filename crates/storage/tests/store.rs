@@ -1,5 +1,8 @@
-//! The storage protocol against a real PostgreSQL: claims, takeovers, fencing and expiry.
-//! Each test gets its own database.
+//! The storage protocol against real databases: claims, takeovers, fencing and expiry.
+//! Every test runs once per backend (PostgreSQL and SQLite), each time on its own database.
+
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use chrono::Utc;
 use futures::future::join_all;
@@ -8,14 +11,45 @@ use payments_idempotency::{
     Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint,
     Scope, StoredResponse,
 };
-use payments_storage::{Claim, Claimed, Finish, MIGRATOR, PgStore};
+use payments_storage::{Backend, Claim, Claimed, Database, Finish, PoolSettings, Store};
 use serde_json::json;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgConnection};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Connection, PgConnection};
 
+/// Runs each named test once per backend: `postgres::<name>` and `sqlite::<name>`.
+macro_rules! on_every_backend {
+    ($($test:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(payments_storage::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(payments_storage::Backend::Sqlite).await;
+                }
+            )*
+        }
+    };
+}
+
+/// A store on a fresh database, and a plain connection pool to the same database for the
+/// test's own reads and time travel. Dropping it removes the database.
 struct TestDb {
-    store: PgStore,
-    name: String,
+    store: Arc<dyn Store>,
+    raw: AnyPool,
+    backend: Backend,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    DropDatabase(String),
+    RemoveDirectory(PathBuf),
 }
 
 fn admin_url() -> String {
@@ -23,65 +57,100 @@ fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
-async fn test_db() -> TestDb {
-    let name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
-    let admin = admin_url();
-    let mut conn = PgConnection::connect(&admin)
+async fn test_db(backend: Backend) -> TestDb {
+    sqlx::any::install_default_drivers();
+    let (url, cleanup) = match backend {
+        Backend::Postgres => {
+            let name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
+            let admin = admin_url();
+            let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                panic!("PostgreSQL is required and not reachable at {admin}: {e}")
+            });
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut conn)
+                .await
+                .expect("create database");
+            let base = admin
+                .rsplit_once('/')
+                .map_or(admin.as_str(), |(base, _)| base);
+            (format!("{base}/{name}"), Cleanup::DropDatabase(name))
+        }
+        Backend::Sqlite => {
+            let dir = std::env::temp_dir()
+                .join(format!("payments-test-{}", uuid::Uuid::new_v4().simple()));
+            let url = format!("sqlite://{}", dir.join("payments.db").display());
+            (url, Cleanup::RemoveDirectory(dir))
+        }
+    };
+    let settings = PoolSettings {
+        max_connections: 20,
+        acquire_timeout: std::time::Duration::from_secs(10),
+    };
+    let store = Database::parse(&url)
+        .expect("test database URL")
+        .open(&settings, IdempotencyPolicy::default())
         .await
-        .unwrap_or_else(|e| panic!("PostgreSQL is required and not reachable at {admin}: {e}"));
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
+        .expect("open and migrate the test database");
+    let raw = AnyPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
         .await
-        .expect("create database");
-    let base = admin
-        .rsplit_once('/')
-        .map_or(admin.as_str(), |(base, _)| base);
-    let pool = PgPoolOptions::new()
-        .max_connections(20)
-        .connect(&format!("{base}/{name}"))
-        .await
-        .expect("connect");
-    MIGRATOR.run(&pool).await.expect("migrate");
+        .expect("connect to the test database");
     TestDb {
-        store: PgStore::from_pool(pool, IdempotencyPolicy::default()),
-        name,
+        store,
+        raw,
+        backend,
+        cleanup,
     }
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(mut conn) = PgConnection::connect(&admin_url()).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut conn)
-                        .await;
-                }
-            });
-        })
-        .join();
+        match &self.cleanup {
+            Cleanup::RemoveDirectory(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Cleanup::DropDatabase(name) => {
+                let name = name.clone();
+                let _ = std::thread::spawn(move || {
+                    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    else {
+                        return;
+                    };
+                    rt.block_on(async {
+                        if let Ok(mut conn) = PgConnection::connect(&admin_url()).await {
+                            let _ = sqlx::query(&format!(
+                                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                            ))
+                            .execute(&mut conn)
+                            .await;
+                        }
+                    });
+                })
+                .join();
+            }
+        }
     }
 }
 
 impl TestDb {
-    /// Runs SQL against the test database, to move time-dependent columns into the past.
-    async fn exec(&self, sql: &str) {
-        sqlx::query(sql)
-            .execute(self.store.pool())
-            .await
-            .expect(sql);
+    /// Moves the named time columns of every record one second into the past, by the
+    /// database's own clock (the clock the store judges expiry by).
+    async fn move_into_past(&self, columns: &[&str]) {
+        let past = match self.backend {
+            Backend::Postgres => "now() - interval '1 second'",
+            Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 seconds')",
+        };
+        let set: Vec<String> = columns.iter().map(|c| format!("{c} = {past}")).collect();
+        let sql = format!("UPDATE idempotency_records SET {}", set.join(", "));
+        sqlx::query(&sql).execute(&self.raw).await.expect(&sql);
     }
 
     async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
-            .fetch_one(self.store.pool())
+            .fetch_one(&self.raw)
             .await
             .expect("count")
     }
@@ -129,9 +198,8 @@ fn response(body: &str) -> StoredResponse {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exactly_one_of_many_concurrent_claims_owns_a_fresh_key() {
-    let db = test_db().await;
+async fn exactly_one_of_many_concurrent_claims_owns_a_fresh_key(backend: Backend) {
+    let db = test_db(backend).await;
     let (s, k, fp) = (scope(), key("k"), fingerprint(100));
     let claims = join_all((0..20).map(|_| db.store.claim(&s, &k, &fp, b"{}"))).await;
     let claims: Vec<Claim> = claims.into_iter().map(|c| c.expect("claim")).collect();
@@ -147,9 +215,8 @@ async fn exactly_one_of_many_concurrent_claims_owns_a_fresh_key() {
     assert_eq!(db.count("idempotency_records").await, 1);
 }
 
-#[tokio::test]
-async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off() {
-    let db = test_db().await;
+async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend: Backend) {
+    let db = test_db(backend).await;
     let first = owned(
         db.store
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
@@ -166,8 +233,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off() {
         .expect("claim");
     assert!(matches!(duplicate, Claim::InFlight { retry_after_secs } if retry_after_secs >= 1));
 
-    db.exec("UPDATE idempotency_records SET locked_until = now() - interval '1 second'")
-        .await;
+    db.move_into_past(&["locked_until"]).await;
     let second = owned(
         db.store
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
@@ -243,9 +309,8 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off() {
     assert!(matches!(replay, Claim::Replay { response: r, .. } if r == response("new")));
 }
 
-#[tokio::test]
-async fn a_takeover_resumes_from_charged_with_the_processor_charge_id() {
-    let db = test_db().await;
+async fn a_takeover_resumes_from_charged_with_the_processor_charge_id(backend: Backend) {
+    let db = test_db(backend).await;
     let first = owned(
         db.store
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
@@ -259,8 +324,7 @@ async fn a_takeover_resumes_from_charged_with_the_processor_charge_id() {
             .expect("write"),
         Finish::Written
     );
-    db.exec("UPDATE idempotency_records SET locked_until = now() - interval '1 second'")
-        .await;
+    db.move_into_past(&["locked_until"]).await;
 
     let second = owned(
         db.store
@@ -272,9 +336,8 @@ async fn a_takeover_resumes_from_charged_with_the_processor_charge_id() {
     assert_eq!(second.processor_charge_id.as_deref(), Some("sim_42"));
 }
 
-#[tokio::test]
-async fn a_failed_record_is_retried_under_the_same_processor_key() {
-    let db = test_db().await;
+async fn a_failed_record_is_retried_under_the_same_processor_key(backend: Backend) {
+    let db = test_db(backend).await;
     let first = owned(
         db.store
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
@@ -308,9 +371,8 @@ async fn a_failed_record_is_retried_under_the_same_processor_key() {
     );
 }
 
-#[tokio::test]
-async fn an_expired_finished_record_is_replaced_by_a_new_request() {
-    let db = test_db().await;
+async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backend) {
+    let db = test_db(backend).await;
     let first = owned(
         db.store
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
@@ -330,8 +392,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request() {
         Claim::Mismatch
     );
 
-    db.exec("UPDATE idempotency_records SET expires_at = now() - interval '1 second'")
-        .await;
+    db.move_into_past(&["expires_at"]).await;
     let fresh = owned(
         db.store
             .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
@@ -355,20 +416,15 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request() {
     );
 }
 
-#[tokio::test]
-async fn an_unfinished_record_never_expires_away() {
-    let db = test_db().await;
+async fn an_unfinished_record_never_expires_away(backend: Backend) {
+    let db = test_db(backend).await;
     owned(
         db.store
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
     );
-    db.exec(
-        "UPDATE idempotency_records
-         SET expires_at = now() - interval '1 second', locked_until = now() - interval '1 second'",
-    )
-    .await;
+    db.move_into_past(&["expires_at", "locked_until"]).await;
     // The card may have been charged: another payload is refused, the same one resumes.
     assert_eq!(
         db.store
@@ -386,9 +442,8 @@ async fn an_unfinished_record_never_expires_away() {
     assert!(resumed.took_over);
 }
 
-#[tokio::test]
-async fn keys_are_scoped_by_tenant_and_operation() {
-    let db = test_db().await;
+async fn keys_are_scoped_by_tenant_and_operation(backend: Backend) {
+    let db = test_db(backend).await;
     let other_tenant = Scope {
         tenant: "globex".into(),
         operation: CHARGES_CREATE_V1.into(),
@@ -407,3 +462,13 @@ async fn keys_are_scoped_by_tenant_and_operation() {
     }
     assert_eq!(db.count("idempotency_records").await, 3);
 }
+
+on_every_backend!(
+    exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
+    a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off,
+    a_takeover_resumes_from_charged_with_the_processor_charge_id,
+    a_failed_record_is_retried_under_the_same_processor_key,
+    an_expired_finished_record_is_replaced_by_a_new_request,
+    an_unfinished_record_never_expires_away,
+    keys_are_scoped_by_tenant_and_operation,
+);

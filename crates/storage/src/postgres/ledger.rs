@@ -1,20 +1,14 @@
 //! Ledger balances per account and currency.
 
-use payments_domain::{Account, Currency, TenantId};
+use payments_domain::{Account, TenantId};
 
-use crate::{PgStore, StoreError};
-
-/// The signed sum of one account's entries in one currency (debits positive).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Balance {
-    pub account: Account,
-    pub currency: Currency,
-    pub balance: i64,
-}
+use super::PgStore;
+use crate::StoreError;
+use crate::model::Balance;
 
 impl PgStore {
     /// The tenant's balances, ordered by currency then account.
-    pub async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
+    pub(crate) async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
         // sum(bigint) is numeric in PostgreSQL; it is cast back because a tenant's balance is
         // bounded far below i64 by the charge amount limit.
         let rows: Vec<(String, String, i64)> = sqlx::query_as(

@@ -2,48 +2,15 @@
 
 use chrono::{DateTime, Utc};
 use payments_idempotency::{
-    Attempt, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, StoredResponse, decide,
+    Attempt, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, decide,
 };
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::{PgStore, secs};
+use crate::StoreError;
+use crate::model::{Claim, Claimed, processor_key_for};
 use crate::rows::RecordRow;
-use crate::{PgStore, StoreError, secs};
-
-/// The outcome of a claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Claim {
-    /// This attempt owns the record and must drive it to an end.
-    Owned(Claimed),
-    /// The key already has a final response: send it again (and it may be cached until the
-    /// record expires).
-    Replay {
-        response: StoredResponse,
-        expires_at: DateTime<Utc>,
-    },
-    /// Another attempt holds the lock.
-    InFlight { retry_after_secs: u64 },
-    /// The key belongs to a different request.
-    Mismatch,
-}
-
-/// What an owning attempt needs to execute or resume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claimed {
-    /// The fencing token every later write of this attempt carries.
-    pub attempt: Attempt,
-    /// The id of the resource (charge) this request creates, the same on every attempt.
-    pub resource_id: Uuid,
-    /// The key sent to the processor, the same on every attempt.
-    pub processor_key: String,
-    pub resume_from: RecoveryPoint,
-    /// Known when resuming from `charged`.
-    pub processor_charge_id: Option<String>,
-    /// Whether an earlier attempt had the record (a takeover or a retry after failure).
-    pub took_over: bool,
-    /// When the record's retention ends: a cached copy of its response must not outlive it.
-    pub expires_at: DateTime<Utc>,
-}
 
 /// A row read under its lock, with the database's clock: all instances judge lock expiry by
 /// the same clock, never their own.
@@ -61,7 +28,7 @@ impl PgStore {
     /// decides between concurrent duplicates, with no check-then-act window. Only when the key
     /// exists does the claim read the record under `FOR UPDATE` and let [`decide`] judge it, in
     /// one short transaction, so that two retries cannot both take over a stale record.
-    pub async fn claim(
+    pub(crate) async fn claim(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -231,7 +198,7 @@ impl PgStore {
     }
 
     /// Reads a record and the database clock, without locking.
-    pub async fn find_record(
+    pub(crate) async fn find_record(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -267,10 +234,4 @@ async fn lock_record(
     .bind(key.as_str())
     .fetch_optional(conn)
     .await?)
-}
-
-/// The processor key is derived from the record's resource id, fixed at claim time: it is
-/// the same on every attempt and unique across tenants and expiry generations.
-fn processor_key_for(resource_id: Uuid) -> String {
-    format!("pay_{}", resource_id.simple())
 }

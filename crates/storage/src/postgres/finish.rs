@@ -4,28 +4,10 @@ use payments_domain::{Charge, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompl
 use payments_idempotency::{Attempt, IdempotencyKey, Scope, StoredResponse};
 use sqlx::PgConnection;
 
-use crate::rows::headers_to_json;
-use crate::{PgStore, StoreError};
-
-/// Whether a fenced write took effect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    /// The record still belonged to this attempt and was written.
-    Written,
-    /// Another attempt took the record over: nothing was written, and this attempt must answer
-    /// from the record as it now is.
-    Fenced,
-}
-
-impl Finish {
-    fn from_rows(rows: u64) -> Self {
-        if rows == 1 {
-            Self::Written
-        } else {
-            Self::Fenced
-        }
-    }
-}
+use super::PgStore;
+use crate::StoreError;
+use crate::model::Finish;
+use crate::rows::{headers_to_json, stored_status};
 
 // Every statement below carries this condition: the record is still pending and still holds
 // the attempt number this attempt claimed with.
@@ -55,7 +37,7 @@ fn fenced_sql(set: &str) -> String {
 
 impl PgStore {
     /// Records that the processor confirmed the charge, so that a takeover resumes from here.
-    pub async fn record_charged(
+    pub(crate) async fn record_charged(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -72,7 +54,7 @@ impl PgStore {
 
     /// Marks a transient failure: the lock is released and the next retry executes again
     /// (with the same processor key, so a charge the processor did make is found, not repeated).
-    pub async fn mark_failed(
+    pub(crate) async fn mark_failed(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -89,7 +71,7 @@ impl PgStore {
     /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
     /// nobody retries, the completer asks the processor whether the charge happened. Marking it
     /// failed instead would leave a charge the processor did make unrecorded.
-    pub async fn release_lock(
+    pub(crate) async fn release_lock(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -103,7 +85,7 @@ impl PgStore {
     }
 
     /// Completes the record with a response that created nothing (a decline).
-    pub async fn finish_without_charge(
+    pub(crate) async fn finish_without_charge(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -121,7 +103,7 @@ impl PgStore {
     /// the record is the gate every insert selects from: if another attempt owns the record,
     /// the update matches no row and nothing else is written. The ledger's balance trigger and
     /// the foreign keys are checked at the end of the statement and at commit as usual.
-    pub async fn finish_charge(
+    pub(crate) async fn finish_charge(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -226,11 +208,6 @@ fn bind_charge_writes<'q>(
         .bind(payload))
 }
 
-fn stored_status(response: &StoredResponse) -> Result<i16, StoreError> {
-    i16::try_from(response.status)
-        .map_err(|_| StoreError::Corrupt(format!("status {} out of range", response.status)))
-}
-
 async fn complete_record(
     conn: &mut PgConnection,
     scope: &Scope,
@@ -255,7 +232,7 @@ impl PgStore {
     /// Writes a charge, its ledger transaction and its event in one statement, with no
     /// idempotency record at all. Not part of the service: it is the floor the charge flow is
     /// measured against in the benchmarks (the same writes, none of the protection).
-    pub async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
+    pub(crate) async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
         let sql = format!(
             "WITH gate AS (SELECT 1), {} SELECT count(*) FROM gate",
             charge_writes(1)

@@ -2,29 +2,17 @@
 
 use payments_domain::{Charge, ChargeId, TenantId};
 
+use super::PgStore;
+use crate::StoreError;
+use crate::model::{ChargePage, ListCharges};
 use crate::rows::ChargeRow;
-use crate::{PgStore, StoreError};
-
-/// A page request: newest first, after an optional cursor.
-#[derive(Debug, Clone, Copy)]
-pub struct ListCharges {
-    pub limit: u32,
-    pub starting_after: Option<ChargeId>,
-}
-
-/// One page of charges, newest first.
-#[derive(Debug, Clone)]
-pub struct ChargePage {
-    pub charges: Vec<Charge>,
-    pub has_more: bool,
-}
 
 const CHARGE_COLUMNS: &str =
     "id, tenant_id, amount, currency, source, description, processor_charge_id, created_at";
 
 impl PgStore {
     /// The tenant's charge with this id; another tenant's charge is simply not found.
-    pub async fn get_charge(
+    pub(crate) async fn get_charge(
         &self,
         tenant: &TenantId,
         id: ChargeId,
@@ -39,7 +27,7 @@ impl PgStore {
     }
 
     /// A page of the tenant's charges, or `None` when the cursor is not one of its charges.
-    pub async fn list_charges(
+    pub(crate) async fn list_charges(
         &self,
         tenant: &TenantId,
         page: ListCharges,

@@ -1,73 +1,11 @@
-//! The outbox relay: unpublished `outbox_events` rows go to a Redis stream, at least once.
+//! The PostgreSQL outbox relay: unpublished `outbox_events` rows go to the stream, at least once.
 
-use redis::Pipeline;
 use uuid::Uuid;
 
-use crate::redis_link::{RedisFailure, RedisLink};
-use crate::{PgStore, StoreError};
-
-/// Publishes events to one Redis stream.
-#[derive(Debug, Clone)]
-pub struct EventStream {
-    link: RedisLink,
-    stream: String,
-}
-
-/// An outbox row on its way to the stream.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OutboxEvent {
-    pub id: Uuid,
-    pub event_type: String,
-    pub payload: String,
-}
-
-impl EventStream {
-    pub fn new(link: RedisLink, stream: impl Into<String>) -> Self {
-        Self {
-            link,
-            stream: stream.into(),
-        }
-    }
-
-    pub fn name(&self) -> &str {
-        &self.stream
-    }
-
-    /// `XADD`s every event in one pipeline. Each entry carries `event_id`, so a consumer that
-    /// receives an event twice (delivery is at least once) can tell.
-    pub async fn publish(&self, events: &[OutboxEvent]) -> Result<(), RedisFailure> {
-        let mut pipe = Pipeline::new();
-        for event in events {
-            pipe.cmd("XADD")
-                .arg(&self.stream)
-                .arg("*")
-                .arg("event_id")
-                .arg(event.id.to_string())
-                .arg("type")
-                .arg(&event.event_type)
-                .arg("payload")
-                .arg(&event.payload)
-                .ignore();
-        }
-        self.link.query_pipeline::<()>(&pipe).await
-    }
-}
-
-/// Why a relay round published nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum RelayError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("publishing to the stream failed")]
-    Stream(#[from] RedisFailure),
-}
-
-/// Unpublished events: how many, and how long the oldest has waited.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Backlog {
-    pub unpublished: i64,
-    pub oldest_age_secs: f64,
-}
+use super::PgStore;
+use crate::StoreError;
+use crate::model::Backlog;
+use crate::stream::{EventStream, OutboxEvent, RelayError};
 
 impl PgStore {
     /// Publishes up to `batch` unpublished events and marks them published; returns how many.
@@ -77,7 +15,7 @@ impl PgStore {
     /// marked only after the stream accepted them, in the same transaction: if Redis fails they
     /// stay unpublished for the next round; if the commit fails after the XADD, the next round
     /// publishes them again (at least once, never lost).
-    pub async fn relay_outbox(
+    pub(crate) async fn relay_outbox(
         &self,
         batch: i64,
         stream: &EventStream,
@@ -109,7 +47,7 @@ impl PgStore {
     }
 
     /// The size and age of the unpublished backlog.
-    pub async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
+    pub(crate) async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
         let (unpublished, oldest_age_secs): (i64, Option<f64>) = sqlx::query_as(
             "SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
              FROM outbox_events WHERE published_at IS NULL",

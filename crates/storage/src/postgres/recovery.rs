@@ -1,24 +1,11 @@
 //! What the background workers need: abandoned records to complete, expired ones to delete.
 
-use payments_idempotency::{Attempt, IdempotencyKey, RecoveryPoint, Scope};
+use payments_idempotency::{Attempt, IdempotencyKey, Scope};
 use uuid::Uuid;
 
-use crate::{PgStore, StoreError, secs};
-
-/// A pending record whose owner went away, now owned by the completer.
-#[derive(Debug, Clone)]
-pub struct Abandoned {
-    pub scope: Scope,
-    pub key: IdempotencyKey,
-    /// The completer's own fencing token: the record's attempts after the takeover.
-    pub attempt: Attempt,
-    pub resource_id: Uuid,
-    pub processor_key: String,
-    pub recovery_point: RecoveryPoint,
-    pub processor_charge_id: Option<String>,
-    /// The canonical JSON of the request, to finish it without the client.
-    pub request_body: Option<Vec<u8>>,
-}
+use super::{PgStore, secs};
+use crate::StoreError;
+use crate::model::Abandoned;
 
 #[derive(Debug, sqlx::FromRow)]
 struct AbandonedRow {
@@ -39,7 +26,10 @@ impl PgStore {
     /// `FOR UPDATE SKIP LOCKED` lets every instance run a completer at once: each takes
     /// different rows, and none waits for another. The takeover bumps `attempts`, so the
     /// original attempt, if it is merely slow rather than dead, is fenced off.
-    pub async fn take_over_abandoned(&self, limit: i64) -> Result<Vec<Abandoned>, StoreError> {
+    pub(crate) async fn take_over_abandoned(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<Abandoned>, StoreError> {
         let rows: Vec<AbandonedRow> = sqlx::query_as(
             "UPDATE idempotency_records r
              SET attempts = r.attempts + 1, locked_until = now() + make_interval(secs => $1),
@@ -85,7 +75,7 @@ impl PgStore {
     /// Pending records are never reaped, however old: the card may have been charged, and only
     /// a resume or the completer may settle them. Small batches keep each statement short, and
     /// `SKIP LOCKED` keeps the reaper out of the way of requests and of other reapers.
-    pub async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
+    pub(crate) async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
         let done = sqlx::query(
             "DELETE FROM idempotency_records
              WHERE (tenant_id, operation, idempotency_key) IN (

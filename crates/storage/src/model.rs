@@ -1,0 +1,111 @@
+//! What the repositories take and return, the same for every backend.
+
+use chrono::{DateTime, Utc};
+use payments_domain::{Account, Charge, ChargeId, Currency};
+use payments_idempotency::{Attempt, IdempotencyKey, RecoveryPoint, Scope, StoredResponse};
+use uuid::Uuid;
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This attempt owns the record and must drive it to an end.
+    Owned(Claimed),
+    /// The key already has a final response: send it again (and it may be cached until the
+    /// record expires).
+    Replay {
+        response: StoredResponse,
+        expires_at: DateTime<Utc>,
+    },
+    /// Another attempt holds the lock.
+    InFlight { retry_after_secs: u64 },
+    /// The key belongs to a different request.
+    Mismatch,
+}
+
+/// What an owning attempt needs to execute or resume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The fencing token every later write of this attempt carries.
+    pub attempt: Attempt,
+    /// The id of the resource (charge) this request creates, the same on every attempt.
+    pub resource_id: Uuid,
+    /// The key sent to the processor, the same on every attempt.
+    pub processor_key: String,
+    pub resume_from: RecoveryPoint,
+    /// Known when resuming from `charged`.
+    pub processor_charge_id: Option<String>,
+    /// Whether an earlier attempt had the record (a takeover or a retry after failure).
+    pub took_over: bool,
+    /// When the record's retention ends: a cached copy of its response must not outlive it.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Whether a fenced write took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The record still belonged to this attempt and was written.
+    Written,
+    /// Another attempt took the record over: nothing was written, and this attempt must answer
+    /// from the record as it now is.
+    Fenced,
+}
+
+impl Finish {
+    pub(crate) fn from_rows(rows: u64) -> Self {
+        if rows == 1 {
+            Self::Written
+        } else {
+            Self::Fenced
+        }
+    }
+}
+
+/// A page request: newest first, after an optional cursor.
+#[derive(Debug, Clone, Copy)]
+pub struct ListCharges {
+    pub limit: u32,
+    pub starting_after: Option<ChargeId>,
+}
+
+/// One page of charges, newest first.
+#[derive(Debug, Clone)]
+pub struct ChargePage {
+    pub charges: Vec<Charge>,
+    pub has_more: bool,
+}
+
+/// The signed sum of one account's entries in one currency (debits positive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    pub account: Account,
+    pub currency: Currency,
+    pub balance: i64,
+}
+
+/// A pending record whose owner went away, now owned by the completer.
+#[derive(Debug, Clone)]
+pub struct Abandoned {
+    pub scope: Scope,
+    pub key: IdempotencyKey,
+    /// The completer's own fencing token: the record's attempts after the takeover.
+    pub attempt: Attempt,
+    pub resource_id: Uuid,
+    pub processor_key: String,
+    pub recovery_point: RecoveryPoint,
+    pub processor_charge_id: Option<String>,
+    /// The canonical JSON of the request, to finish it without the client.
+    pub request_body: Option<Vec<u8>>,
+}
+
+/// Unpublished events: how many, and how long the oldest has waited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backlog {
+    pub unpublished: i64,
+    pub oldest_age_secs: f64,
+}
+
+/// The processor key is derived from the record's resource id, fixed at claim time: it is
+/// the same on every attempt and unique across tenants and expiry generations.
+pub(crate) fn processor_key_for(resource_id: Uuid) -> String {
+    format!("pay_{}", resource_id.simple())
+}

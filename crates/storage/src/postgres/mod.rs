@@ -1,0 +1,223 @@
+//! The PostgreSQL repositories: the backend for deployments with several instances.
+//!
+//! Row locks (`FOR UPDATE`, `SKIP LOCKED`) serialise what must be serialised and let
+//! instances share the work of the background workers; the finish is one statement.
+
+mod charges;
+mod claim;
+mod finish;
+mod ledger;
+mod outbox;
+mod recovery;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use payments_domain::{Charge, ChargeId, TenantId};
+use payments_idempotency::{
+    Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope,
+    StoredResponse,
+};
+use sqlx::PgPool;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Finish, ListCharges};
+use crate::repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
+use crate::stream::{EventStream, RelayError};
+use crate::{PoolSettings, StoreError};
+
+/// The migrations under `migrations/postgres`, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// The PostgreSQL store. Cheap to clone (the pool is shared).
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    policy: IdempotencyPolicy,
+}
+
+impl PgStore {
+    /// Connects lazily: the service starts even while the database is down, answers 503 until
+    /// it is back, and recovers without a restart.
+    pub fn connect_lazy(
+        options: PgConnectOptions,
+        settings: &PoolSettings,
+        policy: IdempotencyPolicy,
+    ) -> Self {
+        // No ping before each acquire: it would add a round trip to every statement on the hot
+        // path. A connection that died is found by its next statement, which fails as
+        // `Unavailable` (503, nothing executed) and is dropped from the pool.
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
+            .test_before_acquire(false)
+            .connect_lazy_with(options);
+        Self { pool, policy }
+    }
+
+    /// Wraps an existing pool (tests, tools).
+    pub fn from_pool(pool: PgPool, policy: IdempotencyPolicy) -> Self {
+        Self { pool, policy }
+    }
+
+    /// Creates the database named in `url` if it does not exist yet.
+    pub async fn create_database_if_missing(url: &str) -> Result<(), StoreError> {
+        if !sqlx::Postgres::database_exists(url).await? {
+            sqlx::Postgres::create_database(url).await?;
+        }
+        Ok(())
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// Seconds as a PostgreSQL interval argument (`make_interval(secs => $n)` takes a double).
+fn secs(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}
+
+// The trait methods forward to the inherent ones beside the SQL they run, module by module.
+
+#[async_trait]
+impl RecordRepository for PgStore {
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreError> {
+        PgStore::claim(self, scope, key, fingerprint, request_body).await
+    }
+
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError> {
+        PgStore::find_record(self, scope, key).await
+    }
+
+    async fn record_charged(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        processor_charge_id: &str,
+    ) -> Result<Finish, StoreError> {
+        PgStore::record_charged(self, scope, key, attempt, processor_charge_id).await
+    }
+
+    async fn mark_failed(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<Finish, StoreError> {
+        PgStore::mark_failed(self, scope, key, attempt).await
+    }
+
+    async fn release_lock(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<Finish, StoreError> {
+        PgStore::release_lock(self, scope, key, attempt).await
+    }
+
+    async fn finish_without_charge(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Finish, StoreError> {
+        PgStore::finish_without_charge(self, scope, key, attempt, response).await
+    }
+
+    async fn finish_charge(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        charge: &Charge,
+        response: &StoredResponse,
+    ) -> Result<Finish, StoreError> {
+        PgStore::finish_charge(self, scope, key, attempt, charge, response).await
+    }
+}
+
+#[async_trait]
+impl ChargeRepository for PgStore {
+    async fn get_charge(
+        &self,
+        tenant: &TenantId,
+        id: ChargeId,
+    ) -> Result<Option<Charge>, StoreError> {
+        PgStore::get_charge(self, tenant, id).await
+    }
+
+    async fn list_charges(
+        &self,
+        tenant: &TenantId,
+        page: ListCharges,
+    ) -> Result<Option<ChargePage>, StoreError> {
+        PgStore::list_charges(self, tenant, page).await
+    }
+
+    async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
+        PgStore::balances(self, tenant).await
+    }
+
+    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
+        PgStore::write_charge_unguarded(self, charge).await
+    }
+}
+
+#[async_trait]
+impl WorkerRepository for PgStore {
+    async fn take_over_abandoned(&self, limit: i64) -> Result<Vec<Abandoned>, StoreError> {
+        PgStore::take_over_abandoned(self, limit).await
+    }
+
+    async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
+        PgStore::reap_expired(self, batch).await
+    }
+
+    async fn relay_outbox(&self, batch: i64, stream: &EventStream) -> Result<usize, RelayError> {
+        PgStore::relay_outbox(self, batch, stream).await
+    }
+
+    async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
+        PgStore::outbox_backlog(self).await
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    fn policy(&self) -> IdempotencyPolicy {
+        self.policy
+    }
+
+    /// sqlx takes an advisory lock around the migrations, so instances may start together.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! The repositories the service works through, as traits: one implementation per backend
+//! (PostgreSQL for deployments, SQLite for the embedded mode), the same guarantees from both.
+//!
+//! Every implementation must keep these promises, and the storage and black-box suites check
+//! them against each backend:
+//! - a claim is atomic: of any number of concurrent claims of one key, exactly one owns it;
+//! - every write after the claim is fenced on the attempt number and writes nothing once
+//!   another attempt has taken the record over;
+//! - the finish writes the charge, its balanced ledger transaction, its outbox event and the
+//!   completed record in one transaction, or nothing;
+//! - lock expiry is judged by the database's clock, never by an instance's.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use payments_domain::{Charge, ChargeId, TenantId};
+use payments_idempotency::{
+    Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope,
+    StoredResponse,
+};
+
+use crate::StoreError;
+use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Finish, ListCharges};
+use crate::stream::{EventStream, RelayError};
+
+/// Idempotency records: the claim and the fenced writes of the attempt that owns a record.
+#[async_trait]
+pub trait RecordRepository: Send + Sync {
+    /// Claims `key` for a request with `fingerprint`, or says why this attempt may not run.
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreError>;
+
+    /// Reads a record and the database clock, without locking.
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError>;
+
+    /// Records that the processor confirmed the charge, so that a takeover resumes from here.
+    async fn record_charged(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        processor_charge_id: &str,
+    ) -> Result<Finish, StoreError>;
+
+    /// Marks a failure that executed nothing: the lock is released and the next retry executes
+    /// again (with the same processor key, so a charge the processor did make is found).
+    async fn mark_failed(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<Finish, StoreError>;
+
+    /// Gives up the lock after an unknown outcome (the processor timed out or was unreachable):
+    /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
+    /// nobody retries, the completer asks the processor whether the charge happened. Marking it
+    /// failed instead would leave a charge the processor did make unrecorded.
+    async fn release_lock(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<Finish, StoreError>;
+
+    /// Completes the record with a response that created nothing (a decline).
+    async fn finish_without_charge(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Finish, StoreError>;
+
+    /// Writes the charge, its ledger transaction, its `payment.completed` outbox event and the
+    /// completed record atomically, gated on the fence: all of them or none.
+    async fn finish_charge(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        charge: &Charge,
+        response: &StoredResponse,
+    ) -> Result<Finish, StoreError>;
+}
+
+/// Charges and the ledger, read within one tenant.
+#[async_trait]
+pub trait ChargeRepository: Send + Sync {
+    /// The tenant's charge with this id; another tenant's charge is simply not found.
+    async fn get_charge(
+        &self,
+        tenant: &TenantId,
+        id: ChargeId,
+    ) -> Result<Option<Charge>, StoreError>;
+
+    /// A page of the tenant's charges, or `None` when the cursor is not one of its charges.
+    async fn list_charges(
+        &self,
+        tenant: &TenantId,
+        page: ListCharges,
+    ) -> Result<Option<ChargePage>, StoreError>;
+
+    /// The tenant's balances, ordered by currency then account.
+    async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError>;
+
+    /// Writes a charge, its ledger transaction and its event with no idempotency record at
+    /// all. Not part of the service: it is the floor the charge flow is measured against in
+    /// the benchmarks (the same writes, none of the protection).
+    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError>;
+}
+
+/// What the background workers need: abandoned records to complete, expired ones to delete,
+/// events to publish.
+#[async_trait]
+pub trait WorkerRepository: Send + Sync {
+    /// Takes over up to `limit` pending records whose lock has expired. The takeover bumps
+    /// `attempts`, so the original attempt, if merely slow rather than dead, is fenced off;
+    /// concurrent completers never take the same record.
+    async fn take_over_abandoned(&self, limit: i64) -> Result<Vec<Abandoned>, StoreError>;
+
+    /// Deletes up to `batch` expired completed or failed records and returns how many.
+    /// Pending records are never reaped, however old: the card may have been charged.
+    async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError>;
+
+    /// Publishes up to `batch` unpublished events and marks them published; returns how many.
+    /// Rows are marked only after the stream accepted them: at least once, never lost.
+    async fn relay_outbox(&self, batch: i64, stream: &EventStream) -> Result<usize, RelayError>;
+
+    /// The size and age of the unpublished backlog.
+    async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
+}
+
+/// Which database a store writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// Everything the service needs from its database.
+#[async_trait]
+pub trait Store: RecordRepository + ChargeRepository + WorkerRepository + Debug {
+    fn backend(&self) -> Backend;
+
+    fn policy(&self) -> IdempotencyPolicy;
+
+    /// Applies the backend's embedded migrations; safe to run from several instances at once.
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// Answers whether the database takes a query now.
+    async fn ping(&self) -> Result<(), StoreError>;
+}

@@ -1,0 +1,157 @@
+//! The SQLite repositories: the embedded backend, one file (or memory) and no server.
+//!
+//! SQLite has one writer at a time and no row locks, so the guarantees are kept differently
+//! from PostgreSQL, with the same outcomes:
+//! - every read-then-write step runs in a `BEGIN IMMEDIATE` transaction, which takes the
+//!   database's write lock before its first read: two claims of one key cannot both see it
+//!   free or stale, whether they come from one process or several;
+//! - inside one process, writers also queue on an async mutex first, so they wait their turn
+//!   in order instead of spinning in SQLite's busy handler;
+//! - the clock is SQLite's (`strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`), so lock expiry is judged
+//!   the same way by every process on the file.
+
+mod reads;
+mod records;
+mod workers;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use payments_idempotency::IdempotencyPolicy;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Sqlite, Transaction};
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::repository::{Backend, Store};
+use crate::{PoolSettings, StoreError};
+
+/// The migrations under `migrations/sqlite`, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+/// The database's clock, in the one text format every time column uses.
+const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+/// The database's clock plus the modifier bound at `param` (see [`offset`]).
+fn now_plus(param: &str) -> String {
+    format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', {param})")
+}
+
+/// A duration as an SQLite date modifier, `+30.000 seconds`.
+fn offset(duration: Duration) -> String {
+    format!("+{:.3} seconds", duration.as_secs_f64())
+}
+
+/// A time written by the service (a charge's creation), at microseconds like PostgreSQL: one
+/// fixed width per column, so that text order is time order.
+fn stored_time(time: DateTime<Utc>) -> String {
+    time.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// The SQLite store. Cheap to clone (the pool and the write gate are shared).
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    policy: IdempotencyPolicy,
+    write_gate: Arc<Mutex<()>>,
+}
+
+/// A write transaction: the in-process gate, then SQLite's write lock.
+struct WriteTx<'a> {
+    tx: Transaction<'static, Sqlite>,
+    _gate: MutexGuard<'a, ()>,
+}
+
+impl SqliteStore {
+    /// Opens (creating the file and its directory if missing) and checks the database now, so
+    /// that an unusable path stops start-up instead of failing the first request.
+    pub async fn open(
+        options: SqliteConnectOptions,
+        settings: &PoolSettings,
+        policy: IdempotencyPolicy,
+    ) -> Result<Self, StoreError> {
+        let in_memory = crate::is_in_memory(&options);
+        if !in_memory {
+            create_parent_directory(options.get_filename())?;
+        }
+        let options = options
+            .create_if_missing(true)
+            // WAL lets readers go on while one writer writes; FULL makes each commit durable
+            // before the client hears of it, as PostgreSQL does.
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            // Another process's write transaction is waited for, not failed at once.
+            .busy_timeout(settings.acquire_timeout);
+        let mut pool = SqlitePoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout);
+        if in_memory {
+            // An in-memory database lives as long as one connection to it does.
+            pool = pool
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        }
+        let pool = pool.connect_with(options).await?;
+        Ok(Self::from_pool(pool, policy))
+    }
+
+    /// Wraps an existing pool (tests, tools).
+    pub fn from_pool(pool: SqlitePool, policy: IdempotencyPolicy) -> Self {
+        Self {
+            pool,
+            policy,
+            write_gate: Arc::new(Mutex::new(())),
+        }
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Begins a write transaction that holds the write lock from its first statement on.
+    async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
+        let gate = self.write_gate.lock().await;
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Ok(WriteTx { tx, _gate: gate })
+    }
+}
+
+fn create_parent_directory(file: &Path) -> Result<(), StoreError> {
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Unusable(format!("cannot create directory {}: {e}", dir.display()))
+        }),
+        _ => Ok(()),
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    fn policy(&self) -> IdempotencyPolicy {
+        self.policy
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        // Migrations write: several processes starting on one file take turns.
+        let _gate = self.write_gate.lock().await;
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,366 @@
+//! Idempotency records on SQLite: the claim and the fenced writes of the owning attempt.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use payments_domain::Charge;
+use payments_idempotency::{
+    Attempt, Decision, Fingerprint, IdempotencyKey, IdempotencyRecord, RecoveryPoint, Scope,
+    StoredResponse, decide,
+};
+use sqlx::SqliteConnection;
+use uuid::Uuid;
+
+use super::reads::insert_charge_writes;
+use super::{NOW, SqliteStore, now_plus, offset};
+use crate::StoreError;
+use crate::model::{Claim, Claimed, Finish, processor_key_for};
+use crate::repository::RecordRepository;
+use crate::rows::{RecordRow, headers_to_json, stored_status};
+
+/// A record and the database's clock, read in one statement.
+#[derive(Debug, sqlx::FromRow)]
+struct RecordWithClock {
+    #[sqlx(flatten)]
+    row: RecordRow,
+    db_now: DateTime<Utc>,
+}
+
+// Every fenced statement carries this condition: the record is still pending and still holds
+// the attempt number this attempt claimed with.
+const FENCE: &str = "tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+                     AND attempts = ?4 AND state = 'pending'";
+
+fn fenced_sql(set: &str) -> String {
+    format!("UPDATE idempotency_records SET {set}, updated_at = {NOW} WHERE {FENCE}")
+}
+
+type FencedQuery<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
+
+/// The fenced update `sql` with the fence's four parameters bound; `set` may use `?5` on.
+fn fenced_update<'q>(
+    sql: &'q str,
+    scope: &'q Scope,
+    key: &'q IdempotencyKey,
+    attempt: Attempt,
+) -> FencedQuery<'q> {
+    sqlx::query(sql)
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .bind(attempt.0)
+}
+
+impl SqliteStore {
+    /// Runs one fenced single-statement update.
+    async fn fenced(
+        &self,
+        set: &str,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        extra: Option<&str>,
+    ) -> Result<Finish, StoreError> {
+        let sql = fenced_sql(set);
+        let mut query = fenced_update(&sql, scope, key, attempt);
+        if let Some(value) = extra {
+            query = query.bind(value);
+        }
+        let mut write = self.begin_write().await?;
+        let done = query.execute(&mut *write.tx).await?;
+        write.tx.commit().await?;
+        Ok(Finish::from_rows(done.rows_affected()))
+    }
+
+    async fn insert_pending(
+        &self,
+        conn: &mut SqliteConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Option<Claimed>, StoreError> {
+        let resource_id = Uuid::new_v4();
+        let processor_key = processor_key_for(resource_id);
+        let sql = format!(
+            "INSERT INTO idempotency_records
+                 (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
+                  locked_until, attempts, resource_id, processor_key, created_at, expires_at,
+                  updated_at, request_body)
+             VALUES (?1, ?2, ?3, ?4, 'pending', 'started', {}, 1, ?6, ?7, {NOW}, {}, {NOW}, ?9)
+             ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+             RETURNING attempts, expires_at",
+            now_plus("?5"),
+            now_plus("?8"),
+        );
+        let inserted: Option<(i32, DateTime<Utc>)> = sqlx::query_as(&sql)
+            .bind(&scope.tenant)
+            .bind(&scope.operation)
+            .bind(key.as_str())
+            .bind(fingerprint.as_bytes().as_slice())
+            .bind(offset(self.policy.lock_timeout))
+            .bind(resource_id)
+            .bind(&processor_key)
+            .bind(offset(self.policy.ttl))
+            .bind(request_body)
+            .fetch_optional(conn)
+            .await?;
+        Ok(inserted.map(|(attempts, expires_at)| Claimed {
+            attempt: Attempt(attempts),
+            resource_id,
+            processor_key,
+            resume_from: RecoveryPoint::Started,
+            processor_charge_id: None,
+            took_over: false,
+            expires_at,
+        }))
+    }
+
+    /// Gives a stale or failed record to this attempt, keeping its resource id, processor key
+    /// and recovery point: the attempt resumes the same request, it does not start a new one.
+    async fn take_over(
+        &self,
+        conn: &mut SqliteConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<(Attempt, Uuid, String, DateTime<Utc>), StoreError> {
+        let sql = format!(
+            "UPDATE idempotency_records
+             SET state = 'pending', attempts = attempts + 1, locked_until = {}, updated_at = {NOW}
+             WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+             RETURNING attempts, resource_id, processor_key, expires_at",
+            now_plus("?4"),
+        );
+        let (attempts, resource_id, processor_key, expires_at): (i32, Uuid, String, DateTime<Utc>) =
+            sqlx::query_as(&sql)
+                .bind(&scope.tenant)
+                .bind(&scope.operation)
+                .bind(key.as_str())
+                .bind(offset(self.policy.lock_timeout))
+                .fetch_one(conn)
+                .await?;
+        Ok((Attempt(attempts), resource_id, processor_key, expires_at))
+    }
+
+    /// Reuses an expired record's row for a new request. `attempts` keeps counting, so a
+    /// straggler of the old request can never pass the fence of the new one.
+    async fn replace_expired(
+        &self,
+        conn: &mut SqliteConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claimed, StoreError> {
+        let resource_id = Uuid::new_v4();
+        let processor_key = processor_key_for(resource_id);
+        let sql = format!(
+            "UPDATE idempotency_records
+             SET fingerprint = ?4, state = 'pending', recovery_point = 'started',
+                 attempts = attempts + 1, locked_until = {}, resource_id = ?6,
+                 processor_key = ?7, processor_charge_id = NULL, response_status = NULL,
+                 response_headers = NULL, response_body = NULL, created_at = {NOW},
+                 expires_at = {}, updated_at = {NOW}, request_body = ?9
+             WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+             RETURNING attempts, expires_at",
+            now_plus("?5"),
+            now_plus("?8"),
+        );
+        let (attempts, expires_at): (i32, DateTime<Utc>) = sqlx::query_as(&sql)
+            .bind(&scope.tenant)
+            .bind(&scope.operation)
+            .bind(key.as_str())
+            .bind(fingerprint.as_bytes().as_slice())
+            .bind(offset(self.policy.lock_timeout))
+            .bind(resource_id)
+            .bind(&processor_key)
+            .bind(offset(self.policy.ttl))
+            .bind(request_body)
+            .fetch_one(conn)
+            .await?;
+        Ok(Claimed {
+            attempt: Attempt(attempts),
+            resource_id,
+            processor_key,
+            resume_from: RecoveryPoint::Started,
+            processor_charge_id: None,
+            took_over: false,
+            expires_at,
+        })
+    }
+}
+
+async fn read_record(
+    conn: &mut SqliteConnection,
+    scope: &Scope,
+    key: &IdempotencyKey,
+) -> Result<Option<RecordWithClock>, StoreError> {
+    let sql = format!(
+        "SELECT r.*, {NOW} AS db_now FROM idempotency_records r
+         WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3"
+    );
+    Ok(sqlx::query_as(&sql)
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .fetch_optional(conn)
+        .await?)
+}
+
+#[async_trait]
+impl RecordRepository for SqliteStore {
+    /// The insert, the read and the decision run in one `BEGIN IMMEDIATE` transaction: the
+    /// write lock is held from the first statement, so no other claim can interleave.
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreError> {
+        let mut write = self.begin_write().await?;
+        let conn = &mut *write.tx;
+        if let Some(claimed) = self
+            .insert_pending(conn, scope, key, fingerprint, request_body)
+            .await?
+        {
+            write.tx.commit().await?;
+            return Ok(Claim::Owned(claimed));
+        }
+        let Some(found) = read_record(conn, scope, key).await? else {
+            return Err(StoreError::Corrupt(format!(
+                "key {key} neither inserts nor reads back"
+            )));
+        };
+        let processor_charge_id = found.row.processor_charge_id.clone();
+        let record = found.row.into_record()?;
+        let outcome = match decide(Some(&record), fingerprint, found.db_now) {
+            Decision::Replay(response) => Claim::Replay {
+                response,
+                expires_at: record.expires_at,
+            },
+            Decision::InFlight { retry_after_secs } => Claim::InFlight { retry_after_secs },
+            Decision::Mismatch => Claim::Mismatch,
+            Decision::Resume { from } => {
+                let (attempt, resource_id, processor_key, expires_at) =
+                    self.take_over(conn, scope, key).await?;
+                Claim::Owned(Claimed {
+                    attempt,
+                    resource_id,
+                    processor_key,
+                    resume_from: from,
+                    processor_charge_id,
+                    took_over: true,
+                    expires_at,
+                })
+            }
+            Decision::ReplaceExpired => Claim::Owned(
+                self.replace_expired(conn, scope, key, fingerprint, request_body)
+                    .await?,
+            ),
+            Decision::Execute => {
+                return Err(StoreError::Corrupt(format!(
+                    "key {key} exists but was judged absent"
+                )));
+            }
+        };
+        write.tx.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        read_record(&mut conn, scope, key)
+            .await?
+            .map(|found| Ok((found.row.into_record()?, found.db_now)))
+            .transpose()
+    }
+
+    async fn record_charged(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        processor_charge_id: &str,
+    ) -> Result<Finish, StoreError> {
+        let set = "recovery_point = 'charged', processor_charge_id = ?5";
+        self.fenced(set, scope, key, attempt, Some(processor_charge_id))
+            .await
+    }
+
+    async fn mark_failed(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<Finish, StoreError> {
+        let set = "state = 'failed', locked_until = NULL";
+        self.fenced(set, scope, key, attempt, None).await
+    }
+
+    async fn release_lock(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+    ) -> Result<Finish, StoreError> {
+        let set = format!("locked_until = {NOW}");
+        self.fenced(&set, scope, key, attempt, None).await
+    }
+
+    async fn finish_without_charge(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        response: &StoredResponse,
+    ) -> Result<Finish, StoreError> {
+        let mut write = self.begin_write().await?;
+        let finish = complete_record(&mut write.tx, scope, key, attempt, response).await?;
+        write.tx.commit().await?;
+        Ok(finish)
+    }
+
+    /// The fenced completion of the record gates the inserts: when it matches no row, the
+    /// transaction is dropped (rolled back) having written nothing.
+    async fn finish_charge(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        attempt: Attempt,
+        charge: &Charge,
+        response: &StoredResponse,
+    ) -> Result<Finish, StoreError> {
+        let mut write = self.begin_write().await?;
+        let finish = complete_record(&mut write.tx, scope, key, attempt, response).await?;
+        if finish == Finish::Fenced {
+            return Ok(Finish::Fenced);
+        }
+        insert_charge_writes(&mut write.tx, charge).await?;
+        write.tx.commit().await?;
+        Ok(Finish::Written)
+    }
+}
+
+async fn complete_record(
+    conn: &mut SqliteConnection,
+    scope: &Scope,
+    key: &IdempotencyKey,
+    attempt: Attempt,
+    response: &StoredResponse,
+) -> Result<Finish, StoreError> {
+    let sql = fenced_sql(
+        "state = 'completed', recovery_point = 'finished', locked_until = NULL,
+         response_status = ?5, response_headers = ?6, response_body = ?7",
+    );
+    let done = fenced_update(&sql, scope, key, attempt)
+        .bind(stored_status(response)?)
+        .bind(headers_to_json(&response.headers))
+        .bind(&response.body)
+        .execute(conn)
+        .await?;
+    Ok(Finish::from_rows(done.rows_affected()))
+}

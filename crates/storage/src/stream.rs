@@ -1,0 +1,63 @@
+//! The event stream the outbox relay publishes to: a Redis stream, written at least once.
+
+use redis::Pipeline;
+use uuid::Uuid;
+
+use crate::StoreError;
+use crate::redis_link::{RedisFailure, RedisLink};
+
+/// Publishes events to one Redis stream.
+#[derive(Debug, Clone)]
+pub struct EventStream {
+    link: RedisLink,
+    stream: String,
+}
+
+/// An outbox row on its way to the stream.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxEvent {
+    pub id: Uuid,
+    pub event_type: String,
+    pub payload: String,
+}
+
+impl EventStream {
+    pub fn new(link: RedisLink, stream: impl Into<String>) -> Self {
+        Self {
+            link,
+            stream: stream.into(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.stream
+    }
+
+    /// `XADD`s every event in one pipeline. Each entry carries `event_id`, so a consumer that
+    /// receives an event twice (delivery is at least once) can tell.
+    pub async fn publish(&self, events: &[OutboxEvent]) -> Result<(), RedisFailure> {
+        let mut pipe = Pipeline::new();
+        for event in events {
+            pipe.cmd("XADD")
+                .arg(&self.stream)
+                .arg("*")
+                .arg("event_id")
+                .arg(event.id.to_string())
+                .arg("type")
+                .arg(&event.event_type)
+                .arg("payload")
+                .arg(&event.payload)
+                .ignore();
+        }
+        self.link.query_pipeline::<()>(&pipe).await
+    }
+}
+
+/// Why a relay round published nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("publishing to the stream failed")]
+    Stream(#[from] RedisFailure),
+}
