@@ -54,6 +54,9 @@ fi
 step "Formatting (cargo fmt --check)"
 cargo fmt --all --check
 
+step "Compose file (docker-compose.yml against the Compose Specification schema)"
+bash scripts/check-compose.sh
+
 step "Lints (cargo clippy -D warnings, default features and all features)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
