@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# A guided walk through the idempotency state machine with curl, against a running service.
+#
+#   cargo run                              # in another terminal: serves on 127.0.0.1:8080
+#   scripts/demo.sh                        # talks to http://127.0.0.1:8080
+#   scripts/demo.sh http://127.0.0.1:18080 # or to any other instance
+#
+# Every step prints the request and the response (status line, the headers that matter, the
+# body pretty-printed) and checks what it demonstrates: the script exits non-zero naming the
+# step whose answer differed, so a test can rely on its exit code.
+#
+# Keys are fresh on every run, so the script can be run again and again against one service.
+# Needs only bash, curl and coreutils; python3 or jq, when present, pretty-print the JSON.
+set -euo pipefail
+
+BASE_URL="${1:-http://127.0.0.1:8080}"
+BASE_URL="${BASE_URL%/}"
+AUTH="Authorization: Bearer sk_test_acme"
+# One prefix per run: the service remembers keys for 24 hours, so reusing one would replay an
+# earlier run's answer instead of demonstrating a first request.
+RUN="demo-$(date +%s)-$RANDOM"
+
+command -v curl >/dev/null 2>&1 || { echo "demo.sh: curl is required" >&2; exit 1; }
+
+WORK=$(mktemp -d)
+BACKGROUND_PID=""
+cleanup() {
+    # Do not leave the background slow charge running if a step fails mid-way.
+    if [ -n "$BACKGROUND_PID" ]; then kill "$BACKGROUND_PID" 2>/dev/null || true; fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+CURRENT_STEP="setup"
+
+# ---------------------------------------------------------------------------------------------
+# Output helpers
+# ---------------------------------------------------------------------------------------------
+
+step() {
+    CURRENT_STEP="step $1 ($2)"
+    printf '\n=== %s. %s\n' "$1" "$2"
+    printf '    %s\n' "$3"
+}
+
+fail() {
+    printf '\ndemo.sh: FAILED at %s: %s\n' "$CURRENT_STEP" "$*" >&2
+    exit 1
+}
+
+ok() { printf '  ok: %s\n' "$*"; }
+
+# Pretty-prints a JSON file with whatever is available; anything that is not JSON is shown raw.
+pretty() {
+    local file=$1
+    if [ ! -s "$file" ]; then
+        echo "  (empty body)"
+        return
+    fi
+    if command -v python3 >/dev/null 2>&1 && python3 -m json.tool "$file" >"$WORK/pretty" 2>/dev/null; then
+        sed 's/^/  /' "$WORK/pretty"
+    elif command -v jq >/dev/null 2>&1 && jq . "$file" >"$WORK/pretty" 2>/dev/null; then
+        sed 's/^/  /' "$WORK/pretty"
+    else
+        sed 's/^/  /' "$file"
+        echo
+    fi
+}
+
+# The value of one response header (case-insensitive name), without the trailing CR.
+header() {
+    local name=$1 file=$2
+    grep -i "^$name:" "$file" | head -n1 | cut -d: -f2- | sed 's/^ *//' | tr -d '\r' || true
+}
+
+# Shows a response saved by `request`: status line, the headers the demo is about, the body.
+show_response() {
+    local prefix=$1 name value
+    printf '  <- %s\n' "$(head -n1 "$prefix.headers" | tr -d '\r')"
+    for name in Content-Type Location Idempotent-Replayed Retry-After; do
+        value=$(header "$name" "$prefix.headers")
+        if [ -n "$value" ]; then printf '     %s: %s\n' "$name" "$value"; fi
+    done
+    pretty "$prefix.body"
+}
+
+# ---------------------------------------------------------------------------------------------
+# HTTP helpers
+# ---------------------------------------------------------------------------------------------
+
+# request NAME METHOD PATH [KEY [JSON]]: sends one request and saves NAME.headers, NAME.body
+# and NAME.status under $WORK. Only prints the request line; the caller shows the response.
+request() {
+    local name=$1 method=$2 path=$3 key=${4:-} body=${5:-}
+    local args=(-sS --connect-timeout 5 --max-time 30 -X "$method" -H "$AUTH"
+        -D "$WORK/$name.headers" -o "$WORK/$name.body" -w '%{http_code}')
+    if [ -n "$key" ]; then args+=(-H "Idempotency-Key: $key"); fi
+    if [ -n "$body" ]; then args+=(-H 'Content-Type: application/json' --data-raw "$body"); fi
+    printf '  -> %s %s%s\n' "$method" "$path" "${key:+  (Idempotency-Key: $key)}"
+    if [ -n "$body" ]; then printf '     %s\n' "$body"; fi
+    if ! curl "${args[@]}" "$BASE_URL$path" >"$WORK/$name.status" 2>"$WORK/$name.err"; then
+        fail "$method $path: no answer from $BASE_URL ($(tr -d '\n' <"$WORK/$name.err"))"
+    fi
+}
+
+status_of() { cat "$WORK/$1.status"; }
+
+expect_status() {
+    local name=$1 want=$2 got
+    got=$(status_of "$name")
+    [ "$got" = "$want" ] || fail "expected HTTP $want, got HTTP $got: $(head -c 300 "$WORK/$name.body")"
+    ok "HTTP $want"
+}
+
+expect_header() {
+    local name=$1 header_name=$2 want=$3 got
+    got=$(header "$header_name" "$WORK/$name.headers")
+    [ "$got" = "$want" ] || fail "expected header '$header_name: $want', got '${got:-<absent>}'"
+    ok "$header_name: $want"
+}
+
+expect_no_header() {
+    local name=$1 header_name=$2 got
+    got=$(header "$header_name" "$WORK/$name.headers")
+    [ -z "$got" ] || fail "a first execution must not carry '$header_name' (got '$got')"
+    ok "no $header_name header (a first execution)"
+}
+
+expect_header_present() {
+    local name=$1 header_name=$2 got
+    got=$(header "$header_name" "$WORK/$name.headers")
+    [ -n "$got" ] || fail "expected a $header_name header, there was none"
+    ok "$header_name: $got"
+}
+
+# Problem details carry a stable `code`; checking it shows which rule answered, not just a status.
+expect_problem() {
+    local name=$1 code=$2 content_type
+    content_type=$(header Content-Type "$WORK/$name.headers")
+    case "$content_type" in
+        application/problem+json*) ;;
+        *) fail "expected Content-Type application/problem+json, got '${content_type:-<absent>}'" ;;
+    esac
+    grep -Eq "\"code\"[[:space:]]*:[[:space:]]*\"$code\"" "$WORK/$name.body" ||
+        fail "expected problem code '$code' in: $(head -c 300 "$WORK/$name.body")"
+    ok "problem+json with code $code"
+}
+
+expect_field() {
+    local name=$1 field=$2 value=$3
+    grep -Eq "\"$field\"[[:space:]]*:[[:space:]]*$value" "$WORK/$name.body" ||
+        fail "expected \"$field\": $value in: $(head -c 300 "$WORK/$name.body")"
+    ok "\"$field\": $value"
+}
+
+# The replay promise is the same bytes, not merely equivalent JSON: compare the raw bodies.
+expect_same_body() {
+    local first=$1 second=$2
+    cmp -s "$WORK/$first.body" "$WORK/$second.body" ||
+        fail "the replayed body differs from the original:
+  original: $(cat "$WORK/$first.body")
+  replay:   $(cat "$WORK/$second.body")"
+    ok "body is byte-for-byte identical to the original ($(wc -c <"$WORK/$first.body" | tr -d ' ') bytes)"
+}
+
+charge_body() {
+    # amount source description
+    printf '{"amount": %s, "currency": "usd", "source": "%s", "description": "%s"}' "$1" "$2" "$3"
+}
+
+# ---------------------------------------------------------------------------------------------
+# The walk
+# ---------------------------------------------------------------------------------------------
+
+echo "payments-api idempotency demo against $BASE_URL (keys: $RUN-*)"
+
+step 1 "Health check" "The service is up (/healthz) and its database answers (/readyz)."
+printf '  -> GET /healthz\n'
+if ! curl -sS --connect-timeout 3 --max-time 10 -D "$WORK/health.headers" -o "$WORK/health.body" \
+    -w '%{http_code}' "$BASE_URL/healthz" >"$WORK/health.status" 2>"$WORK/health.err"; then
+    fail "nothing answers at $BASE_URL ($(tr -d '\n' <"$WORK/health.err")).
+  Start the service first: 'cargo run' serves on http://127.0.0.1:8080,
+  or pass the URL of a running instance: scripts/demo.sh http://HOST:PORT"
+fi
+show_response "$WORK/health"
+expect_status health 200
+request ready GET /readyz
+show_response "$WORK/ready"
+[ "$(status_of ready)" = 200 ] || fail "the service answers but is not ready (HTTP $(status_of ready)): is its database up?"
+ok "HTTP 200"
+
+KEY_CHARGE="$RUN-charge"
+BODY_CHARGE=$(charge_body 2500 tok_visa "Demo order $RUN")
+
+step 2 "First charge" "A new key is claimed, the card is charged once, and the response is stored under the key."
+request first POST /charges "$KEY_CHARGE" "$BODY_CHARGE"
+show_response "$WORK/first"
+expect_status first 201
+expect_no_header first Idempotent-Replayed
+CHARGE_ID=$(grep -o '"id"[[:space:]]*:[[:space:]]*"ch_[^"]*"' "$WORK/first.body" | head -n1 | sed 's/.*"\(ch_[^"]*\)"/\1/')
+[ -n "$CHARGE_ID" ] || fail "no charge id (ch_...) in the response"
+ok "charge $CHARGE_ID"
+
+step 3 "Replay" "Retrying with the same key and body returns the stored response; nothing is charged again."
+request replay POST /charges "$KEY_CHARGE" "$BODY_CHARGE"
+show_response "$WORK/replay"
+expect_status replay 201
+expect_header replay Idempotent-Replayed true
+expect_same_body first replay
+
+step 4 "Same key, different request" "A key belongs to one request: another amount under it is refused and never executed."
+request mismatch POST /charges "$KEY_CHARGE" "$(charge_body 9900 tok_visa "Demo order $RUN")"
+show_response "$WORK/mismatch"
+expect_status mismatch 422
+expect_problem mismatch idempotency_key_reused
+
+KEY_SLOW="$RUN-slow"
+BODY_SLOW=$(charge_body 1200 tok_slow "Slow card $RUN")
+
+step 5 "Concurrent duplicate" "While a first attempt is in flight, a duplicate is told to retry later (409) instead of charging twice."
+printf '  (background) -> POST /charges  (Idempotency-Key: %s)  tok_slow takes ~2 s\n' "$KEY_SLOW"
+curl -sS --connect-timeout 5 --max-time 30 -X POST -H "$AUTH" -H "Idempotency-Key: $KEY_SLOW" \
+    -H 'Content-Type: application/json' --data-raw "$BODY_SLOW" \
+    -D "$WORK/slow.headers" -o "$WORK/slow.body" -w '%{http_code}' \
+    "$BASE_URL/charges" >"$WORK/slow.status" 2>"$WORK/slow.err" &
+BACKGROUND_PID=$!
+# Long enough for the first request to claim the key, well inside the simulator's two seconds.
+sleep 0.5
+request duplicate POST /charges "$KEY_SLOW" "$BODY_SLOW"
+show_response "$WORK/duplicate"
+expect_status duplicate 409
+expect_problem duplicate idempotency_key_in_use
+expect_header_present duplicate Retry-After
+printf '  ... waiting for the background request to finish\n'
+wait "$BACKGROUND_PID" || fail "the background tok_slow request got no answer ($(tr -d '\n' <"$WORK/slow.err"))"
+BACKGROUND_PID=""
+printf '  (background) finished:\n'
+show_response "$WORK/slow"
+expect_status slow 201
+request slow_replay POST /charges "$KEY_SLOW" "$BODY_SLOW"
+show_response "$WORK/slow_replay"
+expect_status slow_replay 201
+expect_header slow_replay Idempotent-Replayed true
+expect_same_body slow slow_replay
+
+KEY_DECLINE="$RUN-decline"
+BODY_DECLINE=$(charge_body 2500 tok_chargeDeclined "Declined card $RUN")
+
+step 6 "Decline" "A declined card is a final answer: the 402 is stored and replayed like a success."
+request decline POST /charges "$KEY_DECLINE" "$BODY_DECLINE"
+show_response "$WORK/decline"
+expect_status decline 402
+expect_problem decline card_declined
+expect_no_header decline Idempotent-Replayed
+request decline_replay POST /charges "$KEY_DECLINE" "$BODY_DECLINE"
+show_response "$WORK/decline_replay"
+expect_status decline_replay 402
+expect_header decline_replay Idempotent-Replayed true
+expect_same_body decline decline_replay
+
+step 7 "Inspect the keys" "GET /idempotency-keys/{key} answers 'did it go through?' (state, recovery point, attempts) without retrying."
+request key_charge GET "/idempotency-keys/$KEY_CHARGE"
+show_response "$WORK/key_charge"
+expect_status key_charge 200
+expect_field key_charge state '"completed"'
+expect_field key_charge recovery_point '"finished"'
+expect_field key_charge response_status 201
+request key_decline GET "/idempotency-keys/$KEY_DECLINE"
+show_response "$WORK/key_decline"
+expect_status key_decline 200
+expect_field key_decline response_status 402
+
+step 8 "Read back" "The charge exists once, the newest charges list it, and the ledger balances show the money."
+request charge GET "/charges/$CHARGE_ID"
+show_response "$WORK/charge"
+expect_status charge 200
+grep -q "\"$CHARGE_ID\"" "$WORK/charge.body" || fail "GET /charges/$CHARGE_ID did not return that charge"
+ok "same charge id $CHARGE_ID"
+request list GET "/charges?limit=3"
+show_response "$WORK/list"
+expect_status list 200
+request balances GET /ledger/balances
+show_response "$WORK/balances"
+expect_status balances 200
+
+CURRENT_STEP="summary"
+printf '\nOK: all 8 steps passed against %s (charge %s; keys %s-*).\n' "$BASE_URL" "$CHARGE_ID" "$RUN"
