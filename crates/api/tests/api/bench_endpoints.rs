@@ -2,11 +2,10 @@
 
 use serde_json::Value;
 
-use crate::helpers::{Footprint, spawn_app, visa};
+use crate::helpers::{Backend, Footprint, spawn_app, visa};
 
-#[tokio::test]
-async fn the_charge_floor_writes_the_same_rows_without_an_idempotency_record() {
-    let app = spawn_app().await;
+async fn the_charge_floor_writes_the_same_rows_without_an_idempotency_record(backend: Backend) {
+    let app = spawn_app(backend).await;
     let response = app
         .client
         .post(app.url("/bench/charge"))
@@ -22,9 +21,8 @@ async fn the_charge_floor_writes_the_same_rows_without_an_idempotency_record() {
     assert_eq!(app.footprint().await, expected);
 }
 
-#[tokio::test]
-async fn the_reap_floor_deletes_expired_finished_records_only() {
-    let app = spawn_app().await;
+async fn the_reap_floor_deletes_expired_finished_records_only(backend: Backend) {
+    let app = spawn_app(backend).await;
     for key in ["a", "b"] {
         assert_eq!(
             app.post_charge(crate::helpers::ACME, key, &visa(100))
@@ -34,8 +32,12 @@ async fn the_reap_floor_deletes_expired_finished_records_only() {
             201
         );
     }
-    sqlx::query("UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = 'a'")
-        .execute(&app.db)
+    let expire = format!(
+        "UPDATE idempotency_records SET expires_at = {} WHERE idempotency_key = 'a'",
+        app.database.seconds_ago(1)
+    );
+    sqlx::query(&expire)
+        .execute(app.db())
         .await
         .expect("expire one");
     let report: Value = app
@@ -51,9 +53,8 @@ async fn the_reap_floor_deletes_expired_finished_records_only() {
     assert_eq!(app.footprint().await.records, 1);
 }
 
-#[tokio::test]
-async fn the_redis_floor_answers() {
-    let app = spawn_app().await;
+async fn the_redis_floor_answers(backend: Backend) {
+    let app = spawn_app(backend).await;
     let response = app
         .client
         .get(app.url("/bench/redis"))
@@ -62,3 +63,9 @@ async fn the_redis_floor_answers() {
         .expect("send");
     assert_eq!(response.status().as_u16(), 200);
 }
+
+on_every_backend!(
+    the_charge_floor_writes_the_same_rows_without_an_idempotency_record,
+    the_reap_floor_deletes_expired_finished_records_only,
+    the_redis_floor_answers,
+);

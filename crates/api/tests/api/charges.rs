@@ -2,11 +2,12 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{ACME, Footprint, GLOBEX, new_key, problem, snapshot, spawn_app, visa};
+use crate::helpers::{
+    ACME, Backend, Footprint, GLOBEX, new_key, problem, snapshot, spawn_app, visa,
+};
 
-#[tokio::test]
-async fn first_request_creates_one_charge_with_its_ledger_transaction_and_event() {
-    let app = spawn_app().await;
+async fn first_request_creates_one_charge_with_its_ledger_transaction_and_event(backend: Backend) {
+    let app = spawn_app(backend).await;
     let response = app.post_charge(ACME, &new_key(), &visa(1250)).await;
 
     assert_eq!(response.status().as_u16(), 201);
@@ -35,9 +36,8 @@ async fn first_request_creates_one_charge_with_its_ledger_transaction_and_event(
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
-#[tokio::test]
-async fn replay_returns_byte_identical_status_body_and_headers() {
-    let app = spawn_app().await;
+async fn replay_returns_byte_identical_status_body_and_headers(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let headers = ["content-type", "location"];
     let first = snapshot(app.post_charge(ACME, &key, &visa(500)).await, &headers).await;
@@ -56,9 +56,8 @@ async fn replay_returns_byte_identical_status_body_and_headers() {
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
-#[tokio::test]
-async fn the_same_json_with_keys_in_another_order_and_spacing_replays() {
-    let app = spawn_app().await;
+async fn the_same_json_with_keys_in_another_order_and_spacing_replays(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let first = app
         .charge(ACME, &key, &json!({}))
@@ -78,9 +77,8 @@ async fn the_same_json_with_keys_in_another_order_and_spacing_replays() {
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
-#[tokio::test]
-async fn a_quoted_structured_field_key_is_the_same_key_as_the_bare_token() {
-    let app = spawn_app().await;
+async fn a_quoted_structured_field_key_is_the_same_key_as_the_bare_token(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     assert_eq!(
         app.post_charge(ACME, &key, &visa(100))
@@ -97,9 +95,8 @@ async fn a_quoted_structured_field_key_is_the_same_key_as_the_bare_token() {
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
-#[tokio::test]
-async fn a_different_payload_under_a_used_key_is_422_and_executes_nothing() {
-    let app = spawn_app().await;
+async fn a_different_payload_under_a_used_key_is_422_and_executes_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     assert_eq!(
         app.post_charge(ACME, &key, &visa(100))
@@ -120,9 +117,8 @@ async fn a_different_payload_under_a_used_key_is_422_and_executes_nothing() {
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
-#[tokio::test]
-async fn the_same_key_under_two_tenants_gives_two_independent_charges() {
-    let app = spawn_app().await;
+async fn the_same_key_under_two_tenants_gives_two_independent_charges(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let acme: Value = app
         .post_charge(ACME, &key, &visa(100))
@@ -143,9 +139,8 @@ async fn the_same_key_under_two_tenants_gives_two_independent_charges() {
     assert_eq!(app.footprint().await, Footprint::charged(2));
 }
 
-#[tokio::test]
-async fn a_declined_card_is_stored_and_replayed_as_402() {
-    let app = spawn_app().await;
+async fn a_declined_card_is_stored_and_replayed_as_402(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let body = json!({ "amount": 100, "currency": "usd", "source": "tok_chargeDeclined" });
     let first = app.post_charge(ACME, &key, &body).await;
@@ -173,9 +168,10 @@ async fn a_declined_card_is_stored_and_replayed_as_402() {
     );
 }
 
-#[tokio::test]
-async fn a_processor_error_is_503_stores_no_response_and_every_retry_executes_again() {
-    let app = spawn_app().await;
+async fn a_processor_error_is_503_stores_no_response_and_every_retry_executes_again(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let body = json!({ "amount": 100, "currency": "usd", "source": "tok_processingError" });
     for attempt in 1..=2 {
@@ -198,7 +194,7 @@ async fn a_processor_error_is_503_stores_no_response_and_every_retry_executes_ag
         assert!(attempts >= attempt, "attempts {attempts}");
     }
     let stored: Option<i16> = sqlx::query_scalar("SELECT response_status FROM idempotency_records")
-        .fetch_one(&app.db)
+        .fetch_one(app.db())
         .await
         .expect("record");
     assert_eq!(stored, None);
@@ -211,9 +207,10 @@ async fn a_processor_error_is_503_stores_no_response_and_every_retry_executes_ag
     );
 }
 
-#[tokio::test]
-async fn after_a_transient_processor_error_a_retry_with_the_same_key_succeeds_once() {
-    let app = spawn_app().await;
+async fn after_a_transient_processor_error_a_retry_with_the_same_key_succeeds_once(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let body = json!({ "amount": 4200, "currency": "gbp", "source": "tok_processingErrorOnce" });
 
@@ -242,11 +239,10 @@ async fn after_a_transient_processor_error_a_retry_with_the_same_key_succeeds_on
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
-#[tokio::test]
-async fn a_failed_key_still_refuses_a_different_payload() {
+async fn a_failed_key_still_refuses_a_different_payload(backend: Backend) {
     // After a transient failure the processor may hold a charge under this key's processor
     // key; a different payload must not reuse it.
-    let app = spawn_app().await;
+    let app = spawn_app(backend).await;
     let key = new_key();
     let body = json!({ "amount": 100, "currency": "usd", "source": "tok_processingError" });
     assert_eq!(
@@ -259,3 +255,16 @@ async fn a_failed_key_still_refuses_a_different_payload() {
         (422, Some("idempotency_key_reused"))
     );
 }
+
+on_every_backend!(
+    first_request_creates_one_charge_with_its_ledger_transaction_and_event,
+    replay_returns_byte_identical_status_body_and_headers,
+    the_same_json_with_keys_in_another_order_and_spacing_replays,
+    a_quoted_structured_field_key_is_the_same_key_as_the_bare_token,
+    a_different_payload_under_a_used_key_is_422_and_executes_nothing,
+    the_same_key_under_two_tenants_gives_two_independent_charges,
+    a_declined_card_is_stored_and_replayed_as_402,
+    a_processor_error_is_503_stores_no_response_and_every_retry_executes_again,
+    after_a_transient_processor_error_a_retry_with_the_same_key_succeeds_once,
+    a_failed_key_still_refuses_a_different_payload,
+);

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{ACME, Footprint, TestApp, new_key, spawn_app, visa};
+use crate::helpers::{ACME, Backend, Footprint, TestApp, new_key, spawn_app, visa};
 
 /// Fires `n` identical requests at once and returns (status, retry-after, replayed, body).
 async fn fire(
@@ -61,9 +61,8 @@ fn assert_one_charge_answered(results: &[(u16, Option<u64>, bool, Vec<u8>)]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_concurrent_duplicates_charge_once() {
-    let app = spawn_app().await;
+async fn a_hundred_concurrent_duplicates_charge_once(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let results = fire(&app, 100, &key, &visa(1999)).await;
 
@@ -71,15 +70,14 @@ async fn a_hundred_concurrent_duplicates_charge_once() {
     assert_eq!(app.footprint().await, Footprint::charged(1));
     let processor_charges: i64 =
         sqlx::query_scalar("SELECT count(DISTINCT processor_charge_id) FROM charges")
-            .fetch_one(&app.db)
+            .fetch_one(app.db())
             .await
             .expect("count");
     assert_eq!(processor_charges, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicates_of_a_slow_charge_in_flight_get_409_then_the_replay() {
-    let app = spawn_app().await;
+async fn duplicates_of_a_slow_charge_in_flight_get_409_then_the_replay(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     // tok_slow holds the first attempt at the processor for two seconds: every duplicate
     // arrives while it is in flight.
@@ -98,12 +96,17 @@ async fn duplicates_of_a_slow_charge_in_flight_get_409_then_the_replay() {
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_requests_with_distinct_keys_each_charge_once() {
-    let app = spawn_app().await;
+async fn concurrent_requests_with_distinct_keys_each_charge_once(backend: Backend) {
+    let app = spawn_app(backend).await;
     let keys: Vec<String> = (0..40).map(|_| new_key()).collect();
     let body = visa(100);
     let responses = join_all(keys.iter().map(|key| app.post_charge(ACME, key, &body))).await;
     assert!(responses.iter().all(|r| r.status().as_u16() == 201));
     assert_eq!(app.footprint().await, Footprint::charged(40));
 }
+
+on_every_backend!(
+    a_hundred_concurrent_duplicates_charge_once,
+    duplicates_of_a_slow_charge_in_flight_get_409_then_the_replay,
+    concurrent_requests_with_distinct_keys_each_charge_once,
+);

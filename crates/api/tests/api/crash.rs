@@ -11,7 +11,7 @@ use reqwest::Response;
 use serde_json::Value;
 
 use crate::card_sim::CardSim;
-use crate::helpers::{ACME, Footprint, Service, TestDatabase, http_client, new_key, visa};
+use crate::helpers::{ACME, Backend, Footprint, Service, TestDatabase, http_client, new_key, visa};
 
 /// Short locks keep the matrix fast; the processor timeout must stay below the lock.
 const LOCK_TIMEOUT_SECS: &str = "2";
@@ -93,9 +93,9 @@ async fn wait_until_settled(db: &TestDatabase, key: &str) -> String {
     panic!("the completer did not settle the abandoned record");
 }
 
-async fn crash_then(point: &str, client: Client) {
+async fn crash_then(backend: Backend, point: &str, client: Client) {
     let card_sim = CardSim::start().await;
-    let db = TestDatabase::create().await;
+    let db = TestDatabase::create(backend).await;
     let settings = settings(&card_sim);
     let key = new_key();
     let body = visa(4321);
@@ -180,47 +180,50 @@ async fn crash_then(point: &str, client: Client) {
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
 }
 
-#[tokio::test]
-async fn crash_after_claim_then_client_retries_at_once() {
-    crash_then("after_claim", Client::RetriesAtOnce).await;
+async fn crash_after_claim_then_client_retries_at_once(backend: Backend) {
+    crash_then(backend, "after_claim", Client::RetriesAtOnce).await;
 }
 
-#[tokio::test]
-async fn crash_after_claim_then_client_retries_after_lock_timeout() {
-    crash_then("after_claim", Client::RetriesAfterLockTimeout).await;
+async fn crash_after_claim_then_client_retries_after_lock_timeout(backend: Backend) {
+    crash_then(backend, "after_claim", Client::RetriesAfterLockTimeout).await;
 }
 
-#[tokio::test]
-async fn crash_after_claim_then_client_never_retries() {
-    crash_then("after_claim", Client::NeverRetries).await;
+async fn crash_after_claim_then_client_never_retries(backend: Backend) {
+    crash_then(backend, "after_claim", Client::NeverRetries).await;
 }
 
-#[tokio::test]
-async fn crash_after_charge_then_client_retries_at_once() {
-    crash_then("after_charge", Client::RetriesAtOnce).await;
+async fn crash_after_charge_then_client_retries_at_once(backend: Backend) {
+    crash_then(backend, "after_charge", Client::RetriesAtOnce).await;
 }
 
-#[tokio::test]
-async fn crash_after_charge_then_client_retries_after_lock_timeout() {
-    crash_then("after_charge", Client::RetriesAfterLockTimeout).await;
+async fn crash_after_charge_then_client_retries_after_lock_timeout(backend: Backend) {
+    crash_then(backend, "after_charge", Client::RetriesAfterLockTimeout).await;
 }
 
-#[tokio::test]
-async fn crash_after_charge_then_client_never_retries() {
-    crash_then("after_charge", Client::NeverRetries).await;
+async fn crash_after_charge_then_client_never_retries(backend: Backend) {
+    crash_then(backend, "after_charge", Client::NeverRetries).await;
 }
 
-#[tokio::test]
-async fn crash_after_commit_then_client_retries_at_once() {
-    crash_then("after_commit", Client::RetriesAtOnce).await;
+async fn crash_after_commit_then_client_retries_at_once(backend: Backend) {
+    crash_then(backend, "after_commit", Client::RetriesAtOnce).await;
 }
 
-#[tokio::test]
-async fn crash_after_commit_then_client_retries_after_lock_timeout() {
-    crash_then("after_commit", Client::RetriesAfterLockTimeout).await;
+async fn crash_after_commit_then_client_retries_after_lock_timeout(backend: Backend) {
+    crash_then(backend, "after_commit", Client::RetriesAfterLockTimeout).await;
 }
 
-#[tokio::test]
-async fn crash_after_commit_then_client_never_retries() {
-    crash_then("after_commit", Client::NeverRetries).await;
+async fn crash_after_commit_then_client_never_retries(backend: Backend) {
+    crash_then(backend, "after_commit", Client::NeverRetries).await;
 }
+
+on_every_backend!(
+    crash_after_claim_then_client_retries_at_once,
+    crash_after_claim_then_client_retries_after_lock_timeout,
+    crash_after_claim_then_client_never_retries,
+    crash_after_charge_then_client_retries_at_once,
+    crash_after_charge_then_client_retries_after_lock_timeout,
+    crash_after_charge_then_client_never_retries,
+    crash_after_commit_then_client_retries_at_once,
+    crash_after_commit_then_client_retries_after_lock_timeout,
+    crash_after_commit_then_client_never_retries,
+);

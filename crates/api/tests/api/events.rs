@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::helpers::{
-    Service, TestDatabase, http_client, new_key, problem, stream_for, test_redis_url, visa,
+    Backend, Service, TestDatabase, http_client, new_key, problem, stream_for, test_redis_url, visa,
 };
 use crate::redis_server::RedisServer;
 
@@ -61,11 +61,12 @@ async fn stream_events(redis_url: &str, stream: &str) -> Vec<(String, String)> {
 }
 
 async fn outbox_ids(db: &TestDatabase) -> HashSet<String> {
-    let ids: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM outbox_events")
+    let sql = format!("SELECT {} FROM outbox_events", db.uuid_text("id"));
+    let ids: Vec<String> = sqlx::query_scalar(&sql)
         .fetch_all(&db.pool)
         .await
         .expect("ids");
-    ids.into_iter().map(|id| id.to_string()).collect()
+    ids.into_iter().collect()
 }
 
 /// Asserts the stream holds every outbox event exactly once.
@@ -78,9 +79,8 @@ async fn assert_each_event_once(db: &TestDatabase, redis_url: &str, expected: us
     assert!(events.iter().all(|(_, kind)| kind == "payment.completed"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_relays_publish_every_completed_charge_exactly_once() {
-    let db = TestDatabase::create().await;
+async fn two_relays_publish_every_completed_charge_exactly_once(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
     // Two instances, so two relays race for the same outbox rows.
     let instances = [
         Service::start(&db.url, &[]).await,
@@ -100,10 +100,11 @@ async fn two_relays_publish_every_completed_charge_exactly_once() {
     assert_each_event_once(&db, &test_redis_url(), 30).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_redis_stopped_charges_and_replays_go_on_and_no_event_is_lost_or_repeated() {
+async fn with_redis_stopped_charges_and_replays_go_on_and_no_event_is_lost_or_repeated(
+    backend: Backend,
+) {
     let mut redis = RedisServer::start().await;
-    let db = TestDatabase::create().await;
+    let db = TestDatabase::create(backend).await;
     let service = Service::start(&db.url, &[("PAYMENTS__REDIS__URL", &redis.url())]).await;
 
     for _ in 0..3 {
@@ -173,9 +174,10 @@ async fn scrape(service: &Service) -> String {
     response.text().await.expect("metrics text")
 }
 
-#[tokio::test]
-async fn a_replay_is_served_from_the_cache_and_a_cached_other_payload_is_still_422() {
-    let db = TestDatabase::create().await;
+async fn a_replay_is_served_from_the_cache_and_a_cached_other_payload_is_still_422(
+    backend: Backend,
+) {
+    let db = TestDatabase::create(backend).await;
     let service = Service::start(&db.url, &[]).await;
     let key = new_key();
     let first = service
@@ -201,9 +203,8 @@ async fn a_replay_is_served_from_the_cache_and_a_cached_other_payload_is_still_4
     assert_eq!(outcome("mismatch"), 1.0);
 }
 
-#[tokio::test]
-async fn a_replay_from_the_database_refills_the_cache() {
-    let db = TestDatabase::create().await;
+async fn a_replay_from_the_database_refills_the_cache(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
     let service = Service::start(&db.url, &[]).await;
     let key = new_key();
     assert_eq!(
@@ -251,9 +252,8 @@ async fn a_replay_from_the_database_refills_the_cache() {
     );
 }
 
-#[tokio::test]
-async fn metrics_count_requests_outcomes_and_processor_calls() {
-    let db = TestDatabase::create().await;
+async fn metrics_count_requests_outcomes_and_processor_calls(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
     let service = Service::start(&db.url, &[]).await;
     let before = scrape(&service).await;
     let created = |m: &str| {
@@ -322,9 +322,8 @@ async fn metrics_count_requests_outcomes_and_processor_calls() {
     );
 }
 
-#[tokio::test]
-async fn events_tail_prints_each_event_once() {
-    let db = TestDatabase::create().await;
+async fn events_tail_prints_each_event_once(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
     let service = Service::start(&db.url, &[]).await;
     let mut tail = Command::new(env!("CARGO_BIN_EXE_payments-api"))
         .args(["events", "tail"])
@@ -370,3 +369,12 @@ async fn events_tail_prints_each_event_once() {
     let extra = tokio::time::timeout(Duration::from_millis(1_500), lines.next_line()).await;
     assert!(extra.is_err(), "no third line: {extra:?}");
 }
+
+on_every_backend!(
+    two_relays_publish_every_completed_charge_exactly_once,
+    with_redis_stopped_charges_and_replays_go_on_and_no_event_is_lost_or_repeated,
+    a_replay_is_served_from_the_cache_and_a_cached_other_payload_is_still_422,
+    a_replay_from_the_database_refills_the_cache,
+    metrics_count_requests_outcomes_and_processor_calls,
+    events_tail_prints_each_event_once,
+);

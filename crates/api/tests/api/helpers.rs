@@ -1,12 +1,13 @@
-//! `spawn_app()`: one service process and one database per test, so tests run in parallel.
+//! `spawn_app(backend)`: one service process and one database per test, so tests run in
+//! parallel; most tests run once on PostgreSQL and once on SQLite (see `on_every_backend!`).
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use reqwest::{Client, RequestBuilder, Response};
 use serde_json::{Value, json};
-use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{Connection, PgConnection};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Connection, PgConnection};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -24,8 +25,16 @@ pub fn test_redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// The last path segment of a database URL (unique per test database, on both backends).
 fn database_name(database_url: &str) -> &str {
     database_url.rsplit('/').next().unwrap_or("payments")
+}
+
+/// The database a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
 }
 
 /// The event stream of the services started on `database_url`.
@@ -41,40 +50,101 @@ fn database_url(name: &str) -> String {
     format!("{base}/{name}")
 }
 
-/// A fresh database, dropped (with its connections) when this is dropped.
+/// A fresh database, removed when this is dropped: a PostgreSQL database on the test server,
+/// or a SQLite file in its own temporary directory.
 pub struct TestDatabase {
     pub url: String,
-    pub pool: PgPool,
+    /// The test's own connection, for counting rows and moving time columns.
+    pub pool: AnyPool,
+    pub backend: Backend,
     name: String,
 }
 
 impl TestDatabase {
-    pub async fn create() -> Self {
+    pub async fn create(backend: Backend) -> Self {
+        sqlx::any::install_default_drivers();
         let name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&admin_url())
-            .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "PostgreSQL is required for these tests and is not reachable at {}: {e}",
-                    admin_url()
-                )
-            });
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create the test database");
-        let url = database_url(&name);
-        let pool = PgPoolOptions::new()
+        let url = match backend {
+            Backend::Postgres => {
+                let mut admin = PgConnection::connect(&admin_url())
+                    .await
+                    .unwrap_or_else(|e| {
+                        panic!(
+                            "PostgreSQL is required for these tests and is not reachable at {}: {e}",
+                            admin_url()
+                        )
+                    });
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut admin)
+                    .await
+                    .expect("create the test database");
+                database_url(&name)
+            }
+            // The service creates the file (and its directory) itself, as it would in use.
+            Backend::Sqlite => format!("sqlite://{}", sqlite_file(&name).display()),
+        };
+        let pool = AnyPoolOptions::new()
             .max_connections(4)
             .connect_lazy(&url)
             .expect("test database URL");
-        Self { url, pool, name }
+        Self {
+            url,
+            pool,
+            backend,
+            name,
+        }
     }
+
+    /// An SQL expression for the database's clock `secs` seconds ago.
+    pub fn seconds_ago(&self, secs: u32) -> String {
+        match self.backend {
+            Backend::Postgres => format!("now() - interval '{secs} seconds'"),
+            Backend::Sqlite => format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{secs} seconds')"),
+        }
+    }
+
+    /// An SQL expression for the database's clock.
+    pub fn now(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => "now()",
+            Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+        }
+    }
+
+    /// An SQL expression for a uuid parameter bound as hyphenated text.
+    pub fn uuid_param(&self, param: &str) -> String {
+        match self.backend {
+            Backend::Postgres => format!("{param}::uuid"),
+            Backend::Sqlite => format!("unhex(replace({param}, '-', ''))"),
+        }
+    }
+
+    /// An SQL expression for a uuid column as lowercase hyphenated text.
+    pub fn uuid_text(&self, column: &str) -> String {
+        match self.backend {
+            Backend::Postgres => format!("{column}::text"),
+            Backend::Sqlite => format!(
+                "lower(substr(hex({column}), 1, 8) || '-' || substr(hex({column}), 9, 4) || '-' || \
+                 substr(hex({column}), 13, 4) || '-' || substr(hex({column}), 17, 4) || '-' || \
+                 substr(hex({column}), 21))"
+            ),
+        }
+    }
+}
+
+fn sqlite_file(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(name).join(format!("{name}.db"))
 }
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let name = self.name.clone();
+        if self.backend == Backend::Sqlite {
+            if let Some(dir) = sqlite_file(&name).parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            return;
+        }
         // Drop runs outside async context: a short-lived runtime on its own thread removes
         // the database, also when the test panicked.
         let _ = std::thread::spawn(move || {
@@ -170,27 +240,25 @@ impl Service {
 pub struct TestApp {
     pub base_url: String,
     pub client: Client,
-    pub db: PgPool,
     // Declared before the database so that the process is killed before the database drops.
     _service: Service,
-    _database: TestDatabase,
+    pub database: TestDatabase,
 }
 
-/// Starts the service with default settings.
-pub async fn spawn_app() -> TestApp {
-    spawn_app_with(&[]).await
+/// Starts the service with default settings on a fresh database of `backend`.
+pub async fn spawn_app(backend: Backend) -> TestApp {
+    spawn_app_with(backend, &[]).await
 }
 
 /// Starts the service with extra environment variables.
-pub async fn spawn_app_with(env: &[(&str, &str)]) -> TestApp {
-    let database = TestDatabase::create().await;
+pub async fn spawn_app_with(backend: Backend, env: &[(&str, &str)]) -> TestApp {
+    let database = TestDatabase::create(backend).await;
     let service = Service::start(&database.url, env).await;
     TestApp {
         base_url: service.base_url.clone(),
         client: http_client(),
-        db: database.pool.clone(),
         _service: service,
-        _database: database,
+        database,
     }
 }
 
@@ -232,6 +300,11 @@ impl TestApp {
         format!("{}{path}", self.base_url)
     }
 
+    /// The test's own connection to the service's database.
+    pub fn db(&self) -> &AnyPool {
+        &self.database.pool
+    }
+
     /// A `POST /charges` with an API key, an idempotency key and a JSON body.
     pub fn charge(&self, api_key: &str, idempotency_key: &str, body: &Value) -> RequestBuilder {
         self.client
@@ -265,7 +338,7 @@ impl TestApp {
 
     /// Rows in every table a charge writes.
     pub async fn footprint(&self) -> Footprint {
-        Footprint::of(&self.db).await
+        Footprint::of(self.db()).await
     }
 
     /// The stored state of a key: (state, recovery_point, attempts).
@@ -276,7 +349,7 @@ impl TestApp {
         )
         .bind(tenant)
         .bind(key)
-        .fetch_optional(&self.db)
+        .fetch_optional(self.db())
         .await
         .expect("read record")
     }
@@ -302,7 +375,7 @@ impl Footprint {
     };
 
     /// Counts the rows in every table a charge writes.
-    pub async fn of(db: &PgPool) -> Self {
+    pub async fn of(db: &AnyPool) -> Self {
         Self {
             records: count_rows(db, "idempotency_records").await,
             charges: count_rows(db, "charges").await,
@@ -325,7 +398,7 @@ impl Footprint {
 }
 
 /// Rows in a table.
-pub async fn count_rows(db: &PgPool, table: &str) -> i64 {
+pub async fn count_rows(db: &AnyPool, table: &str) -> i64 {
     sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
         .fetch_one(db)
         .await

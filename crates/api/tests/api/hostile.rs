@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::helpers::{
-    ACME, Footprint, GLOBEX, TestApp, new_key, problem, spawn_app, spawn_app_with, visa,
+    ACME, Backend, Footprint, GLOBEX, TestApp, new_key, problem, spawn_app, spawn_app_with, visa,
 };
 
 /// Sends raw bytes, optionally pauses with the write side open, then reads the whole answer.
@@ -38,9 +38,8 @@ fn status_of(answer: &str) -> Option<u16> {
     answer.split_whitespace().nth(1)?.parse().ok()
 }
 
-#[tokio::test]
-async fn json_nested_ten_thousand_deep_is_a_400_and_stores_nothing() {
-    let app = spawn_app().await;
+async fn json_nested_ten_thousand_deep_is_a_400_and_stores_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
     let response = app
         .charge(ACME, &new_key(), &json!({}))
@@ -64,9 +63,8 @@ async fn json_nested_ten_thousand_deep_is_a_400_and_stores_nothing() {
     );
 }
 
-#[tokio::test]
-async fn a_body_that_stops_early_stores_nothing_and_leaves_the_key_free() {
-    let app = spawn_app().await;
+async fn a_body_that_stops_early_stores_nothing_and_leaves_the_key_free(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let body = visa(100).to_string();
     let request = format!("{}{}", head(&key, body.len() + 50), &body[..10]);
@@ -83,9 +81,8 @@ async fn a_body_that_stops_early_stores_nothing_and_leaves_the_key_free() {
     );
 }
 
-#[tokio::test]
-async fn a_client_stalling_mid_body_gets_408_and_holds_no_lock() {
-    let app = spawn_app_with(&[("PAYMENTS__SERVER__BODY_TIMEOUT_MS", "500")]).await;
+async fn a_client_stalling_mid_body_gets_408_and_holds_no_lock(backend: Backend) {
+    let app = spawn_app_with(backend, &[("PAYMENTS__SERVER__BODY_TIMEOUT_MS", "500")]).await;
     let key = new_key();
     let body = visa(100).to_string();
     let request = format!("{}{}", head(&key, body.len()), &body[..10]);
@@ -110,9 +107,10 @@ async fn a_client_stalling_mid_body_gets_408_and_holds_no_lock() {
     );
 }
 
-#[tokio::test]
-async fn control_characters_in_a_key_are_refused_before_the_service_stores_anything() {
-    let app = spawn_app().await;
+async fn control_characters_in_a_key_are_refused_before_the_service_stores_anything(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
     let body = visa(100).to_string();
     for key in ["a\u{1}b", "a\u{7f}b", "a\u{0}b"] {
         let request = format!("{}{body}", head(key, body.len()));
@@ -123,9 +121,8 @@ async fn control_characters_in_a_key_are_refused_before_the_service_stores_anyth
     assert_eq!(app.footprint().await, Footprint::EMPTY);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beyond_the_in_flight_limit_requests_are_shed_with_503_and_retry_after() {
-    let app = spawn_app_with(&[("PAYMENTS__SERVER__MAX_IN_FLIGHT", "1")]).await;
+async fn beyond_the_in_flight_limit_requests_are_shed_with_503_and_retry_after(backend: Backend) {
+    let app = spawn_app_with(backend, &[("PAYMENTS__SERVER__MAX_IN_FLIGHT", "1")]).await;
     let slow = json!({ "amount": 100, "currency": "usd", "source": "tok_slow" });
     let first_key = new_key();
     let shed_key = new_key();
@@ -154,9 +151,8 @@ async fn beyond_the_in_flight_limit_requests_are_shed_with_503_and_retry_after()
     );
 }
 
-#[tokio::test]
-async fn many_bad_requests_at_once_leave_the_service_serving() {
-    let app = spawn_app().await;
+async fn many_bad_requests_at_once_leave_the_service_serving(backend: Backend) {
+    let app = spawn_app(backend).await;
     let garbage = [
         "",
         "{",
@@ -182,9 +178,10 @@ async fn many_bad_requests_at_once_leave_the_service_serving() {
     );
 }
 
-#[tokio::test]
-async fn two_tenants_with_the_same_keys_never_see_each_others_data_on_any_endpoint() {
-    let app = spawn_app().await;
+async fn two_tenants_with_the_same_keys_never_see_each_others_data_on_any_endpoint(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let acme: Value = app
         .post_charge(ACME, &key, &visa(111))
@@ -256,9 +253,8 @@ async fn two_tenants_with_the_same_keys_never_see_each_others_data_on_any_endpoi
     }
 }
 
-#[tokio::test]
-async fn oversized_headers_are_431_and_store_nothing() {
-    let app = spawn_app_with(&[("PAYMENTS__SERVER__HEADER_LIMIT_BYTES", "4096")]).await;
+async fn oversized_headers_are_431_and_store_nothing(backend: Backend) {
+    let app = spawn_app_with(backend, &[("PAYMENTS__SERVER__HEADER_LIMIT_BYTES", "4096")]).await;
     let response = app
         .charge(ACME, &new_key(), &visa(100))
         .header("X-Padding", "p".repeat(5_000))
@@ -273,14 +269,16 @@ async fn oversized_headers_are_431_and_store_nothing() {
     assert_eq!(app.footprint().await, Footprint::EMPTY);
 }
 
-#[tokio::test]
-async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later() {
-    let app = spawn_app_with(&[
-        ("PAYMENTS__SERVER__REQUEST_TIMEOUT_MS", "500"),
-        ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "2"),
-        ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "1500"),
-        ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "200"),
-    ])
+async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later(backend: Backend) {
+    let app = spawn_app_with(
+        backend,
+        &[
+            ("PAYMENTS__SERVER__REQUEST_TIMEOUT_MS", "500"),
+            ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "2"),
+            ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "1500"),
+            ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "200"),
+        ],
+    )
     .await;
     let key = new_key();
     // tok_slow answers after two seconds; the in-process processor records the charge first.
@@ -309,3 +307,15 @@ async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later()
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
+
+on_every_backend!(
+    json_nested_ten_thousand_deep_is_a_400_and_stores_nothing,
+    a_body_that_stops_early_stores_nothing_and_leaves_the_key_free,
+    a_client_stalling_mid_body_gets_408_and_holds_no_lock,
+    control_characters_in_a_key_are_refused_before_the_service_stores_anything,
+    beyond_the_in_flight_limit_requests_are_shed_with_503_and_retry_after,
+    many_bad_requests_at_once_leave_the_service_serving,
+    two_tenants_with_the_same_keys_never_see_each_others_data_on_any_endpoint,
+    oversized_headers_are_431_and_store_nothing,
+    a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later,
+);

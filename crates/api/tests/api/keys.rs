@@ -4,11 +4,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{ACME, GLOBEX, new_key, problem, spawn_app, spawn_app_with, visa};
+use crate::helpers::{ACME, Backend, GLOBEX, new_key, problem, spawn_app, spawn_app_with, visa};
 
-#[tokio::test]
-async fn a_completed_key_shows_its_state_but_never_the_stored_response() {
-    let app = spawn_app().await;
+async fn a_completed_key_shows_its_state_but_never_the_stored_response(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let charge: Value = app
         .post_charge(ACME, &key, &visa(100))
@@ -39,9 +38,8 @@ async fn a_completed_key_shows_its_state_but_never_the_stored_response() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_in_flight_key_shows_pending_with_its_lock() {
-    let app = spawn_app().await;
+async fn an_in_flight_key_shows_pending_with_its_lock(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     let slow = json!({ "amount": 100, "currency": "usd", "source": "tok_slow" });
     let (first, view) = tokio::join!(app.post_charge(ACME, &key, &slow), async {
@@ -58,9 +56,8 @@ async fn an_in_flight_key_shows_pending_with_its_lock() {
     assert_eq!(first.status().as_u16(), 201);
 }
 
-#[tokio::test]
-async fn unknown_foreign_and_malformed_keys() {
-    let app = spawn_app().await;
+async fn unknown_foreign_and_malformed_keys(backend: Backend) {
+    let app = spawn_app(backend).await;
     let key = new_key();
     assert_eq!(
         app.post_charge(ACME, &key, &visa(100))
@@ -93,8 +90,7 @@ async fn unknown_foreign_and_malformed_keys() {
     assert_eq!(status, 401);
 }
 
-#[tokio::test]
-async fn api_keys_come_from_configured_hashes_and_replace_the_demo_keys() {
+async fn api_keys_come_from_configured_hashes_and_replace_the_demo_keys(backend: Backend) {
     let dir =
         std::env::temp_dir().join(format!("payments-config-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -105,7 +101,11 @@ async fn api_keys_come_from_configured_hashes_and_replace_the_demo_keys() {
         format!("[[auth.api_keys]]\nkey_sha256 = \"{real_hash}\"\ntenant = \"initech\"\n"),
     )
     .expect("write");
-    let app = spawn_app_with(&[("PAYMENTS_CONFIG", config.to_str().unwrap_or_default())]).await;
+    let app = spawn_app_with(
+        backend,
+        &[("PAYMENTS_CONFIG", config.to_str().unwrap_or_default())],
+    )
+    .await;
 
     let response = app
         .post_charge("sk_live_initech", &new_key(), &visa(100))
@@ -124,12 +124,19 @@ fn sha256_hex(text: &str) -> String {
     hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
 
-#[tokio::test]
-async fn a_key_that_does_not_decode_is_a_problem_not_plain_text() {
-    let app = spawn_app().await;
+async fn a_key_that_does_not_decode_is_a_problem_not_plain_text(backend: Backend) {
+    let app = spawn_app(backend).await;
     let (status, body) = problem(app.get(ACME, "/idempotency-keys/%C3%28").await).await;
     assert_eq!(
         (status, body["code"].as_str()),
         (400, Some("idempotency_key_invalid"))
     );
 }
+
+on_every_backend!(
+    a_completed_key_shows_its_state_but_never_the_stored_response,
+    an_in_flight_key_shows_pending_with_its_lock,
+    unknown_foreign_and_malformed_keys,
+    api_keys_come_from_configured_hashes_and_replace_the_demo_keys,
+    a_key_that_does_not_decode_is_a_problem_not_plain_text,
+);

@@ -1,5 +1,28 @@
 //! Black-box tests: the real `payments-api` binary, started on a random port against its own
-//! fresh PostgreSQL database, driven over HTTP.
+//! fresh database, driven over HTTP. Each test that needs a database runs once per backend
+//! (`<module>::postgres::<test>` and `<module>::sqlite::<test>`), from one definition.
+
+/// Generates `postgres::<test>` and `sqlite::<test>` for each `async fn <test>(Backend)` named.
+macro_rules! on_every_backend {
+    ($($test:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(crate::helpers::Backend::Postgres).await;
+                }
+            )*
+        }
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(crate::helpers::Backend::Sqlite).await;
+                }
+            )*
+        }
+    };
+}
 
 // The bench-only floors exist only with `--features bench`.
 #[cfg(feature = "bench")]

@@ -2,11 +2,10 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{ACME, GLOBEX, new_key, problem, spawn_app, visa};
+use crate::helpers::{ACME, Backend, GLOBEX, new_key, problem, spawn_app, visa};
 
-#[tokio::test]
-async fn a_charge_reads_back_exactly_as_it_was_created() {
-    let app = spawn_app().await;
+async fn a_charge_reads_back_exactly_as_it_was_created(backend: Backend) {
+    let app = spawn_app(backend).await;
     let created: Value = app
         .post_charge(ACME, &new_key(), &visa(321))
         .await
@@ -20,9 +19,8 @@ async fn a_charge_reads_back_exactly_as_it_was_created() {
     assert_eq!(fetched.json::<Value>().await.expect("charge"), created);
 }
 
-#[tokio::test]
-async fn another_tenants_charge_is_not_found_and_never_listed() {
-    let app = spawn_app().await;
+async fn another_tenants_charge_is_not_found_and_never_listed(backend: Backend) {
+    let app = spawn_app(backend).await;
     let created: Value = app
         .post_charge(ACME, &new_key(), &visa(321))
         .await
@@ -49,9 +47,8 @@ async fn another_tenants_charge_is_not_found_and_never_listed() {
     assert_eq!(balances["balances"], json!([]));
 }
 
-#[tokio::test]
-async fn a_malformed_charge_id_is_not_found() {
-    let app = spawn_app().await;
+async fn a_malformed_charge_id_is_not_found(backend: Backend) {
+    let app = spawn_app(backend).await;
     for id in [
         "nope",
         "ch_",
@@ -68,9 +65,8 @@ async fn a_malformed_charge_id_is_not_found() {
     }
 }
 
-#[tokio::test]
-async fn charges_are_listed_newest_first_in_pages() {
-    let app = spawn_app().await;
+async fn charges_are_listed_newest_first_in_pages(backend: Backend) {
+    let app = spawn_app(backend).await;
     let mut ids = Vec::new();
     for amount in 1..=5 {
         let charge: Value = app
@@ -126,9 +122,8 @@ async fn charges_are_listed_newest_first_in_pages() {
     assert_eq!(page_ids(&all), ids);
 }
 
-#[tokio::test]
-async fn list_parameters_out_of_range_are_400() {
-    let app = spawn_app().await;
+async fn list_parameters_out_of_range_are_400(backend: Backend) {
+    let app = spawn_app(backend).await;
     for query in [
         "limit=0",
         "limit=101",
@@ -152,9 +147,8 @@ async fn list_parameters_out_of_range_are_400() {
     assert_eq!(ok["has_more"], false);
 }
 
-#[tokio::test]
-async fn the_ledger_balances_per_currency_and_per_transaction() {
-    let app = spawn_app().await;
+async fn the_ledger_balances_per_currency_and_per_transaction(backend: Backend) {
+    let app = spawn_app(backend).await;
     for (amount, currency) in [(1000, "usd"), (250, "usd"), (5000, "jpy"), (99, "eur")] {
         let body = json!({ "amount": amount, "currency": currency, "source": "tok_visa" });
         assert_eq!(
@@ -190,14 +184,15 @@ async fn the_ledger_balances_per_currency_and_per_transaction() {
         "SELECT count(*) FROM (SELECT transaction_id, currency FROM ledger_entries
                                GROUP BY transaction_id, currency HAVING sum(amount) <> 0) t",
     )
-    .fetch_one(&app.db)
+    .fetch_one(app.db())
     .await
     .expect("query");
     assert_eq!(unbalanced, 0);
     let per_currency: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT currency, sum(amount)::bigint FROM ledger_entries GROUP BY currency ORDER BY currency",
+        "SELECT currency, CAST(sum(amount) AS BIGINT) FROM ledger_entries
+         GROUP BY currency ORDER BY currency",
     )
-    .fetch_all(&app.db)
+    .fetch_all(app.db())
     .await
     .expect("query");
     assert_eq!(
@@ -206,9 +201,8 @@ async fn the_ledger_balances_per_currency_and_per_transaction() {
     );
 }
 
-#[tokio::test]
-async fn the_database_refuses_an_unbalanced_ledger_transaction() {
-    let app = spawn_app().await;
+async fn the_database_refuses_an_unbalanced_ledger_transaction(backend: Backend) {
+    let app = spawn_app(backend).await;
     let charge: Value = app
         .post_charge(ACME, &new_key(), &visa(100))
         .await
@@ -219,47 +213,68 @@ async fn the_database_refuses_an_unbalanced_ledger_transaction() {
         .as_str()
         .and_then(|id| id.strip_prefix("ch_"))
         .unwrap_or_default();
-    let mut tx = app.db.begin().await.expect("begin");
-    let tx_id = uuid::Uuid::new_v4();
-    sqlx::query("DELETE FROM ledger_entries")
-        .execute(&mut *tx)
-        .await
-        .expect("clear");
-    sqlx::query("DELETE FROM ledger_transactions")
-        .execute(&mut *tx)
-        .await
-        .expect("clear");
-    sqlx::query(
-        "INSERT INTO ledger_transactions (id, tenant_id, charge_id) VALUES ($1, 'acme', $2::uuid)",
-    )
-    .bind(tx_id)
-    .bind(charge_id)
-    .execute(&mut *tx)
-    .await
-    .expect("insert transaction");
-    sqlx::query(
+    // Replace the charge's posting with one that is off by one: 100 debited, 99 credited.
+    let db = &app.database;
+    let tx_id = uuid::Uuid::new_v4().to_string();
+    let transaction = format!(
+        "INSERT INTO ledger_transactions (id, tenant_id, charge_id, created_at)
+         VALUES ({}, 'acme', {}, {})",
+        db.uuid_param("$1"),
+        db.uuid_param("$2"),
+        db.now()
+    );
+    let entries = format!(
         "INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
-         VALUES ($1, 1, 'acme', 'processor_receivable', 'USD', 100),
-                ($1, 2, 'acme', 'customer_payments', 'USD', -99)",
-    )
-    .bind(tx_id)
-    .execute(&mut *tx)
-    .await
-    .expect("the check is deferred to commit");
-    let error = tx
-        .commit()
-        .await
-        .expect_err("an unbalanced transaction cannot commit");
-    let constraint = error
-        .as_database_error()
-        .and_then(|e| e.constraint())
-        .map(str::to_owned);
-    assert_eq!(constraint.as_deref(), Some("ledger_entries_balanced"));
+         VALUES ({id}, 1, 'acme', 'processor_receivable', 'USD', 100),
+                ({id}, 2, 'acme', 'customer_payments', 'USD', -99)",
+        id = db.uuid_param("$1")
+    );
+    // PostgreSQL checks the balance at commit (a deferred constraint trigger) and wants the
+    // transaction row first; SQLite checks it when the transaction row seals its entries.
+    let statements: Vec<(&str, Vec<&str>)> = match backend {
+        Backend::Postgres => vec![
+            (&transaction, vec![&tx_id, charge_id]),
+            (&entries, vec![&tx_id]),
+        ],
+        Backend::Sqlite => vec![
+            (&entries, vec![&tx_id]),
+            (&transaction, vec![&tx_id, charge_id]),
+        ],
+    };
+    let mut tx = app.db().begin().await.expect("begin");
+    for clear in [
+        "DELETE FROM ledger_entries",
+        "DELETE FROM ledger_transactions",
+    ] {
+        sqlx::query(clear).execute(&mut *tx).await.expect("clear");
+    }
+    let mut refused = None;
+    for (sql, params) in statements {
+        let mut query = sqlx::query(sql);
+        for param in params {
+            query = query.bind(param);
+        }
+        if let Err(error) = query.execute(&mut *tx).await {
+            refused = Some(error);
+            break;
+        }
+    }
+    let error = match refused {
+        Some(error) => error,
+        None => tx
+            .commit()
+            .await
+            .expect_err("an unbalanced transaction cannot commit"),
+    };
+    let refused_by = error.as_database_error().map(|e| {
+        e.constraint()
+            .map_or_else(|| e.message().to_owned(), str::to_owned)
+    });
+    assert_eq!(refused_by.as_deref(), Some("ledger_entries_balanced"));
 }
 
-#[tokio::test]
-async fn health_and_readiness_answer() {
-    let app = spawn_app().await;
+async fn health_and_readiness_answer(backend: Backend) {
+    let app = spawn_app(backend).await;
     let live = app
         .client
         .get(app.url("/healthz"))
@@ -282,3 +297,14 @@ async fn health_and_readiness_answer() {
         json!({ "status": "ready" })
     );
 }
+
+on_every_backend!(
+    a_charge_reads_back_exactly_as_it_was_created,
+    another_tenants_charge_is_not_found_and_never_listed,
+    a_malformed_charge_id_is_not_found,
+    charges_are_listed_newest_first_in_pages,
+    list_parameters_out_of_range_are_400,
+    the_ledger_balances_per_currency_and_per_transaction,
+    the_database_refuses_an_unbalanced_ledger_transaction,
+    health_and_readiness_answer,
+);

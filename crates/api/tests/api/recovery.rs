@@ -13,17 +13,17 @@ use tokio::task::AbortHandle;
 
 use crate::card_sim::CardSim;
 use crate::helpers::{
-    ACME, Footprint, Service, TestDatabase, count_rows, http_client, new_key, problem, visa,
+    ACME, Backend, Footprint, Service, TestDatabase, count_rows, http_client, new_key, problem,
+    visa,
 };
 
 fn processor(card_sim: &CardSim) -> (&'static str, &str) {
     ("PAYMENTS__PROCESSOR__URL", card_sim.url.as_str())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_instances_and_two_hundred_concurrent_duplicates_charge_once() {
+async fn three_instances_and_two_hundred_concurrent_duplicates_charge_once(backend: Backend) {
     let card_sim = CardSim::start_with_latency_ms(200).await;
-    let db = TestDatabase::create().await;
+    let db = TestDatabase::create(backend).await;
     let env = [processor(&card_sim)];
     let instances = [
         Service::start(&db.url, &env).await,
@@ -56,10 +56,11 @@ async fn three_instances_and_two_hundred_concurrent_duplicates_charge_once() {
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
 }
 
-#[tokio::test]
-async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_the_replay() {
+async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_the_replay(
+    backend: Backend,
+) {
     let card_sim = CardSim::start().await;
-    let db = TestDatabase::create().await;
+    let db = TestDatabase::create(backend).await;
     let common = [
         processor(&card_sim),
         ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "1"),
@@ -121,14 +122,17 @@ async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_th
 /// Waits (bounded) until the key's record is charged and its lock has expired.
 async fn wait_for_stale_lock(db: &TestDatabase, key: &str) {
     for _ in 0..100 {
-        let stale: Option<bool> = sqlx::query_scalar(
-            "SELECT locked_until < now() FROM idempotency_records WHERE idempotency_key = $1 AND state = 'pending'",
-        )
-        .bind(key)
-        .fetch_optional(&db.pool)
-        .await
-        .expect("read record");
-        if stale == Some(true) {
+        let sql = format!(
+            "SELECT count(*) FROM idempotency_records
+             WHERE idempotency_key = $1 AND state = 'pending' AND locked_until < {}",
+            db.now()
+        );
+        let stale: i64 = sqlx::query_scalar(&sql)
+            .bind(key)
+            .fetch_one(&db.pool)
+            .await
+            .expect("read record");
+        if stale == 1 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -136,10 +140,9 @@ async fn wait_for_stale_lock(db: &TestDatabase, key: &str) {
     panic!("attempt 1 never held a stale lock");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_duplicate_that_prefers_to_wait_gets_the_replay_instead_of_409() {
+async fn a_duplicate_that_prefers_to_wait_gets_the_replay_instead_of_409(backend: Backend) {
     let card_sim = CardSim::start_with_latency_ms(1_000).await;
-    let db = TestDatabase::create().await;
+    let db = TestDatabase::create(backend).await;
     let service = Service::start(&db.url, &[processor(&card_sim)]).await;
     let key = new_key();
     let body = visa(1500);
@@ -189,9 +192,8 @@ async fn a_duplicate_that_prefers_to_wait_gets_the_replay_instead_of_409() {
     assert_eq!(card_sim.charges_created().await, 1);
 }
 
-#[tokio::test]
-async fn after_expiry_and_reaping_the_same_key_is_fresh_for_any_payload() {
-    let db = TestDatabase::create().await;
+async fn after_expiry_and_reaping_the_same_key_is_fresh_for_any_payload(backend: Backend) {
+    let db = TestDatabase::create(backend).await;
     let service = Service::start(
         &db.url,
         &[
@@ -290,10 +292,13 @@ impl Drop for Relay {
     }
 }
 
+// PostgreSQL only: the embedded SQLite database is a file in the process, with no connection
+// that could be cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_without_restart() {
+    let backend = Backend::Postgres;
     let card_sim = CardSim::start().await;
-    let db = TestDatabase::create().await;
+    let db = TestDatabase::create(backend).await;
     let (host_port, path) = db
         .url
         .trim_start_matches("postgres://")
@@ -364,12 +369,11 @@ async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_wi
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(2));
 }
 
-#[tokio::test]
-async fn a_charge_whose_processor_call_timed_out_is_recorded_without_the_client() {
+async fn a_charge_whose_processor_call_timed_out_is_recorded_without_the_client(backend: Backend) {
     // The processor charges the card but answers after our timeout: the client gets 503 and
     // never retries. The charge must not be left unrecorded.
     let card_sim = CardSim::start_with_latency_ms(1_500).await;
-    let db = TestDatabase::create().await;
+    let db = TestDatabase::create(backend).await;
     let service = Service::start(
         &db.url,
         &[
@@ -410,3 +414,11 @@ async fn a_charge_whose_processor_call_timed_out_is_recorded_without_the_client(
     assert_eq!(replay.status().as_u16(), 201);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
 }
+
+on_every_backend!(
+    three_instances_and_two_hundred_concurrent_duplicates_charge_once,
+    a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_the_replay,
+    a_duplicate_that_prefers_to_wait_gets_the_replay_instead_of_409,
+    after_expiry_and_reaping_the_same_key_is_fresh_for_any_payload,
+    a_charge_whose_processor_call_timed_out_is_recorded_without_the_client,
+);

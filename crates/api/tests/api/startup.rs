@@ -8,7 +8,14 @@ use tokio::process::Command;
 /// Runs the service and waits for it to exit; one that starts serving instead is killed (by
 /// `kill_on_drop`) and fails the test.
 async fn start_with(env: &[(&str, &str)]) -> Output {
+    // An empty working directory: the default (embedded) database is created relative to it.
+    let dir = std::env::temp_dir().join(format!(
+        "payments-startup-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).expect("working directory");
     let child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+        .current_dir(&dir)
         .env_clear()
         .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
         .envs(env.iter().copied())
@@ -17,12 +24,14 @@ async fn start_with(env: &[(&str, &str)]) -> Output {
         .kill_on_drop(true)
         .spawn()
         .expect("start payments-api");
-    tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
         .unwrap_or_else(|_| {
             panic!("payments-api kept running with {env:?}; it should have refused to start")
         })
-        .expect("wait for payments-api")
+        .expect("wait for payments-api");
+    let _ = std::fs::remove_dir_all(&dir);
+    output
 }
 
 async fn assert_refused(env: &[(&str, &str)], names: &str) {

@@ -3,7 +3,7 @@
 use reqwest::RequestBuilder;
 use serde_json::json;
 
-use crate::helpers::{ACME, Footprint, TestApp, new_key, problem, spawn_app, visa};
+use crate::helpers::{ACME, Backend, Footprint, TestApp, new_key, problem, spawn_app, visa};
 
 /// A bad request: what it is, how to send it under a key, and the answer it must get.
 struct Case {
@@ -256,9 +256,8 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-#[tokio::test]
-async fn every_bad_request_is_a_problem_stores_nothing_and_leaves_the_key_usable() {
-    let app = spawn_app().await;
+async fn every_bad_request_is_a_problem_stores_nothing_and_leaves_the_key_usable(backend: Backend) {
+    let app = spawn_app(backend).await;
     let mut keys = Vec::new();
     for case in cases() {
         let key = new_key();
@@ -292,9 +291,8 @@ async fn every_bad_request_is_a_problem_stores_nothing_and_leaves_the_key_usable
     assert_eq!(app.footprint().await, Footprint::charged(keys.len() as i64));
 }
 
-#[tokio::test]
-async fn missing_or_malformed_idempotency_keys_are_400_and_store_nothing() {
-    let app = spawn_app().await;
+async fn missing_or_malformed_idempotency_keys_are_400_and_store_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
     let missing = post(&app)
         .bearer_auth(ACME)
         .json(&visa(100))
@@ -366,9 +364,8 @@ async fn missing_or_malformed_idempotency_keys_are_400_and_store_nothing() {
     );
 }
 
-#[tokio::test]
-async fn unknown_routes_and_methods_are_problems() {
-    let app = spawn_app().await;
+async fn unknown_routes_and_methods_are_problems(backend: Backend) {
+    let app = spawn_app(backend).await;
     let (status, body) = problem(app.get(ACME, "/refunds").await).await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
     let delete = app
@@ -384,3 +381,9 @@ async fn unknown_routes_and_methods_are_problems() {
         (405, Some("method_not_allowed"))
     );
 }
+
+on_every_backend!(
+    every_bad_request_is_a_problem_stores_nothing_and_leaves_the_key_usable,
+    missing_or_malformed_idempotency_keys_are_400_and_store_nothing,
+    unknown_routes_and_methods_are_problems,
+);
