@@ -156,6 +156,12 @@ impl Settings {
     pub fn load() -> Result<Self, StartupError> {
         let mut builder = Config::builder().add_source(File::from_str(DEFAULTS, FileFormat::Toml));
         if let Ok(path) = std::env::var("PAYMENTS_CONFIG") {
+            if !std::path::Path::new(&path).is_file() {
+                return Err(StartupError::Invalid {
+                    key: "PAYMENTS_CONFIG",
+                    reason: format!("{path:?} is not a readable file"),
+                });
+            }
             builder = builder.add_source(File::new(&path, FileFormat::Toml).required(true));
         }
         builder = builder.add_source(

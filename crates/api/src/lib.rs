@@ -47,7 +47,13 @@ pub async fn run() -> Result<(), StartupError> {
         .database
         .open(&settings.pool, settings.policy)
         .await
-        .map_err(|e| StartupError::Database(error_chain(&e)))?;
+        .map_err(|e| {
+            StartupError::Database(format!(
+                "cannot open {}: {}",
+                settings.database.describe(),
+                error_chain(&e)
+            ))
+        })?;
 
     let (processor, processor_name): (Arc<dyn CardProcessor>, String) = match &settings
         .processor_url
@@ -142,8 +148,12 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        // Drivers often wrap an error and also display its source: say each thing once.
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
         source = cause.source();
     }
     text

@@ -199,11 +199,32 @@ impl Service {
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
         let mut child = command.spawn().expect("start payments-api");
-        let address = read_listening_address(&mut child, "payments-api").await;
+        let (address, _) = read_listening_line(&mut child, "payments-api").await;
         Self {
             base_url: format!("http://{address}"),
             child,
         }
+    }
+
+    /// Starts the service as a newcomer would: in `dir`, with no configuration at all except
+    /// a free port (so that tests can run side by side). Returns it and its start-up log line.
+    pub async fn start_embedded(dir: &std::path::Path) -> (Self, String) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start payments-api");
+        let (address, line) = read_listening_line(&mut child, "payments-api").await;
+        let service = Self {
+            base_url: format!("http://{address}"),
+            child,
+        };
+        (service, line)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -272,6 +293,11 @@ pub fn http_client() -> Client {
 /// Reads a child's log until it says where it listens (`listening ... address=IP:PORT`), then
 /// keeps draining it so the pipe never fills and blocks the child.
 pub async fn read_listening_address(child: &mut Child, what: &str) -> String {
+    read_listening_line(child, what).await.0
+}
+
+/// Like [`read_listening_address`], and also returns the whole log line.
+pub async fn read_listening_line(child: &mut Child, what: &str) -> (String, String) {
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
     let address = tokio::time::timeout(Duration::from_secs(60), async {
@@ -279,10 +305,11 @@ pub async fn read_listening_address(child: &mut Child, what: &str) -> String {
             if line.contains("listening")
                 && let Some(rest) = line.split("address=").nth(1)
             {
-                return rest
+                let address = rest
                     .split_whitespace()
                     .next()
                     .map(|a| a.trim_matches('"').to_owned());
+                return address.map(|a| (a, line.clone()));
             }
         }
         None

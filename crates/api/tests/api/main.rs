@@ -33,6 +33,7 @@ mod concurrency;
 // Crash injection needs the service built with `--features failpoints`.
 #[cfg(feature = "failpoints")]
 mod crash;
+mod embedded;
 mod events;
 mod helpers;
 mod hostile;

@@ -109,3 +109,61 @@ async fn a_plain_api_key_in_the_configuration_is_refused() {
     .await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_database_url_without_a_scheme_names_database_url() {
+    assert_refused(&[("DATABASE_URL", "payments.db")], "database.url").await;
+}
+
+#[tokio::test]
+async fn a_sqlite_path_that_cannot_be_created_names_database_url() {
+    // A regular file where the database's directory should be.
+    let dir = temp_dir("payments-unusable");
+    let file = dir.join("occupied");
+    std::fs::write(&file, "not a directory").expect("write");
+    let url = format!("sqlite://{}/payments.db", file.display());
+    assert_refused(&[("DATABASE_URL", &url)], "database.url").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_sqlite_database_names_database_url() {
+    let dir = temp_dir("payments-not-a-database");
+    let file = dir.join("payments.db");
+    std::fs::write(
+        &file,
+        "this is not a database, only text long enough to be read as one",
+    )
+    .expect("write");
+    let url = format!("sqlite://{}", file.display());
+    assert_refused(&[("DATABASE_URL", &url)], "database.url").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_wrong_type_in_the_config_file_names_its_key() {
+    let dir = temp_dir("payments-config-type");
+    let config = dir.join("payments.toml");
+    std::fs::write(&config, "[server]\nbody_limit_bytes = \"lots\"\n").expect("write");
+    assert_refused(
+        &[("PAYMENTS_CONFIG", config.to_str().unwrap_or_default())],
+        "server.body_limit_bytes",
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_missing_config_file_names_payments_config() {
+    assert_refused(
+        &[("PAYMENTS_CONFIG", "/nonexistent/payments.toml")],
+        "PAYMENTS_CONFIG",
+    )
+    .await;
+}
+
+fn temp_dir(prefix: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("create a temporary directory");
+    dir
+}
