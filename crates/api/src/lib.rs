@@ -88,8 +88,7 @@ pub async fn run() -> Result<(), StartupError> {
     let redis_name = settings
         .redis
         .as_ref()
-        .map_or("disabled", |r| r.url.as_str())
-        .to_owned();
+        .map_or_else(|| "disabled".to_owned(), |r| without_credentials(&r.url));
 
     let listener = TcpListener::bind(settings.bind)
         .await
@@ -143,6 +142,14 @@ async fn shutdown_signal() {
     }
 }
 
+/// A URL with any `user:password@` replaced, for logs.
+fn without_credentials(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
 /// An error and its sources on one line, for logs and start-up messages.
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
@@ -157,4 +164,21 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_credentials;
+
+    #[test]
+    fn credentials_are_hidden_from_logged_urls() {
+        assert_eq!(
+            without_credentials("redis://user:secret@cache:6379/0"),
+            "redis://***@cache:6379/0"
+        );
+        assert_eq!(
+            without_credentials("redis://cache:6379"),
+            "redis://cache:6379"
+        );
+    }
 }
