@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The one test command. Checks that PostgreSQL and Redis answer, then formatting, lints, and every
-# test of the workspace: unit tests, storage tests, and the black-box tests that start the
-# real service binary (and the card-sim processor) against a fresh database per test.
+# The one test command. Checks that PostgreSQL and Redis answer, then formatting, the compose
+# file, lints, and every test of the workspace: unit tests, the storage suite and the black-box
+# suite (each test once on PostgreSQL and once on SQLite, a fresh database per test, the real
+# service binary and card-sim processor), the embedded-mode and end-to-end tests, and last the
+# contract test against openapi.yaml.
 # Everything is built once, with all features: the crash tests need the `failpoints` build.
 #
 #   scripts/test.sh            # everything
@@ -61,7 +63,7 @@ step "Lints (cargo clippy -D warnings, default features and all features)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
-step "Tests (cargo test --workspace --all-features)"
+step "Tests (cargo test --workspace --all-features; database tests on PostgreSQL and SQLite)"
 # The crash tests abort the service on purpose: no core files.
 ulimit -c 0
 cargo test --workspace --all-targets --all-features --locked
