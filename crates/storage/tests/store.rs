@@ -463,7 +463,76 @@ async fn keys_are_scoped_by_tenant_and_operation(backend: Backend) {
     assert_eq!(db.count("idempotency_records").await, 3);
 }
 
+/// The finish is all or nothing: when one of its writes is refused (here the processor charge
+/// is already recorded under another key), the record stays pending and no row is left behind.
+async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
+    let db = test_db(backend).await;
+    let s = scope();
+    let first = owned(
+        db.store
+            .claim(&s, &key("first"), &fingerprint(100), b"{}")
+            .await
+            .expect("claim"),
+    );
+    let written = db
+        .store
+        .finish_charge(
+            &s,
+            &key("first"),
+            first.attempt,
+            &charge_for(&first),
+            &response("a"),
+        )
+        .await;
+    assert_eq!(written.expect("finish"), Finish::Written);
+
+    let second = owned(
+        db.store
+            .claim(&s, &key("second"), &fingerprint(200), b"{}")
+            .await
+            .expect("claim"),
+    );
+    let mut duplicate = charge_for(&second);
+    duplicate.processor_charge_id = charge_for(&first).processor_charge_id;
+    let refused = db
+        .store
+        .finish_charge(
+            &s,
+            &key("second"),
+            second.attempt,
+            &duplicate,
+            &response("b"),
+        )
+        .await;
+    assert!(
+        refused.is_err(),
+        "the duplicate processor charge is refused"
+    );
+    assert_eq!(
+        [
+            db.count("charges").await,
+            db.count("ledger_transactions").await,
+            db.count("ledger_entries").await,
+            db.count("outbox_events").await,
+        ],
+        [1, 1, 2, 1],
+        "only the first finish left rows"
+    );
+    let (record, _) = db
+        .store
+        .find_record(&s, &key("second"))
+        .await
+        .expect("read")
+        .expect("the record is still there");
+    assert_eq!(
+        (record.state.as_str(), record.response.is_none()),
+        ("pending", true),
+        "the refused finish did not complete the record"
+    );
+}
+
 on_every_backend!(
+    a_finish_refused_part_way_writes_nothing,
     exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
     a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off,
     a_takeover_resumes_from_charged_with_the_processor_charge_id,
