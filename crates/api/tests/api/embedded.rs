@@ -115,3 +115,17 @@ async fn the_demo_script_walks_the_embedded_service_through_the_state_machine() 
         "demo.sh reports every step:\n{stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_memory_database_serves_and_replays() {
+    let service = Service::start("sqlite::memory:", &[("PAYMENTS__REDIS__URL", "")]).await;
+    let key = new_key();
+    let (status, _, body) = post_charge(&service, &key).await;
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    // The pool keeps its connection open: every request sees the same in-memory database.
+    for _ in 0..3 {
+        let replay = post_charge(&service, &key).await;
+        assert_eq!((replay.0, replay.1[1].as_deref()), (201, Some("true")));
+        assert_eq!(replay.2, body);
+    }
+}
