@@ -124,6 +124,10 @@ CREATE TABLE outbox_events (
     payload      TEXT NOT NULL CHECK (json_valid(payload)),
     created_at   TEXT NOT NULL,
     published_at TEXT,
+    -- SQLite has no SKIP LOCKED: a relay leases the rows it is publishing until this time, so
+    -- relays in several processes take disjoint rows. A relay that dies leaves a lease that
+    -- runs out, and the rows are published by the next one (at least once, never lost).
+    relay_lease_until TEXT,
     -- One event of each type per charge.
     CONSTRAINT outbox_events_once_per_aggregate UNIQUE (event_type, aggregate_id)
 ) STRICT;

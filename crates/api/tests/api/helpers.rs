@@ -96,6 +96,10 @@ impl TestDatabase {
     }
 
     /// An SQL expression for the database's clock `secs` seconds ago.
+    #[cfg_attr(
+        not(feature = "bench"),
+        allow(dead_code, reason = "only the bench floor tests move expiry")
+    )]
     pub fn seconds_ago(&self, secs: u32) -> String {
         match self.backend {
             Backend::Postgres => format!("now() - interval '{secs} seconds'"),

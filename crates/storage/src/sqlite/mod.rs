@@ -66,6 +66,14 @@ struct WriteTx<'a> {
     _gate: MutexGuard<'a, ()>,
 }
 
+impl WriteTx<'_> {
+    /// Commits and, by consuming the transaction, also releases the gate.
+    async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating the file and its directory if missing) and checks the database now, so
     /// that an unusable path stops start-up instead of failing the first request.

@@ -158,7 +158,7 @@ impl ChargeRepository for SqliteStore {
     async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
         let mut write = self.begin_write().await?;
         insert_charge_writes(&mut write.tx, charge).await?;
-        write.tx.commit().await?;
+        write.commit().await?;
         Ok(())
     }
 }

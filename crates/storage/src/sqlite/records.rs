@@ -67,7 +67,7 @@ impl SqliteStore {
         }
         let mut write = self.begin_write().await?;
         let done = query.execute(&mut *write.tx).await?;
-        write.tx.commit().await?;
+        write.commit().await?;
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
@@ -223,7 +223,7 @@ impl RecordRepository for SqliteStore {
             .insert_pending(conn, scope, key, fingerprint, request_body)
             .await?
         {
-            write.tx.commit().await?;
+            write.commit().await?;
             return Ok(Claim::Owned(claimed));
         }
         let Some(found) = read_record(conn, scope, key).await? else {
@@ -263,7 +263,7 @@ impl RecordRepository for SqliteStore {
                 )));
             }
         };
-        write.tx.commit().await?;
+        write.commit().await?;
         Ok(outcome)
     }
 
@@ -320,7 +320,7 @@ impl RecordRepository for SqliteStore {
     ) -> Result<Finish, StoreError> {
         let mut write = self.begin_write().await?;
         let finish = complete_record(&mut write.tx, scope, key, attempt, response).await?;
-        write.tx.commit().await?;
+        write.commit().await?;
         Ok(finish)
     }
 
@@ -340,7 +340,7 @@ impl RecordRepository for SqliteStore {
             return Ok(Finish::Fenced);
         }
         insert_charge_writes(&mut write.tx, charge).await?;
-        write.tx.commit().await?;
+        write.commit().await?;
         Ok(Finish::Written)
     }
 }

@@ -4,11 +4,16 @@ use async_trait::async_trait;
 use payments_idempotency::{Attempt, IdempotencyKey, Scope};
 use uuid::Uuid;
 
+use std::time::Duration;
+
 use super::{NOW, SqliteStore, now_plus, offset};
 use crate::StoreError;
 use crate::model::{Abandoned, Backlog};
 use crate::repository::WorkerRepository;
 use crate::stream::{EventStream, OutboxEvent, RelayError};
+
+/// How long a relay may hold events it is publishing before another relay may take them.
+const RELAY_LEASE: Duration = Duration::from_secs(10);
 
 #[derive(Debug, sqlx::FromRow)]
 struct AbandonedRow {
@@ -45,7 +50,7 @@ impl WorkerRepository for SqliteStore {
             .bind(limit)
             .fetch_all(&mut *write.tx)
             .await?;
-        write.tx.commit().await?;
+        write.commit().await?;
         rows.into_iter()
             .map(|row| {
                 Ok(Abandoned {
@@ -80,40 +85,68 @@ impl WorkerRepository for SqliteStore {
             .bind(batch)
             .execute(&mut *write.tx)
             .await?;
-        write.tx.commit().await?;
+        write.commit().await?;
         Ok(done.rows_affected())
     }
 
-    /// Reads a batch, publishes it, then marks it. The write lock is not held across the
-    /// publish (a slow Redis must not stop every writer), so two processes relaying one file
-    /// may publish an event twice: delivery is at least once either way, and `event_id` lets
-    /// consumers drop the duplicate.
+    /// Leases a batch, publishes it, then marks it published. The write lock is not held
+    /// across the publish (a slow Redis must not stop every writer): the lease keeps relays in
+    /// other processes off these rows meanwhile, as `SKIP LOCKED` does on PostgreSQL. If the
+    /// publish fails the lease is given back at once; if this process dies, it runs out.
     async fn relay_outbox(&self, batch: i64, stream: &EventStream) -> Result<usize, RelayError> {
-        let events: Vec<OutboxEvent> = sqlx::query_as(
-            "SELECT id, event_type, payload FROM outbox_events
-             WHERE published_at IS NULL
-             ORDER BY created_at
-             LIMIT ?1",
-        )
-        .bind(batch)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::from)?;
-        if events.is_empty() {
+        let lease = format!(
+            "UPDATE outbox_events SET relay_lease_until = {}
+             WHERE rowid IN (SELECT rowid FROM outbox_events
+                             WHERE published_at IS NULL
+                               AND (relay_lease_until IS NULL OR relay_lease_until < {NOW})
+                             ORDER BY created_at
+                             LIMIT ?2)
+             RETURNING id, event_type, payload, created_at",
+            now_plus("?1"),
+        );
+        let mut leased: Vec<(Uuid, String, String, String)> = {
+            // Scoped: the write gate must be released before the publish and the settle.
+            let mut write = self.begin_write().await?;
+            let rows = sqlx::query_as(&lease)
+                .bind(offset(RELAY_LEASE))
+                .bind(batch)
+                .fetch_all(&mut *write.tx)
+                .await
+                .map_err(StoreError::from)?;
+            write.commit().await?;
+            rows
+        };
+        if leased.is_empty() {
             return Ok(0);
         }
-        stream.publish(&events).await?;
+        // RETURNING has no order: publish in the order the events were written.
+        leased.sort_by(|a, b| a.3.cmp(&b.3));
+        let events: Vec<OutboxEvent> = leased
+            .into_iter()
+            .map(|(id, event_type, payload, _)| OutboxEvent {
+                id,
+                event_type,
+                payload,
+            })
+            .collect();
+        let published = stream.publish(&events).await;
+        let settle = match published {
+            Ok(()) => format!(
+                "UPDATE outbox_events SET published_at = {NOW}, relay_lease_until = NULL
+                 WHERE id = ?1"
+            ),
+            Err(_) => "UPDATE outbox_events SET relay_lease_until = NULL WHERE id = ?1".to_owned(),
+        };
         let mut write = self.begin_write().await?;
         for event in &events {
-            sqlx::query(&format!(
-                "UPDATE outbox_events SET published_at = {NOW} WHERE id = ?1"
-            ))
-            .bind(event.id)
-            .execute(&mut *write.tx)
-            .await
-            .map_err(StoreError::from)?;
+            sqlx::query(&settle)
+                .bind(event.id)
+                .execute(&mut *write.tx)
+                .await
+                .map_err(StoreError::from)?;
         }
-        write.tx.commit().await.map_err(StoreError::from)?;
+        write.commit().await?;
+        published?;
         Ok(events.len())
     }
 
