@@ -2,7 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use payments_domain::{Account, Charge, ChargeId, Currency};
-use payments_idempotency::{Attempt, IdempotencyKey, RecoveryPoint, Scope, StoredResponse};
+use payments_idempotency::{
+    Attempt, Decision, Fingerprint, IdempotencyKey, IdempotencyRecord, RecoveryPoint, Scope,
+    StoredResponse, decide,
+};
 use uuid::Uuid;
 
 /// The outcome of a claim.
@@ -38,6 +41,85 @@ pub struct Claimed {
     pub took_over: bool,
     /// When the record's retention ends: a cached copy of its response must not outlive it.
     pub expires_at: DateTime<Utc>,
+}
+
+impl Claimed {
+    /// A new request under the key: it starts from the beginning.
+    pub(crate) fn fresh(
+        attempt: i32,
+        resource_id: Uuid,
+        processor_key: String,
+        expires_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            attempt: Attempt(attempt),
+            resource_id,
+            processor_key,
+            resume_from: RecoveryPoint::Started,
+            processor_charge_id: None,
+            took_over: false,
+            expires_at,
+        }
+    }
+
+    /// The same request, taken over from an earlier attempt: it resumes where that one left it.
+    pub(crate) fn taken_over(
+        taken: TakenOver,
+        from: RecoveryPoint,
+        processor_charge_id: Option<String>,
+    ) -> Self {
+        Self {
+            attempt: Attempt(taken.attempt),
+            resource_id: taken.resource_id,
+            processor_key: taken.processor_key,
+            resume_from: from,
+            processor_charge_id,
+            took_over: true,
+            expires_at: taken.expires_at,
+        }
+    }
+}
+
+/// What the takeover statement of either backend returns.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct TakenOver {
+    #[sqlx(rename = "attempts")]
+    pub attempt: i32,
+    pub resource_id: Uuid,
+    pub processor_key: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What a claim does with a record that already exists, as [`decide`] judges it.
+pub(crate) enum Verdict {
+    /// Answer without executing: a replay, in flight, or a mismatch.
+    Answer(Claim),
+    /// Take the record over and resume it from this point.
+    Resume(RecoveryPoint),
+    /// Reuse the expired record's row for a new request.
+    Replace,
+    /// `decide` treated the record as absent (cannot happen for a record that exists).
+    Absent,
+}
+
+pub(crate) fn judge(
+    record: &IdempotencyRecord,
+    fingerprint: &Fingerprint,
+    now: DateTime<Utc>,
+) -> Verdict {
+    match decide(Some(record), fingerprint, now) {
+        Decision::Replay(response) => Verdict::Answer(Claim::Replay {
+            response,
+            expires_at: record.expires_at,
+        }),
+        Decision::InFlight { retry_after_secs } => {
+            Verdict::Answer(Claim::InFlight { retry_after_secs })
+        }
+        Decision::Mismatch => Verdict::Answer(Claim::Mismatch),
+        Decision::Resume { from } => Verdict::Resume(from),
+        Decision::ReplaceExpired => Verdict::Replace,
+        Decision::Execute => Verdict::Absent,
+    }
 }
 
 /// Whether a fenced write took effect.

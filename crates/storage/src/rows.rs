@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use payments_domain::{
-    Amount, Charge, ChargeId, Currency, Description, Money, PaymentSource, TenantId,
+    Account, Amount, Charge, ChargeId, Currency, Description, Money, PaymentSource, TenantId,
 };
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
@@ -10,6 +10,7 @@ use payments_idempotency::{
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::model::{Abandoned, Balance, ChargePage};
 
 /// An `idempotency_records` row.
 #[derive(Debug, sqlx::FromRow)]
@@ -131,6 +132,67 @@ impl ChargeRow {
 pub(crate) fn stored_status(response: &StoredResponse) -> Result<i16, StoreError> {
     i16::try_from(response.status)
         .map_err(|_| StoreError::Corrupt(format!("status {} out of range", response.status)))
+}
+
+/// A record taken over by the completer, as the takeover statement returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct AbandonedRow {
+    tenant_id: String,
+    operation: String,
+    idempotency_key: String,
+    attempts: i32,
+    resource_id: Uuid,
+    processor_key: String,
+    recovery_point: String,
+    processor_charge_id: Option<String>,
+    request_body: Option<Vec<u8>>,
+}
+
+impl AbandonedRow {
+    pub fn into_abandoned(self) -> Result<Abandoned, StoreError> {
+        Ok(Abandoned {
+            key: IdempotencyKey::parse(&self.idempotency_key)
+                .map_err(|e| StoreError::Corrupt(format!("idempotency_key: {e}")))?,
+            scope: Scope {
+                tenant: self.tenant_id,
+                operation: self.operation,
+            },
+            attempt: Attempt(self.attempts),
+            resource_id: self.resource_id,
+            processor_key: self.processor_key,
+            recovery_point: self
+                .recovery_point
+                .parse()
+                .map_err(|_| corrupt("recovery_point", &self.recovery_point))?,
+            processor_charge_id: self.processor_charge_id,
+            request_body: self.request_body,
+        })
+    }
+}
+
+/// One row of the balance query: account, currency and the signed sum.
+pub(crate) fn balance_from_row(
+    (account, currency, balance): (String, String, i64),
+) -> Result<Balance, StoreError> {
+    Ok(Balance {
+        account: Account::from_name(&account).ok_or_else(|| corrupt("account", &account))?,
+        currency: currency
+            .parse()
+            .map_err(|_| corrupt("currency", &currency))?,
+        balance,
+    })
+}
+
+/// A page from the rows of a query that asked for one more than `limit`: that one only says
+/// whether another page exists.
+pub(crate) fn charge_page(rows: Vec<ChargeRow>, limit: u32) -> Result<ChargePage, StoreError> {
+    let has_more = rows.len() > limit as usize;
+    let charges = rows
+        .into_iter()
+        .take(limit as usize)
+        .map(ChargeRow::into_charge)
+        .collect::<Result<_, _>>()?;
+    Ok(ChargePage { charges, has_more })
 }
 
 fn corrupt(column: &str, value: impl std::fmt::Debug) -> StoreError {

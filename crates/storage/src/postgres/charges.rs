@@ -5,7 +5,7 @@ use payments_domain::{Charge, ChargeId, TenantId};
 use super::PgStore;
 use crate::StoreError;
 use crate::model::{ChargePage, ListCharges};
-use crate::rows::ChargeRow;
+use crate::rows::{ChargeRow, charge_page};
 
 const CHARGE_COLUMNS: &str =
     "id, tenant_id, amount, currency, source, description, processor_charge_id, created_at";
@@ -54,12 +54,6 @@ impl PgStore {
             .bind(i64::from(page.limit) + 1)
             .fetch_all(&self.pool)
             .await?;
-        let has_more = rows.len() > page.limit as usize;
-        let charges = rows
-            .into_iter()
-            .take(page.limit as usize)
-            .map(ChargeRow::into_charge)
-            .collect::<Result<_, _>>()?;
-        Ok(Some(ChargePage { charges, has_more }))
+        charge_page(rows, page.limit).map(Some)
     }
 }

@@ -1,15 +1,13 @@
 //! Claiming a key: the one step that decides, atomically, which attempt may execute.
 
 use chrono::{DateTime, Utc};
-use payments_idempotency::{
-    Attempt, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, decide,
-};
+use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::{PgStore, secs};
 use crate::StoreError;
-use crate::model::{Claim, Claimed, processor_key_for};
+use crate::model::{Claim, Claimed, TakenOver, Verdict, judge, processor_key_for};
 use crate::rows::RecordRow;
 
 /// A row read under its lock, with the database's clock: all instances judge lock expiry by
@@ -48,34 +46,19 @@ impl PgStore {
             let Some(locked) = lock_record(&mut tx, scope, key).await? else {
                 continue;
             };
-            let processor_charge_id = locked.row.processor_charge_id.clone();
             let record = locked.row.into_record()?;
-            let outcome = match decide(Some(&record), fingerprint, locked.db_now) {
-                Decision::Replay(response) => Claim::Replay {
-                    response,
-                    expires_at: record.expires_at,
-                },
-                Decision::InFlight { retry_after_secs } => Claim::InFlight { retry_after_secs },
-                Decision::Mismatch => Claim::Mismatch,
-                Decision::Resume { from } => {
-                    let (attempt, resource_id, processor_key, expires_at) =
-                        self.take_over(&mut tx, scope, key).await?;
-                    Claim::Owned(Claimed {
-                        attempt,
-                        resource_id,
-                        processor_key,
-                        resume_from: from,
-                        processor_charge_id,
-                        took_over: true,
-                        expires_at,
-                    })
+            let outcome = match judge(&record, fingerprint, locked.db_now) {
+                Verdict::Answer(claim) => claim,
+                Verdict::Resume(from) => {
+                    let taken = self.take_over(&mut tx, scope, key).await?;
+                    Claim::Owned(Claimed::taken_over(taken, from, record.processor_charge_id))
                 }
-                Decision::ReplaceExpired => Claim::Owned(
+                Verdict::Replace => Claim::Owned(
                     self.replace_expired(&mut tx, scope, key, fingerprint, request_body)
                         .await?,
                 ),
-                // The record exists, so `decide` cannot say Execute; try the insert again.
-                Decision::Execute => continue,
+                // The record vanished in between: try the insert again.
+                Verdict::Absent => continue,
             };
             tx.commit().await?;
             return Ok(outcome);
@@ -116,14 +99,8 @@ impl PgStore {
         .bind(request_body)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(inserted.map(|(attempts, expires_at)| Claimed {
-            attempt: Attempt(attempts),
-            resource_id,
-            processor_key,
-            resume_from: RecoveryPoint::Started,
-            processor_charge_id: None,
-            took_over: false,
-            expires_at,
+        Ok(inserted.map(|(attempts, expires_at)| {
+            Claimed::fresh(attempts, resource_id, processor_key, expires_at)
         }))
     }
 
@@ -134,22 +111,20 @@ impl PgStore {
         conn: &mut PgConnection,
         scope: &Scope,
         key: &IdempotencyKey,
-    ) -> Result<(Attempt, Uuid, String, DateTime<Utc>), StoreError> {
-        let (attempts, resource_id, processor_key, expires_at): (i32, Uuid, String, DateTime<Utc>) =
-            sqlx::query_as(
-                "UPDATE idempotency_records
+    ) -> Result<TakenOver, StoreError> {
+        Ok(sqlx::query_as(
+            "UPDATE idempotency_records
              SET state = 'pending', attempts = attempts + 1,
                  locked_until = now() + make_interval(secs => $4), updated_at = now()
              WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
              RETURNING attempts, resource_id, processor_key, expires_at",
-            )
-            .bind(&scope.tenant)
-            .bind(&scope.operation)
-            .bind(key.as_str())
-            .bind(secs(self.policy.lock_timeout))
-            .fetch_one(conn)
-            .await?;
-        Ok((Attempt(attempts), resource_id, processor_key, expires_at))
+        )
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .bind(secs(self.policy.lock_timeout))
+        .fetch_one(conn)
+        .await?)
     }
 
     /// Reuses an expired record's row for a new request. `attempts` keeps counting, so a
@@ -186,15 +161,12 @@ impl PgStore {
         .bind(request_body)
         .fetch_one(conn)
         .await?;
-        Ok(Claimed {
-            attempt: Attempt(attempts),
+        Ok(Claimed::fresh(
+            attempts,
             resource_id,
             processor_key,
-            resume_from: RecoveryPoint::Started,
-            processor_charge_id: None,
-            took_over: false,
             expires_at,
-        })
+        ))
     }
 
     /// Reads a record and the database clock, without locking.

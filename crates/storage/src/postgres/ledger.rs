@@ -1,10 +1,11 @@
 //! Ledger balances per account and currency.
 
-use payments_domain::{Account, TenantId};
+use payments_domain::TenantId;
 
 use super::PgStore;
 use crate::StoreError;
 use crate::model::Balance;
+use crate::rows::balance_from_row;
 
 impl PgStore {
     /// The tenant's balances, ordered by currency then account.
@@ -20,17 +21,6 @@ impl PgStore {
         .bind(tenant.as_str())
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
-            .map(|(account, currency, balance)| {
-                Ok(Balance {
-                    account: Account::from_name(&account)
-                        .ok_or_else(|| StoreError::Corrupt(format!("account = {account:?}")))?,
-                    currency: currency
-                        .parse()
-                        .map_err(|_| StoreError::Corrupt(format!("currency = {currency:?}")))?,
-                    balance,
-                })
-            })
-            .collect()
+        rows.into_iter().map(balance_from_row).collect()
     }
 }

@@ -1,24 +1,9 @@
 //! What the background workers need: abandoned records to complete, expired ones to delete.
 
-use payments_idempotency::{Attempt, IdempotencyKey, Scope};
-use uuid::Uuid;
-
 use super::{PgStore, secs};
 use crate::StoreError;
 use crate::model::Abandoned;
-
-#[derive(Debug, sqlx::FromRow)]
-struct AbandonedRow {
-    tenant_id: String,
-    operation: String,
-    idempotency_key: String,
-    attempts: i32,
-    resource_id: Uuid,
-    processor_key: String,
-    recovery_point: String,
-    processor_charge_id: Option<String>,
-    request_body: Option<Vec<u8>>,
-}
+use crate::rows::AbandonedRow;
 
 impl PgStore {
     /// Takes over up to `limit` pending records whose lock has expired, in one statement.
@@ -48,26 +33,7 @@ impl PgStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
-            .map(|row| {
-                Ok(Abandoned {
-                    key: IdempotencyKey::parse(&row.idempotency_key)
-                        .map_err(|e| StoreError::Corrupt(format!("idempotency_key: {e}")))?,
-                    scope: Scope {
-                        tenant: row.tenant_id,
-                        operation: row.operation,
-                    },
-                    attempt: Attempt(row.attempts),
-                    resource_id: row.resource_id,
-                    processor_key: row.processor_key,
-                    recovery_point: row.recovery_point.parse().map_err(|_| {
-                        StoreError::Corrupt(format!("recovery_point = {:?}", row.recovery_point))
-                    })?,
-                    processor_charge_id: row.processor_charge_id,
-                    request_body: row.request_body,
-                })
-            })
-            .collect()
+        rows.into_iter().map(AbandonedRow::into_abandoned).collect()
     }
 
     /// Deletes up to `batch` expired completed or failed records and returns how many.

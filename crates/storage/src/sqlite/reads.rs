@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use payments_domain::{
-    Account, Charge, ChargeId, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted, TenantId,
+    Charge, ChargeId, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted, TenantId,
 };
 use sqlx::SqliteConnection;
 
@@ -10,7 +10,7 @@ use super::{NOW, SqliteStore, stored_time};
 use crate::StoreError;
 use crate::model::{Balance, ChargePage, ListCharges};
 use crate::repository::ChargeRepository;
-use crate::rows::ChargeRow;
+use crate::rows::{ChargeRow, balance_from_row, charge_page};
 
 const CHARGE_COLUMNS: &str =
     "id, tenant_id, amount, currency, source, description, processor_charge_id, created_at";
@@ -122,13 +122,7 @@ impl ChargeRepository for SqliteStore {
             .bind(i64::from(page.limit) + 1)
             .fetch_all(&self.pool)
             .await?;
-        let has_more = rows.len() > page.limit as usize;
-        let charges = rows
-            .into_iter()
-            .take(page.limit as usize)
-            .map(ChargeRow::into_charge)
-            .collect::<Result<_, _>>()?;
-        Ok(Some(ChargePage { charges, has_more }))
+        charge_page(rows, page.limit).map(Some)
     }
 
     async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
@@ -141,18 +135,7 @@ impl ChargeRepository for SqliteStore {
         .bind(tenant.as_str())
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
-            .map(|(account, currency, balance)| {
-                Ok(Balance {
-                    account: Account::from_name(&account)
-                        .ok_or_else(|| StoreError::Corrupt(format!("account = {account:?}")))?,
-                    currency: currency
-                        .parse()
-                        .map_err(|_| StoreError::Corrupt(format!("currency = {currency:?}")))?,
-                    balance,
-                })
-            })
-            .collect()
+        rows.into_iter().map(balance_from_row).collect()
     }
 
     async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {

@@ -4,8 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::Charge;
 use payments_idempotency::{
-    Attempt, Decision, Fingerprint, IdempotencyKey, IdempotencyRecord, RecoveryPoint, Scope,
-    StoredResponse, decide,
+    Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -13,7 +12,7 @@ use uuid::Uuid;
 use super::reads::insert_charge_writes;
 use super::{NOW, SqliteStore, now_plus, offset};
 use crate::StoreError;
-use crate::model::{Claim, Claimed, Finish, processor_key_for};
+use crate::model::{Claim, Claimed, Finish, TakenOver, Verdict, judge, processor_key_for};
 use crate::repository::RecordRepository;
 use crate::rows::{RecordRow, headers_to_json, stored_status};
 
@@ -104,14 +103,8 @@ impl SqliteStore {
             .bind(request_body)
             .fetch_optional(conn)
             .await?;
-        Ok(inserted.map(|(attempts, expires_at)| Claimed {
-            attempt: Attempt(attempts),
-            resource_id,
-            processor_key,
-            resume_from: RecoveryPoint::Started,
-            processor_charge_id: None,
-            took_over: false,
-            expires_at,
+        Ok(inserted.map(|(attempts, expires_at)| {
+            Claimed::fresh(attempts, resource_id, processor_key, expires_at)
         }))
     }
 
@@ -122,7 +115,7 @@ impl SqliteStore {
         conn: &mut SqliteConnection,
         scope: &Scope,
         key: &IdempotencyKey,
-    ) -> Result<(Attempt, Uuid, String, DateTime<Utc>), StoreError> {
+    ) -> Result<TakenOver, StoreError> {
         let sql = format!(
             "UPDATE idempotency_records
              SET state = 'pending', attempts = attempts + 1, locked_until = {}, updated_at = {NOW}
@@ -130,15 +123,13 @@ impl SqliteStore {
              RETURNING attempts, resource_id, processor_key, expires_at",
             now_plus("?4"),
         );
-        let (attempts, resource_id, processor_key, expires_at): (i32, Uuid, String, DateTime<Utc>) =
-            sqlx::query_as(&sql)
-                .bind(&scope.tenant)
-                .bind(&scope.operation)
-                .bind(key.as_str())
-                .bind(offset(self.policy.lock_timeout))
-                .fetch_one(conn)
-                .await?;
-        Ok((Attempt(attempts), resource_id, processor_key, expires_at))
+        Ok(sqlx::query_as(&sql)
+            .bind(&scope.tenant)
+            .bind(&scope.operation)
+            .bind(key.as_str())
+            .bind(offset(self.policy.lock_timeout))
+            .fetch_one(conn)
+            .await?)
     }
 
     /// Reuses an expired record's row for a new request. `attempts` keeps counting, so a
@@ -177,15 +168,12 @@ impl SqliteStore {
             .bind(request_body)
             .fetch_one(conn)
             .await?;
-        Ok(Claimed {
-            attempt: Attempt(attempts),
+        Ok(Claimed::fresh(
+            attempts,
             resource_id,
             processor_key,
-            resume_from: RecoveryPoint::Started,
-            processor_charge_id: None,
-            took_over: false,
             expires_at,
-        })
+        ))
     }
 }
 
@@ -231,33 +219,19 @@ impl RecordRepository for SqliteStore {
                 "key {key} neither inserts nor reads back"
             )));
         };
-        let processor_charge_id = found.row.processor_charge_id.clone();
         let record = found.row.into_record()?;
-        let outcome = match decide(Some(&record), fingerprint, found.db_now) {
-            Decision::Replay(response) => Claim::Replay {
-                response,
-                expires_at: record.expires_at,
-            },
-            Decision::InFlight { retry_after_secs } => Claim::InFlight { retry_after_secs },
-            Decision::Mismatch => Claim::Mismatch,
-            Decision::Resume { from } => {
-                let (attempt, resource_id, processor_key, expires_at) =
-                    self.take_over(conn, scope, key).await?;
-                Claim::Owned(Claimed {
-                    attempt,
-                    resource_id,
-                    processor_key,
-                    resume_from: from,
-                    processor_charge_id,
-                    took_over: true,
-                    expires_at,
-                })
+        let outcome = match judge(&record, fingerprint, found.db_now) {
+            Verdict::Answer(claim) => claim,
+            Verdict::Resume(from) => {
+                let taken = self.take_over(conn, scope, key).await?;
+                Claim::Owned(Claimed::taken_over(taken, from, record.processor_charge_id))
             }
-            Decision::ReplaceExpired => Claim::Owned(
+            Verdict::Replace => Claim::Owned(
                 self.replace_expired(conn, scope, key, fingerprint, request_body)
                     .await?,
             ),
-            Decision::Execute => {
+            // Under the write lock the record read just now cannot be absent.
+            Verdict::Absent => {
                 return Err(StoreError::Corrupt(format!(
                     "key {key} exists but was judged absent"
                 )));

@@ -1,7 +1,6 @@
 //! What the background workers need, on SQLite.
 
 use async_trait::async_trait;
-use payments_idempotency::{Attempt, IdempotencyKey, Scope};
 use uuid::Uuid;
 
 use std::time::Duration;
@@ -10,23 +9,11 @@ use super::{NOW, SqliteStore, now_plus, offset};
 use crate::StoreError;
 use crate::model::{Abandoned, Backlog};
 use crate::repository::WorkerRepository;
+use crate::rows::AbandonedRow;
 use crate::stream::{EventStream, OutboxEvent, RelayError};
 
 /// How long a relay may hold events it is publishing before another relay may take them.
 const RELAY_LEASE: Duration = Duration::from_secs(10);
-
-#[derive(Debug, sqlx::FromRow)]
-struct AbandonedRow {
-    tenant_id: String,
-    operation: String,
-    idempotency_key: String,
-    attempts: i32,
-    resource_id: Uuid,
-    processor_key: String,
-    recovery_point: String,
-    processor_charge_id: Option<String>,
-    request_body: Option<Vec<u8>>,
-}
 
 #[async_trait]
 impl WorkerRepository for SqliteStore {
@@ -51,26 +38,7 @@ impl WorkerRepository for SqliteStore {
             .fetch_all(&mut *write.tx)
             .await?;
         write.commit().await?;
-        rows.into_iter()
-            .map(|row| {
-                Ok(Abandoned {
-                    key: IdempotencyKey::parse(&row.idempotency_key)
-                        .map_err(|e| StoreError::Corrupt(format!("idempotency_key: {e}")))?,
-                    scope: Scope {
-                        tenant: row.tenant_id,
-                        operation: row.operation,
-                    },
-                    attempt: Attempt(row.attempts),
-                    resource_id: row.resource_id,
-                    processor_key: row.processor_key,
-                    recovery_point: row.recovery_point.parse().map_err(|_| {
-                        StoreError::Corrupt(format!("recovery_point = {:?}", row.recovery_point))
-                    })?,
-                    processor_charge_id: row.processor_charge_id,
-                    request_body: row.request_body,
-                })
-            })
-            .collect()
+        rows.into_iter().map(AbandonedRow::into_abandoned).collect()
     }
 
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
