@@ -308,7 +308,34 @@ async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later(b
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
+/// Clients that hang up in the middle of their requests cancel the work in the service at
+/// arbitrary points (inside a claim, between the statements of a finish). Whatever each left
+/// behind, it must not be a connection stuck in a transaction: afterwards every new charge
+/// still goes through.
+async fn clients_hanging_up_mid_request_leave_the_store_usable(backend: Backend) {
+    let app = spawn_app(backend).await;
+    for round in 0..60_u64 {
+        let requests = (0..16_u64).map(|i| {
+            app.charge(ACME, &new_key(), &visa(100))
+                .timeout(Duration::from_millis(1 + (round * 7 + i) % 20))
+                .send()
+        });
+        // Most of these are cut off by their own timeout; whichever answer arrives is fine.
+        let _ = join_all(requests).await;
+    }
+    for _ in 0..20 {
+        let response = app.post_charge(ACME, &new_key(), &visa(100)).await;
+        assert_eq!(
+            response.status().as_u16(),
+            201,
+            "a new charge after the hang-ups: {}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+}
+
 on_every_backend!(
+    clients_hanging_up_mid_request_leave_the_store_usable,
     json_nested_ten_thousand_deep_is_a_400_and_stores_nothing,
     a_body_that_stops_early_stores_nothing_and_leaves_the_key_free,
     a_client_stalling_mid_body_gets_408_and_holds_no_lock,

@@ -125,7 +125,15 @@ impl SqliteStore {
     /// Begins a write transaction that holds the write lock from its first statement on.
     async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
         let gate = self.write_gate.lock().await;
-        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // The SQLite driver's custom BEGIN is not cancel-safe: a request dropped while it runs
+        // (its client went away, or it timed out) can leave the connection inside a transaction
+        // that nothing will roll back, holding the write lock for good. On a task of its own
+        // the BEGIN always finishes, and a transaction whose caller is gone is dropped there,
+        // which rolls it back. Once the caller holds the transaction, dropping it is safe.
+        let pool = self.pool.clone();
+        let tx = tokio::spawn(async move { pool.begin_with("BEGIN IMMEDIATE").await })
+            .await
+            .map_err(|_| StoreError::from(sqlx::Error::WorkerCrashed))??;
         Ok(WriteTx { tx, _gate: gate })
     }
 }
