@@ -309,15 +309,32 @@ async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later(b
 }
 
 /// Clients that hang up in the middle of their requests cancel the work in the service at
-/// arbitrary points (inside a claim, between the statements of a finish). Whatever each left
-/// behind, it must not be a connection stuck in a transaction: afterwards every new charge
-/// still goes through.
+/// arbitrary points: inside a claim's transaction (retries of keys that exist), between the
+/// statements of a fresh charge. Whatever each left behind, it must not be a connection stuck
+/// in a transaction: afterwards every new charge goes through, and is there to be read.
 async fn clients_hanging_up_mid_request_leave_the_store_usable(backend: Backend) {
-    let app = spawn_app(backend).await;
-    for round in 0..60_u64 {
+    // Without Redis, so that every retry goes through the database's claim.
+    let app = spawn_app_with(backend, &[("PAYMENTS__REDIS__URL", "")]).await;
+    let existing: Vec<String> = (0..8).map(|_| new_key()).collect();
+    for key in &existing {
+        assert_eq!(
+            app.post_charge(ACME, key, &visa(100))
+                .await
+                .status()
+                .as_u16(),
+            201
+        );
+    }
+    for round in 0..150_u64 {
         let requests = (0..16_u64).map(|i| {
-            app.charge(ACME, &new_key(), &visa(100))
-                .timeout(Duration::from_millis(1 + (round * 7 + i) % 20))
+            // Most retry a key that exists (the claim's locking transaction), some are new.
+            let key = if i % 4 != 0 {
+                existing[i as usize % existing.len()].clone()
+            } else {
+                new_key()
+            };
+            app.charge(ACME, &key, &visa(100))
+                .timeout(Duration::from_millis(1 + (round * 7 + i) % 8))
                 .send()
         });
         // Most of these are cut off by their own timeout; whichever answer arrives is fine.
@@ -325,11 +342,15 @@ async fn clients_hanging_up_mid_request_leave_the_store_usable(backend: Backend)
     }
     for _ in 0..20 {
         let response = app.post_charge(ACME, &new_key(), &visa(100)).await;
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or_default();
+        assert_eq!(status, 201, "a new charge after the hang-ups: {body}");
+        let id = body["id"].as_str().unwrap_or_default();
+        let read = app.get(ACME, &format!("/charges/{id}")).await;
         assert_eq!(
-            response.status().as_u16(),
-            201,
-            "a new charge after the hang-ups: {}",
-            response.text().await.unwrap_or_default()
+            read.status().as_u16(),
+            200,
+            "the charge {id} is stored for all to read"
         );
     }
 }

@@ -42,7 +42,7 @@ impl PgStore {
             {
                 return Ok(Claim::Owned(claimed));
             }
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             let Some(locked) = lock_record(&mut tx, scope, key).await? else {
                 continue;
             };

@@ -19,9 +19,9 @@ use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope,
     StoredResponse,
 };
-use sqlx::PgPool;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Finish, ListCharges};
 use crate::repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
@@ -72,6 +72,23 @@ impl PgStore {
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Begins a transaction on a task of its own.
+    ///
+    /// The driver's BEGIN is not cancel-safe: a caller dropped while BEGIN is in flight (its
+    /// client hung up, or it timed out) returns the connection to the pool inside a
+    /// transaction that nothing will end, and every later statement on that connection runs
+    /// in it, uncommitted and holding its locks, until something ends it, possibly with a
+    /// rollback. On its own task the BEGIN always completes, and a transaction whose caller is
+    /// gone is dropped there, which rolls it back. Once the caller holds the transaction,
+    /// dropping it is safe.
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        let pool = self.pool.clone();
+        tokio::spawn(async move { pool.begin().await })
+            .await
+            .map_err(|_| StoreError::from(sqlx::Error::WorkerCrashed))?
+            .map_err(StoreError::from)
     }
 }
 

@@ -20,7 +20,7 @@ impl PgStore {
         batch: i64,
         stream: &EventStream,
     ) -> Result<usize, RelayError> {
-        let mut tx = self.pool.begin().await.map_err(StoreError::from)?;
+        let mut tx = self.begin().await?;
         let events: Vec<OutboxEvent> = sqlx::query_as(
             "SELECT id, event_type, payload::text AS payload FROM outbox_events
              WHERE published_at IS NULL
