@@ -116,11 +116,13 @@ for scenario in first-charge replay; do
         "$(median <<<"${RATIOS[$scenario]}")" \
         "${ERRORS[$scenario,postgres]}" "${ERRORS[$scenario,sqlite]}"
 done
-# Any answer other than 201, by status, as each service counted it (wrk's non-2xx count
+# Any answer other than 201 (by status, and by idempotency outcome), as each service counted it (wrk's non-2xx count
 # includes answers to requests it cut off at the end of a run, which the service may not see).
 for backend in postgres sqlite; do
     url=$PG_URL; [[ $backend == sqlite ]] && url=$SQLITE_URL
-    other=$(curl -s "$url/metrics" | grep -E '^http_requests_total' | grep -v 'status="201"' || true)
+    other=$(curl -s "$url/metrics" |
+        grep -E '^(http_requests_total|idempotency_outcomes_total)' |
+        grep -vE 'status="201"|outcome="(executed|replayed_db)"' || true)
     [[ -n $other ]] && printf '\n%s answered other than 201:\n%s\n' "$backend" "$other"
 done
 echo
