@@ -49,7 +49,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts the service in its own directory and prints its address once it listens.
+# Starts the service in its own directory and sets STARTED_URL once it listens. (Not called
+# in a command substitution: that would run it in a subshell, and cleanup would never learn
+# the service's pid.)
 start() {
     local name=$1; shift
     mkdir -p "$WORK/$name"
@@ -60,14 +62,16 @@ start() {
         # The start-up line is logged at info, above the warn filter: ask the socket table.
         local port
         port=$(ss -ltnpH 2>/dev/null | awk -v pid="${PIDS[-1]}" '$0 ~ "pid="pid"," {split($4, a, ":"); print a[2]; exit}')
-        if [[ -n $port ]]; then echo "http://127.0.0.1:$port"; return; fi
+        if [[ -n $port ]]; then STARTED_URL="http://127.0.0.1:$port"; return; fi
         sleep 0.1
     done
     die "$name did not start (see $WORK/$name.log)"
 }
 
-PG_URL=$(start postgres DATABASE_URL="$PG_SERVER/$DB")
-SQLITE_URL=$(start sqlite)
+start postgres DATABASE_URL="$PG_SERVER/$DB"
+PG_URL=$STARTED_URL
+start sqlite
+SQLITE_URL=$STARTED_URL
 
 # One completed charge per service for the replay scenario.
 REPLAY_KEY="replay-$$"
