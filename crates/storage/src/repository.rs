@@ -108,7 +108,27 @@ pub trait ChargeRepository: Send + Sync {
         &self,
         tenant: &TenantId,
         page: ListCharges,
-    ) -> Result<Option<ChargePage>, StoreError>;
+    ) -> Result<Option<ChargePage>, StoreError> {
+        let cursor = match page.starting_after {
+            Some(id) => match self.get_charge(tenant, id).await? {
+                Some(charge) => Some(charge),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        self.charges_after(tenant, cursor.as_ref(), page.limit)
+            .await
+            .map(Some)
+    }
+
+    /// Up to `limit` of the tenant's charges, newest first, older than `cursor` (keyset
+    /// pagination on `(created_at, id)`, which stays fast however deep a client pages).
+    async fn charges_after(
+        &self,
+        tenant: &TenantId,
+        cursor: Option<&Charge>,
+        limit: u32,
+    ) -> Result<ChargePage, StoreError>;
 
     /// The tenant's balances, ordered by currency then account.
     async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError>;

@@ -4,7 +4,7 @@ use payments_domain::{Charge, ChargeId, TenantId};
 
 use super::PgStore;
 use crate::StoreError;
-use crate::model::{ChargePage, ListCharges};
+use crate::model::ChargePage;
 use crate::rows::{ChargeRow, charge_page};
 
 const CHARGE_COLUMNS: &str =
@@ -26,21 +26,13 @@ impl PgStore {
         row.map(ChargeRow::into_charge).transpose()
     }
 
-    /// A page of the tenant's charges, or `None` when the cursor is not one of its charges.
-    pub(crate) async fn list_charges(
+    pub(crate) async fn charges_after(
         &self,
         tenant: &TenantId,
-        page: ListCharges,
-    ) -> Result<Option<ChargePage>, StoreError> {
-        let cursor = match page.starting_after {
-            Some(id) => match self.get_charge(tenant, id).await? {
-                Some(charge) => Some(charge),
-                None => return Ok(None),
-            },
-            None => None,
-        };
-        // One row more than asked tells whether another page exists. Keyset pagination on
-        // (created_at, id) stays fast however deep the client pages.
+        cursor: Option<&Charge>,
+        limit: u32,
+    ) -> Result<ChargePage, StoreError> {
+        // One row more than asked tells whether another page exists.
         let sql = format!(
             "SELECT {CHARGE_COLUMNS} FROM charges
              WHERE tenant_id = $1 AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
@@ -49,11 +41,11 @@ impl PgStore {
         );
         let rows: Vec<ChargeRow> = sqlx::query_as(&sql)
             .bind(tenant.as_str())
-            .bind(cursor.as_ref().map(|c| c.created_at))
-            .bind(cursor.as_ref().map(|c| c.id.as_uuid()))
-            .bind(i64::from(page.limit) + 1)
+            .bind(cursor.map(|c| c.created_at))
+            .bind(cursor.map(|c| c.id.as_uuid()))
+            .bind(i64::from(limit) + 1)
             .fetch_all(&self.pool)
             .await?;
-        charge_page(rows, page.limit).map(Some)
+        charge_page(rows, limit)
     }
 }

@@ -23,7 +23,7 @@ use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
 
-use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Finish, ListCharges};
+use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Finish};
 use crate::repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
 use crate::stream::{EventStream, RelayError};
 use crate::{PoolSettings, StoreError};
@@ -179,12 +179,13 @@ impl ChargeRepository for PgStore {
         PgStore::get_charge(self, tenant, id).await
     }
 
-    async fn list_charges(
+    async fn charges_after(
         &self,
         tenant: &TenantId,
-        page: ListCharges,
-    ) -> Result<Option<ChargePage>, StoreError> {
-        PgStore::list_charges(self, tenant, page).await
+        cursor: Option<&Charge>,
+        limit: u32,
+    ) -> Result<ChargePage, StoreError> {
+        PgStore::charges_after(self, tenant, cursor, limit).await
     }
 
     async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {

@@ -8,7 +8,7 @@ use sqlx::SqliteConnection;
 
 use super::{NOW, SqliteStore, stored_time};
 use crate::StoreError;
-use crate::model::{Balance, ChargePage, ListCharges};
+use crate::model::{Balance, ChargePage};
 use crate::repository::ChargeRepository;
 use crate::rows::{ChargeRow, balance_from_row, charge_page};
 
@@ -95,20 +95,13 @@ impl ChargeRepository for SqliteStore {
         row.map(ChargeRow::into_charge).transpose()
     }
 
-    async fn list_charges(
+    async fn charges_after(
         &self,
         tenant: &TenantId,
-        page: ListCharges,
-    ) -> Result<Option<ChargePage>, StoreError> {
-        let cursor = match page.starting_after {
-            Some(id) => match self.get_charge(tenant, id).await? {
-                Some(charge) => Some(charge),
-                None => return Ok(None),
-            },
-            None => None,
-        };
-        // One row more than asked tells whether another page exists; keyset pagination on
-        // (created_at, id), as on PostgreSQL.
+        cursor: Option<&Charge>,
+        limit: u32,
+    ) -> Result<ChargePage, StoreError> {
+        // One row more than asked tells whether another page exists.
         let sql = format!(
             "SELECT {CHARGE_COLUMNS} FROM charges
              WHERE tenant_id = ?1 AND (?2 IS NULL OR (created_at, id) < (?2, ?3))
@@ -117,12 +110,12 @@ impl ChargeRepository for SqliteStore {
         );
         let rows: Vec<ChargeRow> = sqlx::query_as(&sql)
             .bind(tenant.as_str())
-            .bind(cursor.as_ref().map(|c| stored_time(c.created_at)))
-            .bind(cursor.as_ref().map(|c| c.id.as_uuid()))
-            .bind(i64::from(page.limit) + 1)
+            .bind(cursor.map(|c| stored_time(c.created_at)))
+            .bind(cursor.map(|c| c.id.as_uuid()))
+            .bind(i64::from(limit) + 1)
             .fetch_all(&self.pool)
             .await?;
-        charge_page(rows, page.limit).map(Some)
+        charge_page(rows, limit)
     }
 
     async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
