@@ -2,27 +2,32 @@
 //! (or anything that speaks the same small protocol).
 //!
 //! The mapping keeps the port's contract: only a 200 is a charge and only a 402 is a decline.
-//! Everything else (a 5xx, a refused connection, a timeout, a body that cannot be read) is
-//! [`ProcessorError::Unavailable`], because the caller cannot know whether money moved and must
-//! retry with the same idempotency key, which the processor deduplicates.
+//! Everything else (a 409 while a call under the key is processing or after it was canceled,
+//! a 5xx, a refused connection, a timeout, a body that cannot be read) is
+//! [`ProcessorError::Unavailable`], because the caller learns nothing definitive about money
+//! from it; only the same idempotency key, which the processor deduplicates, can tell. A charge
+//! is returned as the processor reported it (amount, currency, status), never as requested.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use payments_domain::{
-    Amount, CardProcessor, Currency, CurrencyError, Money, ProcessorCharge, ProcessorChargeRequest,
-    ProcessorError,
+    Amount, CancelOutcome, CardProcessor, Currency, CurrencyError, Money, ProcessorCharge,
+    ProcessorChargeRequest, ProcessorChargeStatus, ProcessorError,
 };
 use reqwest::{StatusCode, Url};
 use serde::de::DeserializeOwned;
 
-use crate::wire::{ChargeBody, ChargeView, ErrorEnvelope, IDEMPOTENCY_KEY, SUCCEEDED};
+use crate::wire::{
+    CANCELED, CancelView, ChargeBody, ChargeView, ConflictCode, ErrorEnvelope, IDEMPOTENCY_KEY,
+};
 
 /// A card processor reached over HTTP.
 #[derive(Debug, Clone)]
 pub struct HttpCardProcessor {
     http: reqwest::Client,
     charges_url: Url,
+    cancel_url: Url,
     timeout: Duration,
 }
 
@@ -55,13 +60,14 @@ impl HttpCardProcessor {
             let path = format!("{}/", base.path());
             base.set_path(&path);
         }
-        let charges_url = base
-            .join("v1/charges")
-            .map_err(|e| invalid(e.to_string()))?;
+        let join = |path: &str| base.join(path).map_err(|e| invalid(e.to_string()));
+        let charges_url = join("v1/charges")?;
+        let cancel_url = join("v1/charges/cancel")?;
         let http = reqwest::Client::builder().timeout(timeout).build()?;
         Ok(Self {
             http,
             charges_url,
+            cancel_url,
             timeout,
         })
     }
@@ -87,6 +93,12 @@ impl HttpCardProcessor {
     ) -> Result<T, ProcessorError> {
         response.json().await.map_err(|e| self.unreachable(&e))
     }
+
+    /// The `code` of an error body; `None` if it has none or cannot be read.
+    async fn error_code(&self, response: reqwest::Response) -> Option<String> {
+        let envelope = self.read::<ErrorEnvelope>(response).await.ok()?;
+        envelope.error.code
+    }
 }
 
 #[async_trait]
@@ -109,19 +121,8 @@ impl CardProcessor for HttpCardProcessor {
             .await
             .map_err(|e| self.unreachable(&e))?;
         match response.status() {
-            StatusCode::OK => {
-                let charge: ChargeView = self.read(response).await?;
-                if charge.status != SUCCEEDED {
-                    return Err(unavailable(format!(
-                        "200 with charge status {:?}",
-                        charge.status
-                    )));
-                }
-                Ok(ProcessorCharge {
-                    id: charge.id,
-                    money: request.money,
-                })
-            }
+            // As the processor reports it: the caller checks it against the request.
+            StatusCode::OK => reported_charge(self.read(response).await?),
             // The status is the decision; the body only explains it, so an unreadable body
             // still makes a decline (retrying would only be declined again).
             StatusCode::PAYMENT_REQUIRED => {
@@ -139,6 +140,8 @@ impl CardProcessor for HttpCardProcessor {
                     message,
                 })
             }
+            // Still processing, or the key was canceled: either way this call charged nothing.
+            StatusCode::CONFLICT => Err(conflict(self.error_code(response).await)),
             status => Err(unexpected(status)),
         }
     }
@@ -157,26 +160,73 @@ impl CardProcessor for HttpCardProcessor {
             .await
             .map_err(|e| self.unreachable(&e))?;
         match response.status() {
-            StatusCode::OK => {
-                let charge: ChargeView = self.read(response).await?;
-                let amount = Amount::new(charge.amount).map_err(|e| unavailable(e.to_string()))?;
-                let currency: Currency = charge
-                    .currency
-                    .parse()
-                    .map_err(|e: CurrencyError| unavailable(e.to_string()))?;
-                Ok(Some(ProcessorCharge {
-                    id: charge.id,
-                    money: Money::new(amount, currency),
-                }))
-            }
+            StatusCode::OK => reported_charge(self.read(response).await?).map(Some),
             StatusCode::NOT_FOUND => Ok(None),
+            status => Err(unexpected(status)),
+        }
+    }
+
+    async fn cancel(&self, idempotency_key: &str) -> Result<CancelOutcome, ProcessorError> {
+        let response = self
+            .http
+            .post(self.cancel_url.clone())
+            .header(IDEMPOTENCY_KEY, idempotency_key)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        match response.status() {
+            StatusCode::OK => match self.read(response).await? {
+                CancelView::Charged(charge) => reported_charge(charge).map(CancelOutcome::Charged),
+                CancelView::Canceled(view) if view.status == CANCELED => {
+                    Ok(CancelOutcome::Canceled)
+                }
+                CancelView::Canceled(view) => Err(unavailable(format!(
+                    "cancel answered 200 with status {:?}",
+                    view.status
+                ))),
+            },
+            // Only `processing` is an answer; any other conflict says nothing definitive.
+            StatusCode::CONFLICT => match self.error_code(response).await {
+                Some(code) if code == ConflictCode::Processing.as_str() => {
+                    Ok(CancelOutcome::StillProcessing)
+                }
+                code => Err(conflict(code)),
+            },
             status => Err(unexpected(status)),
         }
     }
 }
 
+/// A charge as the processor reported it, with its own amount, currency and status: the
+/// caller decides whether it is the charge it asked for. A field this side cannot read is
+/// `Unavailable`, never a guess.
+fn reported_charge(view: ChargeView) -> Result<ProcessorCharge, ProcessorError> {
+    let amount = Amount::new(view.amount).map_err(|e| unavailable(e.to_string()))?;
+    let currency: Currency = view
+        .currency
+        .parse()
+        .map_err(|e: CurrencyError| unavailable(e.to_string()))?;
+    let status = ProcessorChargeStatus::parse(&view.status).ok_or_else(|| {
+        unavailable(format!(
+            "charge {} has unknown status {:?}",
+            view.id, view.status
+        ))
+    })?;
+    Ok(ProcessorCharge {
+        id: view.id,
+        money: Money::new(amount, currency),
+        status,
+    })
+}
+
 fn unavailable(reason: String) -> ProcessorError {
     ProcessorError::Unavailable { reason }
+}
+
+/// A 409, named by its `code` when the body has one.
+fn conflict(code: Option<String>) -> ProcessorError {
+    let code = code.unwrap_or_else(|| "without a code".to_owned());
+    unavailable(format!("processor answered 409 {code}"))
 }
 
 /// Any status but the ones the protocol defines: a 5xx, or a proxy's or a misconfigured
@@ -215,6 +265,48 @@ mod tests {
             charges_url("http://sim.local/prefix").ok().as_deref(),
             Some("http://sim.local/prefix/v1/charges")
         );
+        let cancel_url = HttpCardProcessor::new("http://sim.local/prefix", Duration::from_secs(1))
+            .map(|c| c.cancel_url.to_string());
+        assert_eq!(
+            cancel_url.ok().as_deref(),
+            Some("http://sim.local/prefix/v1/charges/cancel")
+        );
+    }
+
+    fn view(amount: i64, currency: &str, status: &str) -> ChargeView {
+        ChargeView {
+            id: "ch_1".into(),
+            amount,
+            currency: currency.into(),
+            status: status.into(),
+        }
+    }
+
+    #[test]
+    fn a_charge_is_read_as_reported_and_never_guessed() {
+        let pending = reported_charge(view(2000, "EUR", "pending"));
+        assert_eq!(
+            pending,
+            Ok(ProcessorCharge {
+                id: "ch_1".into(),
+                money: Money::new(
+                    Amount::new(2000).unwrap_or_else(|e| panic!("{e}")),
+                    Currency::Eur
+                ),
+                status: ProcessorChargeStatus::Pending,
+            })
+        );
+        for unreadable in [
+            view(2000, "EUR", "refunded"),
+            view(0, "EUR", "succeeded"),
+            view(2000, "XXX", "succeeded"),
+        ] {
+            let result = reported_charge(unreadable);
+            assert!(
+                matches!(result, Err(ProcessorError::Unavailable { .. })),
+                "{result:?}"
+            );
+        }
     }
 
     #[test]

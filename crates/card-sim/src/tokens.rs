@@ -7,8 +7,8 @@ use std::time::Duration;
 pub enum TestToken {
     /// `tok_visa`, `tok_mastercard`: the charge succeeds.
     Succeeds,
-    /// `tok_slow`: the charge succeeds after [`TestToken::SLOW_LATENCY`], to show in-flight
-    /// duplicates.
+    /// `tok_slow`: the charge succeeds after [`TestToken::SLOW_LATENCY`] more than the
+    /// configured latency, to show in-flight duplicates.
     SucceedsSlowly,
     /// `tok_chargeDeclined`: a definitive decline.
     Declined,
@@ -17,12 +17,16 @@ pub enum TestToken {
     /// `tok_processingErrorOnce`: a transient failure on the first attempt under a key, then
     /// success, like a processor that timed out once.
     FailsOnceThenSucceeds,
+    /// `tok_amountMismatch`: the charge succeeds, but the processor records and reports an
+    /// amount one minor unit larger than requested (one smaller at the maximum amount), like a
+    /// misbehaving processor. The service must never post such a charge.
+    ReportsWrongAmount,
     /// Any other token: declined as unknown.
     Unknown,
 }
 
 impl TestToken {
-    /// How long `tok_slow` takes.
+    /// How much longer than the configured latency `tok_slow` takes.
     pub const SLOW_LATENCY: Duration = Duration::from_secs(2);
 
     /// The outcome a card token produces; any unrecognised token is [`TestToken::Unknown`].
@@ -33,6 +37,7 @@ impl TestToken {
             "tok_chargeDeclined" => Self::Declined,
             "tok_processingError" => Self::FailsTransiently,
             "tok_processingErrorOnce" => Self::FailsOnceThenSucceeds,
+            "tok_amountMismatch" => Self::ReportsWrongAmount,
             _ => Self::Unknown,
         }
     }

@@ -17,7 +17,9 @@ pub(crate) struct ChargeBody {
     pub source: String,
 }
 
-/// A charge as the server shows it (200 on create and on lookup).
+/// A charge as the server shows it (200 on create, on lookup and on cancel). `status` is a
+/// [`ProcessorChargeStatus`](payments_domain::ProcessorChargeStatus) name; the simulator only
+/// ever reports `succeeded`, since its failures are errors, not charges.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct ChargeView {
     pub id: String,
@@ -26,8 +28,22 @@ pub(crate) struct ChargeView {
     pub status: String,
 }
 
-/// The only status a charge the simulator returns can have: failures are errors, not charges.
-pub(crate) const SUCCEEDED: &str = "succeeded";
+/// The 200 body of `POST /v1/charges/cancel`: the charge made under the key, or the tombstone.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum CancelView {
+    Charged(ChargeView),
+    Canceled(CanceledView),
+}
+
+/// `{"status": "canceled"}`: no charge exists under the key, and none ever will.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CanceledView {
+    pub status: String,
+}
+
+/// The `status` of a [`CanceledView`].
+pub(crate) const CANCELED: &str = "canceled";
 
 /// The query of `GET /v1/charges`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -47,12 +63,34 @@ pub(crate) struct ErrorEnvelope {
     pub error: ErrorDetail,
 }
 
-/// What went wrong: `type` is `card_error` (402), `api_error` (5xx) or `invalid_request_error`.
+/// What went wrong: `type` is `card_error` (402), `api_error` (5xx, and 409 while
+/// processing) or `invalid_request_error`; `code` names the conflict of a 409.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct ErrorDetail {
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decline_code: Option<String>,
     pub message: String,
+}
+
+/// The `code` of a 409. A string on the wire, so that a body with a code this side does not
+/// know still parses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConflictCode {
+    /// A call under the key is still within its latency: its outcome does not exist yet.
+    Processing,
+    /// The key was canceled: nothing can ever be charged under it.
+    IdempotencyKeyCanceled,
+}
+
+impl ConflictCode {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Processing => "processing",
+            Self::IdempotencyKeyCanceled => "idempotency_key_canceled",
+        }
+    }
 }

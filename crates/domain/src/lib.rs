@@ -19,4 +19,7 @@ pub use event::{PAYMENT_COMPLETED, PaymentCompleted};
 pub use ids::{ChargeId, ChargeIdError, TenantId};
 pub use ledger::{Account, LedgerEntry, LedgerError, LedgerTransaction};
 pub use money::{Amount, AmountError, Currency, CurrencyError, Money};
-pub use processor::{CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorError};
+pub use processor::{
+    CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorChargeStatus,
+    ProcessorError, ProcessorMismatch,
+};

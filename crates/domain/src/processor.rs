@@ -1,8 +1,11 @@
-//! The card processor port: how the service asks a processor to move money.
+//! The card processor port: how the service asks a processor to move money, and how it learns
+//! what happened to a call whose answer it never received.
 //!
 //! Implementations live outside the domain (an in-process simulator, an HTTP client). The
 //! contract every implementation keeps: the same `idempotency_key` never creates a second
-//! charge, and a timeout is [`ProcessorError::Unavailable`], never a success or a decline.
+//! charge; a timeout is [`ProcessorError::Unavailable`], never a success or a decline; and only
+//! [`CardProcessor::cancel`] can say "there is no charge under this key, and there never will
+//! be". A lookup that finds nothing is not that answer: a call may still be in flight.
 
 use async_trait::async_trait;
 
@@ -17,14 +20,91 @@ pub struct ProcessorChargeRequest {
     pub source: PaymentSource,
 }
 
-/// A charge the processor created (or had already created under the same key).
+/// The status a processor reports for a charge. Only `Succeeded` is ever recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessorChargeStatus {
+    Succeeded,
+    Pending,
+    Failed,
+}
+
+impl ProcessorChargeStatus {
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Pending => "pending",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Parses a wire name; `None` for a status this service does not know.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "succeeded" => Some(Self::Succeeded),
+            "pending" => Some(Self::Pending),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// A charge the processor created (or had already created under the same key), as the
+/// processor reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessorCharge {
     pub id: String,
     pub money: Money,
+    pub status: ProcessorChargeStatus,
 }
 
-/// The two ways a charge does not succeed, which the service treats very differently.
+/// Why a charge the processor reported is not the one the request asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcessorMismatch {
+    #[error("processor charge {id} has status {status}, not succeeded")]
+    NotSucceeded { id: String, status: &'static str },
+    #[error("processor charge {id} is for {reported}, the request was for {requested}")]
+    Money {
+        id: String,
+        reported: Money,
+        requested: Money,
+    },
+}
+
+impl ProcessorCharge {
+    /// Accepts the charge as the one `requested` made only if it succeeded for exactly that
+    /// amount and currency. Anything else must never reach the ledger.
+    pub fn confirms(&self, requested: Money) -> Result<(), ProcessorMismatch> {
+        if self.status != ProcessorChargeStatus::Succeeded {
+            return Err(ProcessorMismatch::NotSucceeded {
+                id: self.id.clone(),
+                status: self.status.as_str(),
+            });
+        }
+        if self.money != requested {
+            return Err(ProcessorMismatch::Money {
+                id: self.id.clone(),
+                reported: self.money,
+                requested,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The processor's definitive answer about a key, from [`CardProcessor::cancel`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// A charge exists under the key: it was made, and must be recorded.
+    Charged(ProcessorCharge),
+    /// A call under the key is still being processed: ask again later.
+    StillProcessing,
+    /// No charge exists under the key, and the key is now tombstoned: no call under it can
+    /// ever charge.
+    Canceled,
+}
+
+/// The ways a charge does not succeed, which the service treats very differently.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessorError {
     /// A definitive business outcome: stored and replayed like a success.
@@ -33,13 +113,14 @@ pub enum ProcessorError {
         decline_code: String,
         message: String,
     },
-    /// Nothing is known to have happened: the caller may retry with the same key.
+    /// Nothing is known to have happened: a timeout, a connection error, a 5xx, a call still
+    /// processing under the key. The outcome is unknown, and only the same key can tell.
     #[error("processor unavailable: {reason}")]
     Unavailable { reason: String },
 }
 
-/// The port the charge flow calls. Object-safe so the service can pick an implementation at
-/// start-up.
+/// The port the charge flow and the completer call. Object-safe so the service can pick an
+/// implementation at start-up.
 #[async_trait]
 pub trait CardProcessor: Send + Sync + std::fmt::Debug + 'static {
     /// Creates the charge, or returns the one already created under the same idempotency key.
@@ -48,9 +129,89 @@ pub trait CardProcessor: Send + Sync + std::fmt::Debug + 'static {
         request: ProcessorChargeRequest,
     ) -> Result<ProcessorCharge, ProcessorError>;
 
-    /// Looks up the charge created under `idempotency_key` without ever creating one.
+    /// Looks up the charge created under `idempotency_key` without ever creating one. `None`
+    /// is not definitive: a call under the key may still be processing.
     async fn find_charge(
         &self,
         idempotency_key: &str,
     ) -> Result<Option<ProcessorCharge>, ProcessorError>;
+
+    /// Settles `idempotency_key` for good: returns its charge if one exists, says so if a call
+    /// is still processing, and otherwise tombstones the key so that nothing can ever be
+    /// charged under it.
+    async fn cancel(&self, idempotency_key: &str) -> Result<CancelOutcome, ProcessorError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Amount, Currency};
+
+    fn money(minor_units: i64, currency: Currency) -> Money {
+        Money::new(
+            Amount::new(minor_units).unwrap_or_else(|e| panic!("{e}")),
+            currency,
+        )
+    }
+
+    fn charge(money: Money, status: ProcessorChargeStatus) -> ProcessorCharge {
+        ProcessorCharge {
+            id: "ch_1".into(),
+            money,
+            status,
+        }
+    }
+
+    #[test]
+    fn confirms_accepts_a_succeeded_charge_for_exactly_the_requested_money() {
+        let requested = money(1999, Currency::Usd);
+        let charge = charge(requested, ProcessorChargeStatus::Succeeded);
+        assert_eq!(charge.confirms(requested), Ok(()));
+    }
+
+    #[test]
+    fn confirms_refuses_a_charge_that_did_not_succeed() {
+        let requested = money(1999, Currency::Usd);
+        for (status, name) in [
+            (ProcessorChargeStatus::Pending, "pending"),
+            (ProcessorChargeStatus::Failed, "failed"),
+        ] {
+            assert_eq!(
+                charge(requested, status).confirms(requested),
+                Err(ProcessorMismatch::NotSucceeded {
+                    id: "ch_1".into(),
+                    status: name,
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn confirms_refuses_another_amount_or_currency() {
+        let requested = money(1999, Currency::Usd);
+        for reported in [money(2000, Currency::Usd), money(1999, Currency::Eur)] {
+            assert_eq!(
+                charge(reported, ProcessorChargeStatus::Succeeded).confirms(requested),
+                Err(ProcessorMismatch::Money {
+                    id: "ch_1".into(),
+                    reported,
+                    requested,
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn status_names_round_trip_and_unknown_names_are_none() {
+        for (status, name) in [
+            (ProcessorChargeStatus::Succeeded, "succeeded"),
+            (ProcessorChargeStatus::Pending, "pending"),
+            (ProcessorChargeStatus::Failed, "failed"),
+        ] {
+            assert_eq!(status.as_str(), name);
+            assert_eq!(ProcessorChargeStatus::parse(name), Some(status));
+        }
+        assert_eq!(ProcessorChargeStatus::parse("Succeeded"), None);
+        assert_eq!(ProcessorChargeStatus::parse("refunded"), None);
+    }
 }

@@ -4,12 +4,12 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::wire::{ErrorDetail, ErrorEnvelope};
+use crate::wire::{ConflictCode, ErrorDetail, ErrorEnvelope};
 
 /// What a request to the simulator can fail with.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SimError {
-    /// 400: `POST /v1/charges` without an `Idempotency-Key`.
+    /// 400: a charge or a cancel without an `Idempotency-Key`.
     #[error("The Idempotency-Key header is required.")]
     MissingIdempotencyKey,
     /// 400: a malformed key, body or query.
@@ -27,6 +27,13 @@ pub(crate) enum SimError {
     /// 500: a transient failure; nothing was charged, a retry with the same key may succeed.
     #[error("The processor could not complete the charge. Retry with the same Idempotency-Key.")]
     Transient { reason: String },
+    /// 409 `processing`: a call under the key is still in flight; its outcome does not exist
+    /// yet. Ask again later.
+    #[error("A request with this Idempotency-Key is still being processed. Retry later.")]
+    Processing,
+    /// 409 `idempotency_key_canceled`: the key was canceled, so nothing can be charged under it.
+    #[error("This Idempotency-Key was canceled; no charge can be made under it.")]
+    KeyCanceled,
 }
 
 impl SimError {
@@ -36,16 +43,30 @@ impl SimError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Declined { .. } => StatusCode::PAYMENT_REQUIRED,
             Self::Transient { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Processing | Self::KeyCanceled => StatusCode::CONFLICT,
         }
     }
 
     fn kind(&self) -> &'static str {
         match self {
-            Self::MissingIdempotencyKey | Self::InvalidRequest(_) | Self::NotFound(_) => {
-                "invalid_request_error"
-            }
+            Self::MissingIdempotencyKey
+            | Self::InvalidRequest(_)
+            | Self::NotFound(_)
+            | Self::KeyCanceled => "invalid_request_error",
             Self::Declined { .. } => "card_error",
-            Self::Transient { .. } => "api_error",
+            Self::Transient { .. } | Self::Processing => "api_error",
+        }
+    }
+
+    fn code(&self) -> Option<ConflictCode> {
+        match self {
+            Self::Processing => Some(ConflictCode::Processing),
+            Self::KeyCanceled => Some(ConflictCode::IdempotencyKeyCanceled),
+            Self::MissingIdempotencyKey
+            | Self::InvalidRequest(_)
+            | Self::NotFound(_)
+            | Self::Declined { .. }
+            | Self::Transient { .. } => None,
         }
     }
 }
@@ -63,6 +84,7 @@ impl IntoResponse for SimError {
         let body = ErrorEnvelope {
             error: ErrorDetail {
                 kind: self.kind().to_owned(),
+                code: self.code().map(|code| code.as_str().to_owned()),
                 decline_code,
                 message: self.to_string(),
             },

@@ -3,8 +3,9 @@
 //!
 //! | Route | Answer |
 //! | --- | --- |
-//! | `POST /v1/charges` (`Idempotency-Key` required) | 200 charge, 402 `card_error`, 500 `api_error`, 400 |
-//! | `GET /v1/charges?idempotency_key=K` | 200 charge made under K, or 404; never creates |
+//! | `POST /v1/charges` (`Idempotency-Key` required) | 200 charge, 402 `card_error`, 500 `api_error`, 409 `processing` while a call under the key is in flight, 409 `idempotency_key_canceled`, 400 |
+//! | `GET /v1/charges?idempotency_key=K` | 200 charge made under K, or 404 (also while processing); never creates |
+//! | `POST /v1/charges/cancel` (`Idempotency-Key` required) | 200 charge made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
 //! | `GET /v1/stats` | `{"charges_created": N}` |
 //! | `GET /healthz` | 200 |
 
@@ -17,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
 pub use config::{ConfigError, DEFAULT_BIND, ServerConfig, USAGE};
@@ -31,6 +32,7 @@ pub fn app(processor: Arc<InMemoryCardProcessor>) -> Router {
             "/v1/charges",
             get(routes::find_charge).post(routes::create_charge),
         )
+        .route("/v1/charges/cancel", post(routes::cancel_charge))
         .route("/v1/stats", get(routes::stats))
         .route("/healthz", get(routes::healthz))
         .fallback(routes::not_found)

@@ -8,13 +8,17 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use payments_domain::{
-    Amount, CardProcessor, Currency, CurrencyError, Money, PaymentSource, ProcessorCharge,
-    ProcessorChargeRequest, ProcessorError,
+    Amount, CancelOutcome, CardProcessor, Currency, CurrencyError, Money, PaymentSource,
+    ProcessorCharge, ProcessorChargeRequest,
 };
 
 use super::error::SimError;
 use crate::InMemoryCardProcessor;
-use crate::wire::{ChargeBody, ChargeView, FindQuery, IDEMPOTENCY_KEY, SUCCEEDED, StatsView};
+use crate::simulator::{ChargeAnswer, Outcome};
+use crate::wire::{
+    CANCELED, CancelView, CanceledView, ChargeBody, ChargeView, FindQuery, IDEMPOTENCY_KEY,
+    StatsView,
+};
 
 /// Shared by every handler; the simulator guards its own state.
 pub(crate) type Sim = Arc<InMemoryCardProcessor>;
@@ -36,12 +40,12 @@ pub(crate) async fn create_charge(
         source: PaymentSource::new(body.source)
             .map_err(|e| SimError::InvalidRequest(e.to_string()))?,
     };
-    match sim.charge(request).await {
-        Ok(charge) => {
+    match sim.submit(request).await {
+        ChargeAnswer::Settled(Outcome::Charged(charge)) => {
             tracing::info!(charge.id = %charge.id, charge.outcome = "succeeded", "charge");
             Ok(Json(view(&charge)))
         }
-        Err(ProcessorError::Declined {
+        ChargeAnswer::Settled(Outcome::Declined {
             decline_code,
             message,
         }) => {
@@ -51,7 +55,30 @@ pub(crate) async fn create_charge(
                 message,
             })
         }
-        Err(ProcessorError::Unavailable { reason }) => Err(SimError::Transient { reason }),
+        ChargeAnswer::Settled(Outcome::FailedTransiently { reason }) => {
+            Err(SimError::Transient { reason })
+        }
+        ChargeAnswer::Processing => Err(SimError::Processing),
+        ChargeAnswer::KeyCanceled => Err(SimError::KeyCanceled),
+    }
+}
+
+/// `POST /v1/charges/cancel`: the charge made under the key; or 409 while a call under it is
+/// processing; or else the key is tombstoned, and no charge can ever be made under it.
+pub(crate) async fn cancel_charge(
+    State(sim): State<Sim>,
+    headers: HeaderMap,
+) -> Result<Json<CancelView>, SimError> {
+    let idempotency_key = idempotency_key(&headers)?;
+    match sim.cancel_key(&idempotency_key) {
+        CancelOutcome::Charged(charge) => Ok(Json(CancelView::Charged(view(&charge)))),
+        CancelOutcome::StillProcessing => Err(SimError::Processing),
+        CancelOutcome::Canceled => {
+            tracing::info!(charge.outcome = "canceled", "cancel");
+            Ok(Json(CancelView::Canceled(CanceledView {
+                status: CANCELED.to_owned(),
+            })))
+        }
     }
 }
 
@@ -116,6 +143,6 @@ fn view(charge: &ProcessorCharge) -> ChargeView {
         id: charge.id.clone(),
         amount: charge.money.amount.minor_units(),
         currency: charge.money.currency.code().to_owned(),
-        status: SUCCEEDED.to_owned(),
+        status: charge.status.as_str().to_owned(),
     }
 }

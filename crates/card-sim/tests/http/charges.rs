@@ -1,12 +1,12 @@
 //! `charge` through `HttpCardProcessor`: exactly once per key, and every failure mapped to the
 //! port's two errors.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use payments_card_sim::HttpCardProcessor;
-use payments_domain::{CardProcessor, ProcessorError};
+use payments_domain::{CardProcessor, ProcessorChargeStatus, ProcessorError, ProcessorMismatch};
 
-use crate::helpers::{PATIENT, charge_appears, request, spawn_sim, spawn_sim_with, usd};
+use crate::helpers::{LATENCY, PATIENT, charge_appears, request, spawn_sim, spawn_slow_sim, usd};
 
 #[tokio::test]
 async fn the_same_key_twice_returns_the_same_charge_and_creates_one() {
@@ -25,6 +25,7 @@ async fn the_same_key_twice_returns_the_same_charge_and_creates_one() {
     assert_eq!(first.id, second.id);
     assert!(first.id.starts_with("sim_"), "id {}", first.id);
     assert_eq!(first.money, usd(1999));
+    assert_eq!(first.status, ProcessorChargeStatus::Succeeded);
     assert_eq!(sim.charges_created().await, 1);
 }
 
@@ -99,35 +100,62 @@ async fn a_transient_failure_then_a_retry_with_the_same_key_charges_once() {
     assert_eq!(sim.charges_created().await, 1);
 }
 
-/// The realistic timeout: the processor charged, the answer came too late. The client must
-/// not call that a success or a decline, and a retry with the same key must find that charge
-/// rather than make a second one.
+/// The realistic timeout: the processor is still working when the client gives up. The client
+/// must not call that a success or a decline; the charge still comes into existence after its
+/// latency, and a retry with the same key must find that charge rather than make a second one.
 #[tokio::test]
-async fn a_timeout_is_unavailable_although_the_processor_created_the_charge() {
-    let sim = spawn_sim_with(
-        &["--bind", "127.0.0.1:0"],
-        &[("CARD_SIM_LATENCY_MS", "1500")],
-    )
-    .await;
+async fn a_client_that_times_out_still_leaves_a_charge_that_appears_after_the_latency() {
+    let sim = spawn_slow_sim().await;
     let impatient = sim.processor(Duration::from_millis(300));
+    let began = Instant::now();
 
     let result = impatient.charge(request("order-9", "tok_visa")).await;
-    assert!(
-        matches!(&result, Err(ProcessorError::Unavailable { reason }) if reason.contains("300 ms")),
-        "{result:?}"
+    assert_eq!(
+        result,
+        Err(ProcessorError::Unavailable {
+            reason: "no answer within 300 ms; the outcome is unknown".into()
+        })
     );
-
-    // Lookups carry no latency, so even the impatient client can ask what happened.
+    // Lookups carry no latency, so even the impatient client can ask what happened: nothing
+    // yet, and then the charge.
+    assert_eq!(impatient.find_charge("order-9").await, Ok(None));
     let found = charge_appears(&impatient, "order-9").await;
+    assert!(began.elapsed() >= LATENCY, "{:?}", began.elapsed());
     assert_eq!(found.money, usd(1999));
+    assert_eq!(found.status, ProcessorChargeStatus::Succeeded);
     assert_eq!(sim.charges_created().await, 1);
 
     let retried = sim
         .processor(PATIENT)
         .charge(request("order-9", "tok_visa"))
+        .await;
+    assert_eq!(retried, Ok(found));
+    assert_eq!(sim.charges_created().await, 1);
+}
+
+/// A processor that charges another amount than asked is reported as it is, so the service can
+/// refuse to record it.
+#[tokio::test]
+async fn an_amount_mismatch_is_reported_one_minor_unit_larger() {
+    let sim = spawn_sim().await;
+    let processor = sim.processor(PATIENT);
+
+    let charge = processor
+        .charge(request("k", "tok_amountMismatch"))
         .await
-        .expect("retry with the same key");
-    assert_eq!(retried.id, found.id);
+        .expect("charge");
+
+    assert_eq!(charge.money, usd(2000));
+    assert_eq!(charge.status, ProcessorChargeStatus::Succeeded);
+    assert_eq!(
+        charge.confirms(usd(1999)),
+        Err(ProcessorMismatch::Money {
+            id: charge.id.clone(),
+            reported: usd(2000),
+            requested: usd(1999),
+        })
+    );
+    assert_eq!(processor.find_charge("k").await, Ok(Some(charge)));
     assert_eq!(sim.charges_created().await, 1);
 }
 
@@ -142,6 +170,7 @@ async fn an_unreachable_processor_is_unavailable() {
 
     let charge = processor.charge(request("k", "tok_visa")).await;
     let find = processor.find_charge("k").await;
+    let cancel = processor.cancel("k").await;
 
     assert!(
         matches!(charge, Err(ProcessorError::Unavailable { .. })),
@@ -150,5 +179,9 @@ async fn an_unreachable_processor_is_unavailable() {
     assert!(
         matches!(find, Err(ProcessorError::Unavailable { .. })),
         "{find:?}"
+    );
+    assert!(
+        matches!(cancel, Err(ProcessorError::Unavailable { .. })),
+        "{cancel:?}"
     );
 }

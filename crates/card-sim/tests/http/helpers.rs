@@ -3,15 +3,24 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use axum::http::{StatusCode, header};
 use payments_card_sim::HttpCardProcessor;
 use payments_domain::{
     Amount, CardProcessor, Currency, Money, PaymentSource, ProcessorCharge, ProcessorChargeRequest,
 };
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Long enough for any call in these tests, except where a test sets its own.
 pub const PATIENT: Duration = Duration::from_secs(30);
+
+/// The latency of [`spawn_slow_sim`]: long enough to probe a charge in flight several times.
+pub const LATENCY: Duration = Duration::from_millis(1500);
+
+/// How long a request on the loopback is given to reach the simulator before a test probes
+/// the key it registered. Far below [`LATENCY`], so the probes still find it processing.
+pub const REACH: Duration = Duration::from_millis(300);
 
 /// A running `card-sim`; the process is killed when this is dropped.
 pub struct TestSim {
@@ -23,6 +32,16 @@ pub struct TestSim {
 /// Starts `card-sim --bind 127.0.0.1:0` without latency.
 pub async fn spawn_sim() -> TestSim {
     spawn_sim_with(&["--bind", "127.0.0.1:0"], &[]).await
+}
+
+/// Starts `card-sim` whose every new charge takes [`LATENCY`] to come into existence.
+pub async fn spawn_slow_sim() -> TestSim {
+    let latency = LATENCY.as_millis().to_string();
+    spawn_sim_with(
+        &["--bind", "127.0.0.1:0"],
+        &[("CARD_SIM_LATENCY_MS", latency.as_str())],
+    )
+    .await
 }
 
 /// Starts `card-sim` with these arguments and extra environment variables.
@@ -85,6 +104,33 @@ impl TestSim {
         &self.http
     }
 
+    /// `POST /v1/charges`, with the `Idempotency-Key` if given: the status and the JSON body.
+    pub async fn post_charge(&self, key: Option<&str>, body: &Value) -> (StatusCode, Value) {
+        let mut request = self.http.post(self.url("/v1/charges")).json(body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        answer(request.send().await.expect("POST /v1/charges")).await
+    }
+
+    /// `POST /v1/charges/cancel`, with the `Idempotency-Key` if given.
+    pub async fn post_cancel(&self, key: Option<&str>) -> (StatusCode, Value) {
+        let mut request = self.http.post(self.url("/v1/charges/cancel"));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        answer(request.send().await.expect("POST /v1/charges/cancel")).await
+    }
+
+    /// `GET /v1/charges?idempotency_key=K`.
+    pub async fn lookup(&self, key: &str) -> (StatusCode, Value) {
+        let request = self
+            .http
+            .get(self.url("/v1/charges"))
+            .query(&[("idempotency_key", key)]);
+        answer(request.send().await.expect("GET /v1/charges")).await
+    }
+
     /// `GET /v1/stats`: distinct charges the processor ever created.
     pub async fn charges_created(&self) -> u64 {
         let stats: serde_json::Value = self
@@ -102,9 +148,9 @@ impl TestSim {
     }
 }
 
-/// Waits until the processor has a charge under `key`: the charge is recorded as soon as the
-/// request reaches the simulator, but on a busy machine that can lag behind the client. Polls
-/// with `find_charge`, which never creates, and gives up after ten seconds.
+/// Waits until the processor has a charge under `key`: a charge exists only once its latency
+/// has passed, whether or not its caller still waits. Polls with `find_charge`, which never
+/// creates, and gives up after ten seconds.
 pub async fn charge_appears(processor: &impl CardProcessor, key: &str) -> ProcessorCharge {
     let poll = async {
         loop {
@@ -133,4 +179,28 @@ pub fn usd(minor_units: i64) -> Money {
         Amount::new(minor_units).expect("valid amount"),
         Currency::Usd,
     )
+}
+
+/// The body of `POST /v1/charges` for 19.99 USD with `source`.
+pub fn charge_body(source: &str) -> Value {
+    json!({"amount": 1999, "currency": "USD", "source": source})
+}
+
+async fn answer(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    (status, response.json().await.expect("JSON body"))
+}
+
+/// A processor that answers every request with `status` and `body`, whatever was asked: for
+/// the answers `card-sim` never gives. Returns its base URL; it stops with the test's runtime.
+pub async fn spawn_fake_processor(status: StatusCode, body: &'static str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let app = axum::Router::new().fallback(move || async move {
+        (status, [(header::CONTENT_TYPE, "application/json")], body)
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
 }

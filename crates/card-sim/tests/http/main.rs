@@ -1,8 +1,11 @@
 //! Black-box tests: each starts the real `card-sim` binary on a free port and talks to it
-//! through [`HttpCardProcessor`](payments_card_sim::HttpCardProcessor) or raw HTTP.
+//! through [`HttpCardProcessor`](payments_card_sim::HttpCardProcessor) or raw HTTP. A few talk
+//! to a fake processor instead, for answers `card-sim` never gives.
 
+mod cancel;
 mod charges;
 mod helpers;
 mod lookup;
+mod processing;
 mod protocol;
 mod server;

@@ -1,42 +1,32 @@
 //! The wire protocol itself, over raw HTTP: statuses, bodies, and what a bad request does.
 
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::helpers::{TestSim, spawn_sim};
-
-async fn post_charge(sim: &TestSim, key: Option<&str>, body: &Value) -> (StatusCode, Value) {
-    let mut request = sim.http().post(sim.url("/v1/charges")).json(body);
-    if let Some(key) = key {
-        request = request.header("Idempotency-Key", key);
-    }
-    let response = request.send().await.expect("POST /v1/charges");
-    let status = response.status();
-    (status, response.json().await.expect("JSON body"))
-}
-
-fn charge(source: &str) -> Value {
-    json!({"amount": 1999, "currency": "USD", "source": source})
-}
+use crate::helpers::{charge_body, spawn_sim};
 
 #[tokio::test]
 async fn each_outcome_has_its_status_and_body() {
     let sim = spawn_sim().await;
 
-    let (status, body) = post_charge(&sim, Some("ok"), &charge("tok_visa")).await;
+    let (status, body) = sim.post_charge(Some("ok"), &charge_body("tok_visa")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["amount"], 1999);
     assert_eq!(body["currency"], "USD");
     assert_eq!(body["status"], "succeeded");
     assert!(body["id"].is_string(), "{body}");
 
-    let (status, body) = post_charge(&sim, Some("no"), &charge("tok_chargeDeclined")).await;
+    let (status, body) = sim
+        .post_charge(Some("no"), &charge_body("tok_chargeDeclined"))
+        .await;
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
     assert_eq!(body["error"]["type"], "card_error");
     assert_eq!(body["error"]["decline_code"], "generic_decline");
     assert!(body["error"]["message"].is_string(), "{body}");
 
-    let (status, body) = post_charge(&sim, Some("err"), &charge("tok_processingError")).await;
+    let (status, body) = sim
+        .post_charge(Some("err"), &charge_body("tok_processingError"))
+        .await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(body["error"]["type"], "api_error");
     assert!(body["error"]["message"].is_string(), "{body}");
@@ -47,9 +37,9 @@ async fn each_outcome_has_its_status_and_body() {
 #[tokio::test]
 async fn a_replay_returns_the_original_charge_even_for_a_different_body() {
     let sim = spawn_sim().await;
-    let (_, first) = post_charge(&sim, Some("k"), &charge("tok_visa")).await;
+    let (_, first) = sim.post_charge(Some("k"), &charge_body("tok_visa")).await;
     let other = json!({"amount": 5, "currency": "eur", "source": "tok_mastercard"});
-    let (status, replay) = post_charge(&sim, Some("k"), &other).await;
+    let (status, replay) = sim.post_charge(Some("k"), &other).await;
 
     assert_eq!(status, StatusCode::OK);
     assert_eq!(replay, first);
@@ -59,7 +49,7 @@ async fn a_replay_returns_the_original_charge_even_for_a_different_body() {
 #[tokio::test]
 async fn a_charge_without_an_idempotency_key_is_a_json_400_and_creates_nothing() {
     let sim = spawn_sim().await;
-    let (status, body) = post_charge(&sim, None, &charge("tok_visa")).await;
+    let (status, body) = sim.post_charge(None, &charge_body("tok_visa")).await;
 
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["type"], "invalid_request_error");
@@ -77,7 +67,7 @@ async fn a_bad_body_is_a_json_400_and_creates_nothing() {
         json!({"amount": 100, "currency": "USD", "source": ""}),
     ];
     for (i, body) in bad_bodies.iter().enumerate() {
-        let (status, answer) = post_charge(&sim, Some(&format!("bad-{i}")), body).await;
+        let (status, answer) = sim.post_charge(Some(&format!("bad-{i}")), body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body} -> {answer}");
         assert_eq!(answer["error"]["type"], "invalid_request_error", "{body}");
     }

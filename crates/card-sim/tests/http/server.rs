@@ -3,10 +3,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use payments_domain::CardProcessor;
+use payments_domain::{CardProcessor, ProcessorChargeStatus};
 use tokio::process::Command;
 
-use crate::helpers::{PATIENT, charge_appears, request, spawn_sim_with};
+use crate::helpers::{PATIENT, REACH, request, spawn_sim_with, spawn_slow_sim, usd};
 
 #[tokio::test]
 async fn the_bind_address_can_come_from_the_environment() {
@@ -44,17 +44,12 @@ async fn bad_settings_stop_start_up_with_a_message_naming_them() {
 #[cfg(unix)]
 #[tokio::test]
 async fn sigterm_finishes_the_charge_in_flight_then_exits_cleanly() {
-    let mut sim = spawn_sim_with(
-        &["--bind", "127.0.0.1:0"],
-        &[("CARD_SIM_LATENCY_MS", "1000")],
-    )
-    .await;
+    let mut sim = spawn_slow_sim().await;
     let processor = sim.processor(PATIENT);
-    let client = processor.clone();
-    let in_flight = tokio::spawn(async move { client.charge(request("k", "tok_visa")).await });
-    // The charge is recorded before the latency, so once it is visible the request is being
-    // handled and still has about a second to go when the signal arrives.
-    let created = charge_appears(&processor, "k").await;
+    let in_flight = tokio::spawn(async move { processor.charge(request("k", "tok_visa")).await });
+    // The charge reaches the simulator well within `REACH`; it then processes for `LATENCY`,
+    // so it is still in flight when the signal arrives.
+    tokio::time::sleep(REACH).await;
 
     let pid = sim.child.id().expect("running child").to_string();
     let kill = std::process::Command::new("kill")
@@ -63,8 +58,12 @@ async fn sigterm_finishes_the_charge_in_flight_then_exits_cleanly() {
         .expect("run kill");
     assert!(kill.success());
 
-    let charge = in_flight.await.expect("join");
-    assert_eq!(charge, Ok(created));
+    let charge = in_flight
+        .await
+        .expect("join")
+        .expect("the charge in flight");
+    assert_eq!(charge.money, usd(1999));
+    assert_eq!(charge.status, ProcessorChargeStatus::Succeeded);
     let status = tokio::time::timeout(Duration::from_secs(10), sim.child.wait())
         .await
         .expect("card-sim exits after SIGTERM")

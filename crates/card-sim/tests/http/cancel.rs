@@ -1,0 +1,141 @@
+//! `POST /v1/charges/cancel` and `HttpCardProcessor::cancel`: the one answer that says a key
+//! has no charge and never will.
+
+use axum::http::StatusCode;
+use payments_card_sim::HttpCardProcessor;
+use payments_domain::{CancelOutcome, CardProcessor, ProcessorChargeStatus, ProcessorError};
+use serde_json::json;
+
+use crate::helpers::{
+    PATIENT, REACH, charge_body, request, spawn_fake_processor, spawn_sim, spawn_slow_sim, usd,
+};
+
+#[tokio::test]
+async fn cancel_of_an_unknown_key_tombstones_it_and_a_later_charge_is_refused() {
+    let sim = spawn_sim().await;
+
+    let canceled = sim.post_cancel(Some("k")).await;
+    let charge = sim.post_charge(Some("k"), &charge_body("tok_visa")).await;
+
+    assert_eq!(canceled, (StatusCode::OK, json!({"status": "canceled"})));
+    assert_eq!(charge.0, StatusCode::CONFLICT, "{}", charge.1);
+    assert_eq!(charge.1["error"]["type"], "invalid_request_error");
+    assert_eq!(charge.1["error"]["code"], "idempotency_key_canceled");
+    assert_eq!(sim.lookup("k").await.0, StatusCode::NOT_FOUND);
+    // Canceling again answers the same; the tombstone stays.
+    assert_eq!(sim.post_cancel(Some("k")).await, canceled);
+    assert_eq!(sim.charges_created().await, 0);
+}
+
+#[tokio::test]
+async fn cancel_of_a_charged_key_returns_the_charge_and_keeps_it() {
+    let sim = spawn_sim().await;
+    let (status, charge) = sim.post_charge(Some("k"), &charge_body("tok_visa")).await;
+    assert_eq!(status, StatusCode::OK, "{charge}");
+
+    assert_eq!(
+        sim.post_cancel(Some("k")).await,
+        (StatusCode::OK, charge.clone())
+    );
+    assert_eq!(
+        sim.post_charge(Some("k"), &charge_body("tok_visa")).await,
+        (StatusCode::OK, charge)
+    );
+    assert_eq!(sim.charges_created().await, 1);
+}
+
+#[tokio::test]
+async fn cancel_without_an_idempotency_key_is_a_json_400_and_tombstones_nothing() {
+    let sim = spawn_sim().await;
+    let (status, body) = sim.post_cancel(None).await;
+
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(body["error"].get("code"), None, "{body}");
+}
+
+#[tokio::test]
+async fn http_card_processor_cancel_maps_each_answer() {
+    let sim = spawn_slow_sim().await;
+    let processor = sim.processor(PATIENT);
+    let charge = processor
+        .charge(request("paid", "tok_visa"))
+        .await
+        .expect("charge");
+
+    let in_flight = {
+        let processor = processor.clone();
+        tokio::spawn(async move { processor.charge(request("slow", "tok_visa")).await })
+    };
+    tokio::time::sleep(REACH).await;
+    let processing = processor.cancel("slow").await;
+    let repeated = processor.charge(request("slow", "tok_visa")).await;
+
+    assert_eq!(
+        processor.cancel("paid").await,
+        Ok(CancelOutcome::Charged(charge))
+    );
+    assert_eq!(processing, Ok(CancelOutcome::StillProcessing));
+    assert_eq!(
+        repeated,
+        Err(ProcessorError::Unavailable {
+            reason: "processor answered 409 processing".into()
+        })
+    );
+    assert_eq!(processor.cancel("never").await, Ok(CancelOutcome::Canceled));
+    assert_eq!(
+        processor.charge(request("never", "tok_visa")).await,
+        Err(ProcessorError::Unavailable {
+            reason: "processor answered 409 idempotency_key_canceled".into()
+        })
+    );
+    let slow = in_flight
+        .await
+        .expect("join")
+        .expect("the in-flight charge");
+    assert_eq!(slow.money, usd(1999));
+    assert_eq!(sim.charges_created().await, 2);
+}
+
+/// Answers `card-sim` never gives, from a processor that misbehaves: none is mistaken for a
+/// cancel, and a charge is taken with the status it reports.
+#[tokio::test]
+async fn http_card_processor_cancel_maps_any_other_answer_to_unavailable() {
+    let pending = r#"{"id": "ch_1", "amount": 1999, "currency": "USD", "status": "pending"}"#;
+    let base = spawn_fake_processor(StatusCode::OK, pending).await;
+    let reported = HttpCardProcessor::new(&base, PATIENT)
+        .expect("client")
+        .cancel("k")
+        .await;
+    let Ok(CancelOutcome::Charged(charge)) = reported else {
+        panic!("{reported:?}");
+    };
+    assert_eq!(charge.status, ProcessorChargeStatus::Pending);
+    assert_eq!(charge.money, usd(1999));
+
+    let unavailable = [
+        (StatusCode::OK, r#"{"status": "refunded"}"#),
+        (
+            StatusCode::OK,
+            r#"{"id": "ch_1", "amount": 1999, "currency": "USD", "status": "reversed"}"#,
+        ),
+        (
+            StatusCode::CONFLICT,
+            r#"{"error": {"type": "invalid_request_error", "code": "idempotency_key_canceled", "message": "x"}}"#,
+        ),
+        (StatusCode::CONFLICT, "not json"),
+        (StatusCode::NOT_FOUND, "{}"),
+        (StatusCode::INTERNAL_SERVER_ERROR, "{}"),
+    ];
+    for (status, body) in unavailable {
+        let base = spawn_fake_processor(status, body).await;
+        let answer = HttpCardProcessor::new(&base, PATIENT)
+            .expect("client")
+            .cancel("k")
+            .await;
+        assert!(
+            matches!(answer, Err(ProcessorError::Unavailable { .. })),
+            "{status} {body} -> {answer:?}"
+        );
+    }
+}
