@@ -2,26 +2,27 @@
 //!
 //! 0. a replay may be served from the Redis cache (fingerprint checked, 422 on mismatch);
 //! 1. claim the key (insert, or judge the existing record under a row lock);
-//! 2. charge the card with the record's processor key, the same on every attempt, and record
-//!    the `charged` recovery point;
+//! 2. charge the card with the record's processor key, the same on every attempt, check that
+//!    the processor's charge is the one asked for, and record the `charged` recovery point;
 //! 3. in one statement (one transaction), write the charge, its ledger transaction, its outbox
 //!    event and the completed record with the response; cache the response; only then answer.
 //!
-//! Every write after the claim is fenced by the attempt number: if another attempt took the
-//! record over meanwhile, this one writes nothing and answers from the record as it now is.
+//! Every write after the claim is fenced by the record's generation and attempt number: if
+//! another attempt took the record over meanwhile, this one writes nothing and answers from
+//! the record as it now is.
 
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use payments_domain::{
-    Charge, ChargeId, ChargeRequest, ProcessorChargeRequest, ProcessorError, TenantId,
+    Charge, ChargeId, ChargeRequest, Money, ProcessorCharge, ProcessorChargeRequest,
+    ProcessorError, TenantId,
 };
 use payments_idempotency::{
-    Attempt, CHARGES_CREATE_V1, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope,
-    StoredResponse, decide,
+    CHARGES_CREATE_V1, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, StoredResponse,
+    decide,
 };
-use payments_storage::{Claim, Claimed, Finish};
-use uuid::Uuid;
+use payments_storage::{Claim, Claimed, Completion, Fence, Finish};
 
 use crate::failpoint::{self, Failpoint};
 use crate::views::ChargeView;
@@ -40,20 +41,39 @@ pub struct NewCharge {
     pub wait: Option<Duration>,
 }
 
-/// What to send back: a response produced now, or one stored earlier.
+/// What to send back: a response produced now or stored earlier, and when the key's
+/// retention ends (counted from the record's completion).
 #[derive(Debug)]
-pub enum ChargeOutcome {
-    Fresh(StoredResponse),
-    Replayed(StoredResponse),
+pub struct ChargeOutcome {
+    pub response: StoredResponse,
+    pub replayed: bool,
+    pub expires_at: DateTime<Utc>,
 }
 
-/// The record an attempt owns, and what it writes under.
+impl ChargeOutcome {
+    fn fresh(response: StoredResponse, expires_at: DateTime<Utc>) -> Self {
+        Self {
+            response,
+            replayed: false,
+            expires_at,
+        }
+    }
+
+    fn replayed(response: StoredResponse, expires_at: DateTime<Utc>) -> Self {
+        Self {
+            response,
+            replayed: true,
+            expires_at,
+        }
+    }
+}
+
+/// The record an attempt owns, and the fence it writes under.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Owner<'a> {
     pub scope: &'a Scope,
     pub key: &'a IdempotencyKey,
-    pub attempt: Attempt,
-    pub resource_id: Uuid,
+    pub fence: Fence,
 }
 
 /// Runs the flow for one request.
@@ -80,7 +100,7 @@ pub async fn create_charge(state: &AppState, new: NewCharge) -> Result<ChargeOut
             } => {
                 metrics::outcome("replayed_db");
                 remember(state, &scope, &new, &response, expires_at).await;
-                Ok(ChargeOutcome::Replayed(response))
+                Ok(ChargeOutcome::replayed(response, expires_at))
             }
             Claim::InFlight { retry_after_secs } => match deadline {
                 Some(deadline) if tokio::time::Instant::now() < deadline => {
@@ -92,7 +112,7 @@ pub async fn create_charge(state: &AppState, new: NewCharge) -> Result<ChargeOut
                 }
                 _ => {
                     metrics::outcome("in_flight");
-                    Err(ApiError::IdempotencyKeyInUse { retry_after_secs })
+                    Err(in_use(state, retry_after_secs))
                 }
             },
             Claim::Mismatch => {
@@ -103,6 +123,9 @@ pub async fn create_charge(state: &AppState, new: NewCharge) -> Result<ChargeOut
                 if claimed.took_over {
                     metrics::outcome("taken_over");
                 }
+                if claimed.replaced {
+                    forget(state, &scope, &new.key).await;
+                }
                 tracing::info!(
                     idempotency.attempt = claimed.attempt.0,
                     idempotency.resume_from = %claimed.resume_from,
@@ -110,9 +133,23 @@ pub async fn create_charge(state: &AppState, new: NewCharge) -> Result<ChargeOut
                     "executing charge"
                 );
                 failpoint::hit(Failpoint::AfterClaim).await;
-                execute(state, &scope, &new, claimed).await
+                let started = Instant::now();
+                let outcome = execute(state, &scope, &new, claimed).await;
+                if matches!(&outcome, Ok(answer) if !answer.replayed) {
+                    // What a duplicate arriving meanwhile is told to wait for (Retry-After).
+                    state.charge_durations.record(started.elapsed());
+                }
+                outcome
             }
         };
+    }
+}
+
+/// 409 for a duplicate of an attempt in flight. `Retry-After` says when the answer is likely
+/// ready, from the durations of recent attempts, never later than the lock ends.
+fn in_use(state: &AppState, lock_left_secs: u64) -> ApiError {
+    ApiError::IdempotencyKeyInUse {
+        retry_after_secs: state.charge_durations.retry_after_secs(lock_left_secs),
     }
 }
 
@@ -127,7 +164,7 @@ async fn replay_from_cache(
     match cache.get(scope, &new.key).await {
         Ok(Some(hit)) if hit.fingerprint == new.fingerprint => {
             metrics::outcome("replayed_cache");
-            Some(Ok(ChargeOutcome::Replayed(hit.response)))
+            Some(Ok(ChargeOutcome::replayed(hit.response, hit.expires_at)))
         }
         Ok(Some(_)) => {
             metrics::outcome("mismatch");
@@ -142,9 +179,9 @@ async fn replay_from_cache(
     }
 }
 
-/// Puts a final response in the replay cache for the rest of the record's retention. The TTL
-/// is computed on this instance's clock while expiry is judged by the database's; with clocks
-/// in step (NTP) the difference is far below the retention.
+/// Puts a final response in the replay cache until the record's own expiry, an absolute
+/// time from the database's clock; Redis expires the entry at that instant by its own clock,
+/// which NTP keeps far closer to the database's than the retention is long.
 async fn remember(
     state: &AppState,
     scope: &Scope,
@@ -153,15 +190,22 @@ async fn remember(
     expires_at: DateTime<Utc>,
 ) {
     let Some(cache) = &state.cache else { return };
-    let Ok(ttl) = (expires_at - Utc::now()).to_std() else {
-        return;
-    };
     if let Err(error) = cache
-        .put(scope, &new.key, &new.fingerprint, response, ttl)
+        .put(scope, &new.key, &new.fingerprint, response, expires_at)
         .await
     {
         metrics::redis_error("cache_put");
         tracing::warn!(error = %error_chain(&error), "replay cache write failed");
+    }
+}
+
+/// Drops the cached response of a generation the claim just replaced. The entry expires with
+/// its record anyway; this covers clocks that disagree.
+async fn forget(state: &AppState, scope: &Scope, key: &IdempotencyKey) {
+    let Some(cache) = &state.cache else { return };
+    if let Err(error) = cache.forget(scope, key).await {
+        metrics::redis_error("cache_forget");
+        tracing::warn!(error = %error_chain(&error), "replay cache delete failed");
     }
 }
 
@@ -172,11 +216,11 @@ async fn execute(
     claimed: Claimed,
 ) -> Result<ChargeOutcome, ApiError> {
     let store = &state.store;
+    let fence = claimed.fence();
     let owner = Owner {
         scope,
         key: &new.key,
-        attempt: claimed.attempt,
-        resource_id: claimed.resource_id,
+        fence,
     };
     let processor_charge_id = match (claimed.resume_from, claimed.processor_charge_id) {
         // The processor already confirmed the charge: do not call it again.
@@ -193,12 +237,19 @@ async fn execute(
             match charged {
                 Ok(charge) => {
                     failpoint::hit(Failpoint::AfterCharge).await;
+                    if !confirms(&charge, new.request.money) {
+                        // Never posted: the record stays pending and released, for the
+                        // completer (and a person reading the metric) to look at again.
+                        store.release_lock(scope, &new.key, fence).await?;
+                        return Err(ApiError::ProcessorUnavailable);
+                    }
                     let recorded = store
-                        .record_charged(scope, &new.key, claimed.attempt, &charge.id)
+                        .record_charged(scope, &new.key, fence, &charge.id)
                         .await?;
                     if recorded == Finish::Fenced {
                         return answer_from_record(state, scope, new).await;
                     }
+                    failpoint::hit(Failpoint::AfterRecordCharged).await;
                     charge.id
                 }
                 Err(ProcessorError::Declined {
@@ -211,50 +262,67 @@ async fn execute(
                         message,
                     }
                     .to_stored_response();
-                    let finish = store
-                        .finish_without_charge(scope, &new.key, claimed.attempt, &response)
+                    let completion = store
+                        .finish_without_charge(scope, &new.key, fence, &response)
                         .await?;
-                    if finish == Finish::Fenced {
+                    let Completion::Stored { expires_at } = completion else {
                         return answer_from_record(state, scope, new).await;
-                    }
+                    };
                     state.completions.announce(scope, &new.key);
                     metrics::outcome("executed");
-                    remember(state, scope, new, &response, claimed.expires_at).await;
-                    return Ok(ChargeOutcome::Fresh(response));
+                    remember(state, scope, new, &response, expires_at).await;
+                    return Ok(ChargeOutcome::fresh(response, expires_at));
                 }
                 Err(ProcessorError::Unavailable { reason }) => {
                     // The outcome is unknown (a timeout may hide a charge): nothing final is
-                    // stored, the lock is released, and a retry or the completer settles it
-                    // with the same processor key.
+                    // stored and the lock is released. A retry resumes with the same processor
+                    // key; if none comes, the completer settles the record with the processor
+                    // once the settle grace has passed.
                     tracing::warn!(processor.error = %reason, "card processor unavailable");
-                    store.release_lock(scope, &new.key, claimed.attempt).await?;
+                    store.release_lock(scope, &new.key, fence).await?;
                     return Err(ApiError::ProcessorUnavailable);
                 }
             }
         }
     };
     match finish_charge(state, owner, &new.tenant, &new.request, processor_charge_id).await? {
-        (Finish::Written, response) => {
+        (Completion::Stored { expires_at }, response) => {
             failpoint::hit(Failpoint::AfterCommit).await;
             metrics::outcome("executed");
-            remember(state, scope, new, &response, claimed.expires_at).await;
-            Ok(ChargeOutcome::Fresh(response))
+            remember(state, scope, new, &response, expires_at).await;
+            Ok(ChargeOutcome::fresh(response, expires_at))
         }
-        (Finish::Fenced, _) => answer_from_record(state, scope, new).await,
+        (Completion::Fenced, _) => answer_from_record(state, scope, new).await,
     }
 }
 
+/// Whether the processor's charge is the one the request asked for: succeeded, for exactly
+/// its amount and currency. A mismatch is logged and counted, and never reaches the ledger.
+pub(crate) fn confirms(charge: &ProcessorCharge, requested: Money) -> bool {
+    let Err(mismatch) = charge.confirms(requested) else {
+        return true;
+    };
+    metrics::processor_mismatch();
+    tracing::error!(
+        processor.charge_id = %charge.id,
+        error = %mismatch,
+        "the processor reported a charge that is not the one requested; it is not recorded"
+    );
+    false
+}
+
 /// Step 3, shared by requests and the completer: the charge, its ledger transaction, its
-/// event and the completed record in one statement, fenced by the owner's attempt.
+/// event and the completed record in one statement, fenced by the owner's generation and
+/// attempt.
 pub(crate) async fn finish_charge(
     state: &AppState,
     owner: Owner<'_>,
     tenant: &TenantId,
     request: &ChargeRequest,
     processor_charge_id: String,
-) -> Result<(Finish, StoredResponse), ApiError> {
+) -> Result<(Completion, StoredResponse), ApiError> {
     let charge = Charge {
-        id: ChargeId::from_uuid(owner.resource_id),
+        id: ChargeId::from_uuid(owner.fence.resource_id),
         tenant: tenant.clone(),
         money: request.money,
         source: request.source.clone(),
@@ -263,15 +331,15 @@ pub(crate) async fn finish_charge(
         created_at: now_to_the_microsecond(),
     };
     let response = created_response(&charge)?;
-    let finish = state
+    let completion = state
         .store
-        .finish_charge(owner.scope, owner.key, owner.attempt, &charge, &response)
+        .finish_charge(owner.scope, owner.key, owner.fence, &charge, &response)
         .await?;
-    if finish == Finish::Written {
+    if completion != Completion::Fenced {
         tracing::info!(charge.id = %charge.id, "charge created");
         state.completions.announce(owner.scope, owner.key);
     }
-    Ok((finish, response))
+    Ok((completion, response))
 }
 
 /// This attempt lost its record to another one: answer with whatever the record says now.
@@ -283,21 +351,16 @@ async fn answer_from_record(
     metrics::outcome("fenced");
     tracing::warn!("attempt was fenced off; answering from the record");
     let Some((record, now)) = state.store.find_record(scope, &new.key).await? else {
-        return Err(ApiError::IdempotencyKeyInUse {
-            retry_after_secs: 1,
-        });
+        return Err(in_use(state, 1));
     };
     match decide(Some(&record), &new.fingerprint, now) {
-        Decision::Replay(response) => Ok(ChargeOutcome::Replayed(response)),
-        Decision::InFlight { retry_after_secs } => {
-            Err(ApiError::IdempotencyKeyInUse { retry_after_secs })
-        }
+        Decision::Replay(response) => Ok(ChargeOutcome::replayed(response, record.expires_at)),
+        Decision::InFlight { retry_after_secs } => Err(in_use(state, retry_after_secs)),
         Decision::Mismatch => Err(ApiError::IdempotencyKeyReused),
-        Decision::Execute | Decision::Resume { .. } | Decision::ReplaceExpired => {
-            Err(ApiError::IdempotencyKeyInUse {
-                retry_after_secs: 1,
-            })
-        }
+        Decision::Execute
+        | Decision::Resume { .. }
+        | Decision::RetryFailed
+        | Decision::ReplaceExpired => Err(in_use(state, 1)),
     }
 }
 

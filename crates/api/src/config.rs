@@ -68,6 +68,7 @@ pub struct ProcessorSettings {
     pub key_window_secs: u64,
     pub url: String,
     pub timeout_ms: u64,
+    pub settle_after_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -232,6 +233,14 @@ impl Settings {
                  attempt ends before another may take its record over",
             ));
         }
+        let settle_after = Duration::from_millis(self.processor.settle_after_ms);
+        if settle_after <= processor_timeout {
+            return Err(invalid(
+                "processor.settle_after_ms",
+                "must be longer than processor.timeout_ms, so that a call the processor is still \
+                 working on when the service gives up has finished before the completer asks",
+            ));
+        }
         let processor_url = match self.processor.url.trim() {
             "" => None,
             url if url.starts_with("http://") || url.starts_with("https://") => {
@@ -283,7 +292,8 @@ impl Settings {
         };
         let workers = WorkerSettings {
             completer_interval: Duration::from_millis(w.completer_interval_ms),
-            completer_batch: i64::from(w.completer_batch_size),
+            completer_batch: w.completer_batch_size,
+            settle_after,
             reaper_interval: Duration::from_millis(w.reaper_interval_ms),
             reaper_batch: i64::from(w.reaper_batch_size),
             relay_interval: Duration::from_millis(w.relay_interval_ms),

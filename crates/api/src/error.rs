@@ -30,7 +30,8 @@ pub enum ApiError {
     IdempotencyKeyReused,
     /// 409 `idempotency_key_in_use`: a request with this key is still being processed.
     #[error(
-        "A request with this Idempotency-Key is still being processed. Retry after the indicated delay."
+        "A request with this Idempotency-Key is still being processed. Retry after the indicated \
+         delay, or send `Prefer: wait=N` to wait up to N seconds for its answer instead."
     )]
     IdempotencyKeyInUse { retry_after_secs: u64 },
     /// 400 `invalid_request`: the body or query is not a valid request.

@@ -16,6 +16,8 @@ pub enum Failpoint {
     AfterClaim,
     /// The processor charged the card; the `charged` recovery point is not recorded yet.
     AfterCharge,
+    /// The `charged` recovery point is recorded; the finishing transaction has not run.
+    AfterRecordCharged,
     /// The finishing transaction committed; the client has not been answered.
     AfterCommit,
 }
@@ -26,6 +28,7 @@ impl Failpoint {
         match self {
             Self::AfterClaim => "after_claim",
             Self::AfterCharge => "after_charge",
+            Self::AfterRecordCharged => "after_charged",
             Self::AfterCommit => "after_commit",
         }
     }

@@ -36,6 +36,12 @@ pub fn redis_error(operation: &'static str) {
     counter!("redis_errors_total", "operation" => operation).increment(1);
 }
 
+/// The processor reported a charge that is not the one requested (another amount or
+/// currency, or a status other than succeeded): it was not recorded.
+pub fn processor_mismatch() {
+    counter!("processor_mismatch_total").increment(1);
+}
+
 pub fn processor_call(operation: &'static str, started: Instant) {
     histogram!("processor_call_duration_seconds", "operation" => operation)
         .record(started.elapsed().as_secs_f64());

@@ -3,6 +3,7 @@
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use payments_idempotency::StoredResponse;
 
 use crate::ApiError;
@@ -10,9 +11,19 @@ use crate::ApiError;
 /// The header that tells a client it received a stored response, not a new execution.
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
+/// The header that tells a client until when its key replays this response: the end of the
+/// key's retention, counted from the record's completion, as an HTTP date (RFC 9110).
+pub const IDEMPOTENCY_KEY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-key-expires");
+
+/// An HTTP date (IMF-fixdate), the format of `Date`, `Expires` and `Retry-After` dates.
+pub fn http_date(at: DateTime<Utc>) -> String {
+    at.format("%a, %d %b %Y %H:%M:%S GMT").to_string()
+}
+
 /// Sends a stored response: the first answer and every replay are built from the same bytes, so
-/// a replay is byte-identical by construction.
-pub fn respond(stored: StoredResponse, replayed: bool) -> Response {
+/// a replay is byte-identical by construction. The replay marker and the retention header
+/// belong to each exchange and are added here, never stored.
+pub fn respond(stored: StoredResponse, replayed: bool, expires_at: DateTime<Utc>) -> Response {
     let Ok(status) = StatusCode::from_u16(stored.status) else {
         return ApiError::Internal(format!("stored status {} is not valid", stored.status).into())
             .into_response();
@@ -32,5 +43,24 @@ pub fn respond(stored: StoredResponse, replayed: bool) -> Response {
     if replayed {
         headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
+    if let Ok(value) = HeaderValue::try_from(http_date(expires_at)) {
+        headers.insert(IDEMPOTENCY_KEY_EXPIRES, value);
+    }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn an_http_date_is_an_imf_fixdate() {
+        let at = Utc
+            .with_ymd_and_hms(2026, 12, 1, 9, 5, 7)
+            .single()
+            .unwrap_or_default();
+        assert_eq!(http_date(at), "Tue, 01 Dec 2026 09:05:07 GMT");
+    }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_domain::CardProcessor;
+use payments_idempotency::RecentDurations;
 use payments_storage::{EventStream, ReplayCache, Store};
 
 use crate::auth::ApiKeys;
@@ -38,6 +39,8 @@ pub struct AppState {
     pub events: Option<EventStream>,
     /// Renders `GET /metrics`; `None` if this process has no recorder of its own.
     pub metrics: Option<PrometheusHandle>,
+    /// How long recent charge attempts took, for the `Retry-After` of a duplicate.
+    pub charge_durations: Arc<RecentDurations>,
 }
 
 impl AppState {
@@ -56,6 +59,7 @@ impl AppState {
             cache: None,
             events: None,
             metrics: None,
+            charge_durations: Arc::default(),
         }
     }
 }

@@ -15,10 +15,14 @@ pub enum Decision {
     InFlight { retry_after_secs: u64 },
     /// The key was used for a different request: answer 422, never execute.
     Mismatch,
-    /// The previous attempt was abandoned (stale lock) or failed transiently: take the record
-    /// over and continue from where it got to. The processor key is kept, so a charge the
-    /// earlier attempt made is found, not repeated.
+    /// The previous attempt was abandoned (stale lock, or released after an unknown outcome):
+    /// take the record over and continue from where it got to. The processor key is kept, so
+    /// a charge the earlier attempt made is found, not repeated.
     Resume { from: RecoveryPoint },
+    /// The record failed: the processor confirmed that nothing was charged under its key and
+    /// tombstoned that key. The same request starts a new generation of the record, with a
+    /// new processor key.
+    RetryFailed,
     /// The record outlived its retention: the key is fresh again, whatever the payload.
     ReplaceExpired,
 }
@@ -27,9 +31,10 @@ pub enum Decision {
 ///
 /// Order matters. An expired finished record is gone as far as the client is concerned, so
 /// expiry is checked first; but an unfinished (pending) record is never expired away, because
-/// the card may have been charged and only a resume (or the completer) may settle it. A
-/// fingerprint mismatch is checked before anything is replayed or resumed, so one request can
-/// never receive another's response or reuse its processor key.
+/// the card may have been charged and only a resume (or the completer) may settle it, and
+/// neither is a failed record that holds a processor charge id (a charge that is known must
+/// reach the ledger first). A fingerprint mismatch is checked before anything is replayed or
+/// resumed, so one request can never receive another's response or reuse its processor key.
 pub fn decide(
     existing: Option<&IdempotencyRecord>,
     fingerprint: &Fingerprint,
@@ -38,8 +43,10 @@ pub fn decide(
     let Some(record) = existing else {
         return Decision::Execute;
     };
+    let holds_unrecorded_charge =
+        record.state == RecordState::Failed && record.processor_charge_id.is_some();
     let finished = matches!(record.state, RecordState::Completed | RecordState::Failed);
-    if finished && record.expires_at <= now {
+    if finished && !holds_unrecorded_charge && record.expires_at <= now {
         return Decision::ReplaceExpired;
     }
     if record.fingerprint != *fingerprint {
@@ -54,9 +61,12 @@ pub fn decide(
                 from: RecoveryPoint::Charged,
             },
         },
-        RecordState::Failed => Decision::Resume {
-            from: record.recovery_point,
+        // A failed record never holds a charge id today (the store refuses to fail one that
+        // does); one written by an older version is finished from its charge, not retried.
+        RecordState::Failed if holds_unrecorded_charge => Decision::Resume {
+            from: RecoveryPoint::Charged,
         },
+        RecordState::Failed => Decision::RetryFailed,
         RecordState::Pending => match record.locked_until {
             Some(until) if until > now => Decision::InFlight {
                 retry_after_secs: retry_after(until, now),
@@ -216,14 +226,27 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_record_is_retried() {
+    fn a_failed_record_is_retried_as_a_new_generation() {
         let rec = record(RecordState::Failed, RecoveryPoint::Started, None);
         assert_eq!(
             decide(Some(&rec), &fingerprint(100), t0()),
-            Decision::Resume {
-                from: RecoveryPoint::Started
-            }
+            Decision::RetryFailed
         );
+    }
+
+    #[test]
+    fn a_failed_record_holding_a_charge_id_is_finished_and_never_expires() {
+        let mut rec = record(RecordState::Failed, RecoveryPoint::Charged, None);
+        rec.processor_charge_id = Some("sim_1".into());
+        let later = t0() + Duration::hours(25);
+        for now in [t0(), later] {
+            assert_eq!(
+                decide(Some(&rec), &fingerprint(100), now),
+                Decision::Resume {
+                    from: RecoveryPoint::Charged
+                }
+            );
+        }
     }
 
     #[test]

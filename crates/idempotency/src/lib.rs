@@ -12,6 +12,7 @@ mod fingerprint;
 mod key;
 mod policy;
 mod record;
+mod retry_after;
 
 pub use decision::{Decision, decide};
 pub use fingerprint::{Fingerprint, FingerprintError, canonical_json};
@@ -21,6 +22,7 @@ pub use record::{
     Attempt, IdempotencyRecord, REPLAYED_HEADERS, RecordState, RecoveryPoint, Scope,
     StoredResponse, UnknownValue,
 };
+pub use retry_after::RecentDurations;
 
 /// The operation name of `POST /charges`, carrying its response schema version: a stored
 /// response is only ever replayed in the shape it was recorded in.

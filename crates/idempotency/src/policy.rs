@@ -30,6 +30,12 @@ impl IdempotencyPolicy {
         if lock_timeout.is_zero() {
             return Err(PolicyError::ZeroLockTimeout);
         }
+        if ttl <= lock_timeout {
+            return Err(PolicyError::TtlNotLongerThanLock {
+                ttl_secs: ttl.as_secs(),
+                lock_secs: lock_timeout.as_secs(),
+            });
+        }
         if ttl > processor_key_window {
             return Err(PolicyError::TtlBeyondProcessorWindow {
                 ttl_secs: ttl.as_secs(),
@@ -57,6 +63,11 @@ pub enum PolicyError {
     #[error("idempotency.lock_timeout_secs must be greater than 0")]
     ZeroLockTimeout,
     #[error(
+        "idempotency.ttl_secs ({ttl_secs}) must be longer than idempotency.lock_timeout_secs \
+         ({lock_secs}): a record must outlive the attempt that holds it"
+    )]
+    TtlNotLongerThanLock { ttl_secs: u64, lock_secs: u64 },
+    #[error(
         "idempotency.ttl_secs ({ttl_secs}) must not exceed processor.key_window_secs ({window_secs}): \
          a retry after the processor forgot its key could charge twice"
     )]
@@ -82,6 +93,17 @@ mod tests {
             err,
             Err(PolicyError::TtlBeyondProcessorWindow { .. })
         ));
+    }
+
+    #[test]
+    fn a_ttl_not_longer_than_the_lock_is_refused() {
+        for ttl in [LOCK, LOCK / 2] {
+            assert!(matches!(
+                IdempotencyPolicy::new(ttl, LOCK, DAY),
+                Err(PolicyError::TtlNotLongerThanLock { .. })
+            ));
+        }
+        assert!(IdempotencyPolicy::new(LOCK + Duration::from_secs(1), LOCK, DAY).is_ok());
     }
 
     #[test]

@@ -28,7 +28,9 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::SqliteConnectOptions;
 
 pub use error::StoreError;
-pub use model::{Abandoned, Backlog, Balance, ChargePage, Claim, Claimed, Finish, ListCharges};
+pub use model::{
+    Abandoned, Backlog, Balance, ChargePage, Claim, Claimed, Completion, Fence, Finish, ListCharges,
+};
 pub use postgres::PgStore;
 pub use redis_link::{RedisFailure, RedisLink};
 pub use replay_cache::{CachedReplay, ReplayCache};

@@ -25,32 +25,39 @@ pub enum Claim {
     Mismatch,
 }
 
+/// What every write of an owning attempt is conditioned on: the record's generation (its
+/// resource id, new whenever the key starts a new request) and the attempt number within it.
+/// The attempt alone is not enough: a record that is reaped and claimed again restarts at
+/// attempt 1, and a straggler of the old generation must not pass the new one's fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub attempt: Attempt,
+    pub resource_id: Uuid,
+}
+
 /// What an owning attempt needs to execute or resume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {
-    /// The fencing token every later write of this attempt carries.
+    /// The attempt number, half of this attempt's [`Fence`].
     pub attempt: Attempt,
-    /// The id of the resource (charge) this request creates, the same on every attempt.
+    /// The id of the resource (charge) this request creates, the same on every attempt of one
+    /// generation; the other half of the fence.
     pub resource_id: Uuid,
     /// The key sent to the processor, the same on every attempt.
     pub processor_key: String,
     pub resume_from: RecoveryPoint,
     /// Known when resuming from `charged`.
     pub processor_charge_id: Option<String>,
-    /// Whether an earlier attempt had the record (a takeover or a retry after failure).
+    /// Whether an earlier attempt had the record (a takeover of an abandoned attempt).
     pub took_over: bool,
-    /// When the record's retention ends: a cached copy of its response must not outlive it.
-    pub expires_at: DateTime<Utc>,
+    /// Whether the claim reused the row of an earlier generation (an expired or failed
+    /// record): a cached copy of that generation's response must go.
+    pub replaced: bool,
 }
 
 impl Claimed {
     /// A new request under the key: it starts from the beginning.
-    pub(crate) fn fresh(
-        attempt: i32,
-        resource_id: Uuid,
-        processor_key: String,
-        expires_at: DateTime<Utc>,
-    ) -> Self {
+    pub(crate) fn fresh(attempt: i32, resource_id: Uuid, processor_key: String) -> Self {
         Self {
             attempt: Attempt(attempt),
             resource_id,
@@ -58,7 +65,23 @@ impl Claimed {
             resume_from: RecoveryPoint::Started,
             processor_charge_id: None,
             took_over: false,
-            expires_at,
+            replaced: false,
+        }
+    }
+
+    /// A new generation in the row of an expired or failed record.
+    pub(crate) fn replacing(attempt: i32, resource_id: Uuid, processor_key: String) -> Self {
+        Self {
+            replaced: true,
+            ..Self::fresh(attempt, resource_id, processor_key)
+        }
+    }
+
+    /// The fence every later write of this attempt carries.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            attempt: self.attempt,
+            resource_id: self.resource_id,
         }
     }
 
@@ -75,7 +98,7 @@ impl Claimed {
             resume_from: from,
             processor_charge_id,
             took_over: true,
-            expires_at: taken.expires_at,
+            replaced: false,
         }
     }
 }
@@ -87,7 +110,6 @@ pub(crate) struct TakenOver {
     pub attempt: i32,
     pub resource_id: Uuid,
     pub processor_key: String,
-    pub expires_at: DateTime<Utc>,
 }
 
 /// What a claim does with a record that already exists, as [`decide`] judges it.
@@ -96,7 +118,7 @@ pub(crate) enum Verdict {
     Answer(Claim),
     /// Take the record over and resume it from this point.
     Resume(RecoveryPoint),
-    /// Reuse the expired record's row for a new request.
+    /// Reuse the row for a new generation: the record expired, or failed for good.
     Replace,
     /// `decide` treated the record as absent (cannot happen for a record that exists).
     Absent,
@@ -117,9 +139,18 @@ pub(crate) fn judge(
         }
         Decision::Mismatch => Verdict::Answer(Claim::Mismatch),
         Decision::Resume { from } => Verdict::Resume(from),
-        Decision::ReplaceExpired => Verdict::Replace,
+        Decision::ReplaceExpired | Decision::RetryFailed => Verdict::Replace,
         Decision::Execute => Verdict::Absent,
     }
+}
+
+/// Whether a fenced write that completes the record took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The record is completed; its retention, counted from now, ends at `expires_at`.
+    Stored { expires_at: DateTime<Utc> },
+    /// Another attempt or generation owns the record: nothing was written.
+    Fenced,
 }
 
 /// Whether a fenced write took effect.
@@ -169,7 +200,7 @@ pub struct Balance {
 pub struct Abandoned {
     pub scope: Scope,
     pub key: IdempotencyKey,
-    /// The completer's own fencing token: the record's attempts after the takeover.
+    /// The completer's own attempt number: the record's attempts after the takeover.
     pub attempt: Attempt,
     pub resource_id: Uuid,
     pub processor_key: String,
@@ -177,6 +208,16 @@ pub struct Abandoned {
     pub processor_charge_id: Option<String>,
     /// The canonical JSON of the request, to finish it without the client.
     pub request_body: Option<Vec<u8>>,
+}
+
+impl Abandoned {
+    /// The fence the completer's writes carry.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            attempt: self.attempt,
+            resource_id: self.resource_id,
+        }
+    }
 }
 
 /// Unpublished events: how many, and how long the oldest has waited.

@@ -1,8 +1,7 @@
 //! The Redis replay cache: completed responses, so a replay costs one Redis GET instead of a
 //! database round trip. Losing it loses nothing: every entry is also in PostgreSQL.
 
-use std::time::Duration;
-
+use chrono::{DateTime, Utc};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
 
 use crate::redis_link::{RedisFailure, RedisLink};
@@ -13,6 +12,8 @@ use crate::redis_link::{RedisFailure, RedisLink};
 pub struct CachedReplay {
     pub fingerprint: Fingerprint,
     pub response: StoredResponse,
+    /// When the record's retention ends: the entry itself expires at this same instant.
+    pub expires_at: DateTime<Utc>,
 }
 
 /// Completed responses in Redis, under keys carrying a hash tag so one key's entry lives on
@@ -59,42 +60,56 @@ impl ReplayCache {
             .await
     }
 
-    /// Stores a completed response for `ttl` (the record's remaining retention, so the cache
-    /// can never replay a key the database already considers expired).
+    /// Stores a completed response until `expires_at`, the record's own expiry, as an
+    /// absolute time (`SET .. PXAT`): the entry and the record end at the same instant, so the
+    /// cache can never replay a key the database already considers expired.
     pub async fn put(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         response: &StoredResponse,
-        ttl: Duration,
+        expires_at: DateTime<Utc>,
     ) -> Result<(), RedisFailure> {
-        let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        if millis == 0 {
+        let Ok(at_millis) = u64::try_from(expires_at.timestamp_millis()) else {
             return Ok(());
-        }
-        let value = encode(fingerprint, response);
+        };
+        let value = encode(fingerprint, response, expires_at);
         self.link
             .query::<()>(
                 redis::cmd("SET")
                     .arg(self.key(scope, key))
                     .arg(value)
-                    .arg("PX")
-                    .arg(millis),
+                    .arg("PXAT")
+                    .arg(at_millis),
             )
+            .await
+    }
+
+    /// Removes a key's entry: its record was replaced by a new generation.
+    pub async fn forget(&self, scope: &Scope, key: &IdempotencyKey) -> Result<(), RedisFailure> {
+        self.link
+            .query::<()>(redis::cmd("DEL").arg(self.key(scope, key)))
             .await
     }
 }
 
-// Layout, version 1: [1][fingerprint: 32][status: u16 BE][headers length: u32 BE][headers JSON][body].
-// Binary rather than JSON so the body is stored as the exact bytes that were sent.
-const VERSION: u8 = 1;
+// Layout, version 2: [2][fingerprint: 32][expires_at: i64 BE, ms since the epoch]
+// [status: u16 BE][headers length: u32 BE][headers JSON][body]. Binary rather than JSON so the
+// body is stored as the exact bytes that were sent. An entry of another version is a miss.
+const VERSION: u8 = 2;
+const FIXED: usize = 32 + 8 + 2 + 4;
 
-fn encode(fingerprint: &Fingerprint, response: &StoredResponse) -> Vec<u8> {
+fn encode(
+    fingerprint: &Fingerprint,
+    response: &StoredResponse,
+    expires_at: DateTime<Utc>,
+) -> Vec<u8> {
     let headers = serde_json::to_vec(&response.headers).unwrap_or_default();
-    let mut out = Vec::with_capacity(39 + headers.len() + response.body.len());
+    let mut out = Vec::with_capacity(1 + FIXED + headers.len() + response.body.len());
     out.push(VERSION);
     out.extend_from_slice(fingerprint.as_bytes());
+    out.extend_from_slice(&expires_at.timestamp_millis().to_be_bytes());
     out.extend_from_slice(&response.status.to_be_bytes());
     out.extend_from_slice(&u32::try_from(headers.len()).unwrap_or(0).to_be_bytes());
     out.extend_from_slice(&headers);
@@ -104,13 +119,15 @@ fn encode(fingerprint: &Fingerprint, response: &StoredResponse) -> Vec<u8> {
 
 fn decode(bytes: &[u8]) -> Option<CachedReplay> {
     let (&version, rest) = bytes.split_first()?;
-    if version != VERSION || rest.len() < 38 {
+    if version != VERSION || rest.len() < FIXED {
         return None;
     }
     let fingerprint = Fingerprint::from_bytes(&rest[..32]).ok()?;
-    let status = u16::from_be_bytes([rest[32], rest[33]]);
-    let headers_len = u32::from_be_bytes([rest[34], rest[35], rest[36], rest[37]]) as usize;
-    let rest = &rest[38..];
+    let expires_at =
+        DateTime::from_timestamp_millis(i64::from_be_bytes(rest[32..40].try_into().ok()?))?;
+    let status = u16::from_be_bytes([rest[40], rest[41]]);
+    let headers_len = u32::from_be_bytes([rest[42], rest[43], rest[44], rest[45]]) as usize;
+    let rest = &rest[FIXED..];
     let headers = serde_json::from_slice(rest.get(..headers_len)?).ok()?;
     let body = rest.get(headers_len..)?.to_vec();
     Some(CachedReplay {
@@ -120,6 +137,7 @@ fn decode(bytes: &[u8]) -> Option<CachedReplay> {
             headers,
             body,
         },
+        expires_at,
     })
 }
 
@@ -137,12 +155,14 @@ mod tests {
             [("content-type", "application/json")],
             b"{\"id\":\"ch_1\"}".to_vec(),
         );
-        let decoded = decode(&encode(&fingerprint, &response));
+        let expires_at = DateTime::from_timestamp_millis(1_800_000_000_123).unwrap_or_default();
+        let decoded = decode(&encode(&fingerprint, &response, expires_at));
         assert_eq!(
             decoded,
             Some(CachedReplay {
                 fingerprint,
-                response
+                response,
+                expires_at,
             })
         );
     }
@@ -153,9 +173,11 @@ mod tests {
         let encoded = encode(
             &fingerprint,
             &StoredResponse::new(201, [("location", "/x")], b"body".to_vec()),
+            Utc::now(),
         );
         assert_eq!(decode(&encoded[..20]), None);
         assert_eq!(decode(&encoded[..45]), None);
+        assert_eq!(decode(&encoded[..53]), None);
         assert_eq!(decode(b"{\"status\":201}"), None);
         assert_eq!(decode(&[]), None);
     }

@@ -4,24 +4,29 @@
 //! Every implementation must keep these promises, and the storage and black-box suites check
 //! them against each backend:
 //! - a claim is atomic: of any number of concurrent claims of one key, exactly one owns it;
-//! - every write after the claim is fenced on the attempt number and writes nothing once
-//!   another attempt has taken the record over;
+//! - every write after the claim is fenced on the record's generation and attempt number
+//!   ([`Fence`]) and writes nothing once another attempt or generation owns the record;
 //! - the finish writes the charge, its balanced ledger transaction, its outbox event and the
-//!   completed record in one transaction, or nothing;
+//!   completed record in one transaction, or nothing, and every completion counts the
+//!   record's retention from itself (`expires_at = now + ttl`);
+//! - a record that holds a processor charge id is never failed, and never reaped without its
+//!   charge row;
 //! - lock expiry is judged by the database's clock, never by an instance's.
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{Charge, ChargeId, TenantId};
 use payments_idempotency::{
-    Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope,
-    StoredResponse,
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
 
 use crate::StoreError;
-use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Finish, ListCharges};
+use crate::model::{
+    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish, ListCharges,
+};
 use crate::stream::{EventStream, RelayError};
 
 /// Idempotency records: the claim and the fenced writes of the attempt that owns a record.
@@ -48,28 +53,30 @@ pub trait RecordRepository: Send + Sync {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         processor_charge_id: &str,
     ) -> Result<Finish, StoreError>;
 
-    /// Marks a failure that executed nothing: the lock is released and the next retry executes
-    /// again (with the same processor key, so a charge the processor did make is found).
+    /// Marks the record failed, once the processor has tombstoned its key (nothing was charged
+    /// and nothing can be): the next retry starts a new generation with a new processor key.
+    /// Its retention counts from now. A record that holds a processor charge id is never
+    /// failed: this writes nothing and answers [`Finish::Fenced`].
     async fn mark_failed(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
     ) -> Result<Finish, StoreError>;
 
     /// Gives up the lock after an unknown outcome (the processor timed out or was unreachable):
     /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
-    /// nobody retries, the completer asks the processor whether the charge happened. Marking it
-    /// failed instead would leave a charge the processor did make unrecorded.
+    /// nobody retries, the completer settles it with the processor once the settle grace has
+    /// passed. Marking it failed instead would leave a charge the processor did make unrecorded.
     async fn release_lock(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
     ) -> Result<Finish, StoreError>;
 
     /// Completes the record with a response that created nothing (a decline).
@@ -77,9 +84,9 @@ pub trait RecordRepository: Send + Sync {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         response: &StoredResponse,
-    ) -> Result<Finish, StoreError>;
+    ) -> Result<Completion, StoreError>;
 
     /// Writes the charge, its ledger transaction, its `payment.completed` outbox event and the
     /// completed record atomically, gated on the fence: all of them or none.
@@ -87,10 +94,10 @@ pub trait RecordRepository: Send + Sync {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         charge: &Charge,
         response: &StoredResponse,
-    ) -> Result<Finish, StoreError>;
+    ) -> Result<Completion, StoreError>;
 }
 
 /// Charges and the ledger, read within one tenant.
@@ -143,13 +150,18 @@ pub trait ChargeRepository: Send + Sync {
 /// events to publish.
 #[async_trait]
 pub trait WorkerRepository: Send + Sync {
-    /// Takes over up to `limit` pending records whose lock has expired. The takeover bumps
-    /// `attempts`, so the original attempt, if merely slow rather than dead, is fenced off;
-    /// concurrent completers never take the same record.
-    async fn take_over_abandoned(&self, limit: i64) -> Result<Vec<Abandoned>, StoreError>;
+    /// Takes over one pending record whose lock ended at least `settle_after` ago (so that any
+    /// processor call an attempt made under its lock has had time to finish), oldest first.
+    /// The takeover bumps `attempts`, so the original attempt, if merely slow rather than
+    /// dead, is fenced off; concurrent completers never take the same record.
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreError>;
 
     /// Deletes up to `batch` expired completed or failed records and returns how many.
-    /// Pending records are never reaped, however old: the card may have been charged.
+    /// Pending records are never reaped, however old: the card may have been charged; nor is
+    /// a record holding a processor charge id that has no charge row.
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError>;
 
     /// Publishes up to `batch` unpublished events and marks them published; returns how many.

@@ -11,7 +11,9 @@ use payments_idempotency::{
     Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint,
     Scope, StoredResponse,
 };
-use payments_storage::{Backend, Claim, Claimed, Database, Finish, PoolSettings, Store};
+use payments_storage::{
+    Backend, Claim, Claimed, Completion, Database, Fence, Finish, PoolSettings, Store,
+};
 use serde_json::json;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Connection, PgConnection};
@@ -252,16 +254,16 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     let k = key("k");
     assert_eq!(
         db.store
-            .record_charged(&s, &k, first.attempt, "sim_old")
+            .record_charged(&s, &k, first.fence(), "sim_old")
             .await
             .expect("write"),
         Finish::Fenced
     );
     let late = db
         .store
-        .finish_charge(&s, &k, first.attempt, &charge_for(&first), &response("old"))
+        .finish_charge(&s, &k, first.fence(), &charge_for(&first), &response("old"))
         .await;
-    assert_eq!(late.expect("write"), Finish::Fenced);
+    assert_eq!(late.expect("write"), Completion::Fenced);
     assert_eq!(
         (db.count("charges").await, db.count("outbox_events").await),
         (0, 0)
@@ -272,12 +274,12 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
         .finish_charge(
             &s,
             &k,
-            second.attempt,
+            second.fence(),
             &charge_for(&second),
             &response("new"),
         )
         .await;
-    assert_eq!(done.expect("write"), Finish::Written);
+    assert!(matches!(done.expect("write"), Completion::Stored { .. }));
     assert_eq!(
         [
             db.count("charges").await,
@@ -293,12 +295,12 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
         .finish_charge(
             &s,
             &k,
-            second.attempt,
+            second.fence(),
             &charge_for(&second),
             &response("new"),
         )
         .await;
-    assert_eq!(again.expect("write"), Finish::Fenced);
+    assert_eq!(again.expect("write"), Completion::Fenced);
     assert_eq!(db.count("charges").await, 1);
 
     let replay = db
@@ -319,7 +321,7 @@ async fn a_takeover_resumes_from_charged_with_the_processor_charge_id(backend: B
     );
     assert_eq!(
         db.store
-            .record_charged(&scope(), &key("k"), first.attempt, "sim_42")
+            .record_charged(&scope(), &key("k"), first.fence(), "sim_42")
             .await
             .expect("write"),
         Finish::Written
@@ -336,7 +338,7 @@ async fn a_takeover_resumes_from_charged_with_the_processor_charge_id(backend: B
     assert_eq!(second.processor_charge_id.as_deref(), Some("sim_42"));
 }
 
-async fn a_failed_record_is_retried_under_the_same_processor_key(backend: Backend) {
+async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key(backend: Backend) {
     let db = test_db(backend).await;
     let first = owned(
         db.store
@@ -346,7 +348,7 @@ async fn a_failed_record_is_retried_under_the_same_processor_key(backend: Backen
     );
     assert_eq!(
         db.store
-            .mark_failed(&scope(), &key("k"), first.attempt)
+            .mark_failed(&scope(), &key("k"), first.fence())
             .await
             .expect("write"),
         Finish::Written
@@ -359,7 +361,10 @@ async fn a_failed_record_is_retried_under_the_same_processor_key(backend: Backen
             .expect("retry"),
     );
     assert_eq!(retry.attempt, Attempt(2));
-    assert_eq!(retry.processor_key, first.processor_key);
+    assert!(retry.replaced);
+    // The old processor key is tombstoned at the processor: the retry must not reuse it.
+    assert_ne!(retry.processor_key, first.processor_key);
+    assert_ne!(retry.resource_id, first.resource_id);
     assert_eq!(retry.resume_from, RecoveryPoint::Started);
     // A different payload still cannot use the key.
     assert_eq!(
@@ -368,6 +373,229 @@ async fn a_failed_record_is_retried_under_the_same_processor_key(backend: Backen
             .await
             .expect("claim"),
         Claim::Mismatch
+    );
+}
+
+/// A record reaped and claimed again restarts at attempt 1: only the generation (the resource
+/// id) tells the old attempt 1 from the new one.
+async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend) {
+    let db = test_db(backend).await;
+    let (s, k) = (scope(), key("k"));
+    let old = owned(
+        db.store
+            .claim(&s, &k, &fingerprint(100), b"{}")
+            .await
+            .expect("claim"),
+    );
+    sqlx::query("DELETE FROM idempotency_records")
+        .execute(&db.raw)
+        .await
+        .expect("reap");
+    let new = owned(
+        db.store
+            .claim(&s, &k, &fingerprint(100), b"{}")
+            .await
+            .expect("claim again"),
+    );
+    assert_eq!((old.attempt, new.attempt), (Attempt(1), Attempt(1)));
+
+    let stale = old.fence();
+    assert_eq!(
+        db.store
+            .record_charged(&s, &k, stale, "sim_old")
+            .await
+            .expect("write"),
+        Finish::Fenced
+    );
+    assert_eq!(
+        db.store.release_lock(&s, &k, stale).await.expect("write"),
+        Finish::Fenced
+    );
+    assert_eq!(
+        db.store
+            .finish_charge(&s, &k, stale, &charge_for(&old), &response("old"))
+            .await
+            .expect("write"),
+        Completion::Fenced
+    );
+    assert_eq!(
+        db.store
+            .finish_without_charge(&s, &k, stale, &response("old"))
+            .await
+            .expect("write"),
+        Completion::Fenced
+    );
+    assert_eq!(
+        db.store.mark_failed(&s, &k, stale).await.expect("write"),
+        Finish::Fenced
+    );
+    assert_eq!(db.count("charges").await, 0);
+    let (record, _) = db
+        .store
+        .find_record(&s, &k)
+        .await
+        .expect("read")
+        .expect("the new generation's record");
+    assert_eq!(
+        (
+            record.state.as_str(),
+            record.recovery_point,
+            record.processor_charge_id
+        ),
+        ("pending", RecoveryPoint::Started, None)
+    );
+    // The new generation's own writes pass.
+    assert!(matches!(
+        db.store
+            .finish_charge(&s, &k, new.fence(), &charge_for(&new), &response("new"))
+            .await
+            .expect("write"),
+        Completion::Stored { .. }
+    ));
+}
+
+/// Retention is counted from the completion: a record completed just before its claim-time
+/// expiry is replayed for a whole TTL afterwards.
+async fn every_completion_counts_retention_from_itself(backend: Backend) {
+    let db = test_db(backend).await;
+    let (s, k) = (scope(), key("k"));
+    let claimed = owned(
+        db.store
+            .claim(&s, &k, &fingerprint(100), b"{}")
+            .await
+            .expect("claim"),
+    );
+    db.move_into_past(&["expires_at"]).await;
+    let before = Utc::now();
+    let Completion::Stored { expires_at } = db
+        .store
+        .finish_charge(
+            &s,
+            &k,
+            claimed.fence(),
+            &charge_for(&claimed),
+            &response("a"),
+        )
+        .await
+        .expect("finish")
+    else {
+        panic!("the owner's finish is fenced");
+    };
+    let ttl = chrono::Duration::from_std(IdempotencyPolicy::default().ttl).expect("ttl");
+    let slack = chrono::Duration::seconds(5);
+    assert!(
+        expires_at > before + ttl - slack && expires_at < before + ttl + slack,
+        "expires_at {expires_at} is one TTL after the finish at {before}"
+    );
+    let (record, _) = db
+        .store
+        .find_record(&s, &k)
+        .await
+        .expect("read")
+        .expect("record");
+    assert_eq!(record.expires_at, expires_at);
+    assert!(matches!(
+        db.store
+            .claim(&s, &k, &fingerprint(100), b"{}")
+            .await
+            .expect("claim"),
+        Claim::Replay { .. }
+    ));
+}
+
+/// A processor charge id that is known must reach the ledger: such a record is never failed,
+/// and never reaped while its charge row is missing.
+async fn a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_without_its_charge(
+    backend: Backend,
+) {
+    let db = test_db(backend).await;
+    let (s, k) = (scope(), key("k"));
+    let claimed = owned(
+        db.store
+            .claim(&s, &k, &fingerprint(100), b"{}")
+            .await
+            .expect("claim"),
+    );
+    db.store
+        .record_charged(&s, &k, claimed.fence(), "sim_known")
+        .await
+        .expect("charged");
+    assert_eq!(
+        db.store
+            .mark_failed(&s, &k, claimed.fence())
+            .await
+            .expect("write"),
+        Finish::Fenced
+    );
+    // Even a record an older version failed with its charge id is kept past its expiry.
+    sqlx::query("UPDATE idempotency_records SET state = 'failed', locked_until = NULL")
+        .execute(&db.raw)
+        .await
+        .expect("fail by hand");
+    db.move_into_past(&["expires_at"]).await;
+    assert_eq!(db.store.reap_expired(100).await.expect("reap"), 0);
+    assert_eq!(db.count("idempotency_records").await, 1);
+    // The same request resumes it from `charged`, never as a new generation.
+    let resumed = owned(
+        db.store
+            .claim(&s, &k, &fingerprint(100), b"{}")
+            .await
+            .expect("claim"),
+    );
+    assert_eq!(
+        (resumed.resume_from, resumed.processor_charge_id.as_deref()),
+        (RecoveryPoint::Charged, Some("sim_known"))
+    );
+}
+
+/// The completer waits out the settle grace after a lock ends: a processor call made under
+/// the lock may still be processing until then.
+async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backend: Backend) {
+    let db = test_db(backend).await;
+    let (s, k) = (scope(), key("k"));
+    let claimed = owned(
+        db.store
+            .claim(&s, &k, &fingerprint(100), b"{}")
+            .await
+            .expect("claim"),
+    );
+    db.store
+        .release_lock(&s, &k, claimed.fence())
+        .await
+        .expect("release");
+    let grace = std::time::Duration::from_secs(30);
+    assert!(
+        db.store
+            .take_over_abandoned(grace)
+            .await
+            .expect("take")
+            .is_none()
+    );
+    // A client retry may take the released record at once.
+    let retry = owned(
+        db.store
+            .claim(&s, &k, &fingerprint(100), b"{}")
+            .await
+            .expect("retry"),
+    );
+    assert!(retry.took_over);
+    db.store
+        .release_lock(&s, &k, retry.fence())
+        .await
+        .expect("release");
+    db.move_into_past(&["locked_until"]).await;
+    let taken = db
+        .store
+        .take_over_abandoned(std::time::Duration::from_millis(500))
+        .await
+        .expect("take")
+        .expect("the record is past its grace");
+    assert_eq!(
+        taken.fence(),
+        Fence {
+            attempt: Attempt(3),
+            resource_id: claimed.resource_id
+        }
     );
 }
 
@@ -381,7 +609,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backen
     );
     let declined = StoredResponse::new(402, [], b"declined".to_vec());
     db.store
-        .finish_without_charge(&scope(), &key("k"), first.attempt, &declined)
+        .finish_without_charge(&scope(), &key("k"), first.fence(), &declined)
         .await
         .expect("finish");
     assert_eq!(
@@ -479,12 +707,15 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
         .finish_charge(
             &s,
             &key("first"),
-            first.attempt,
+            first.fence(),
             &charge_for(&first),
             &response("a"),
         )
         .await;
-    assert_eq!(written.expect("finish"), Finish::Written);
+    assert!(matches!(
+        written.expect("finish"),
+        Completion::Stored { .. }
+    ));
 
     let second = owned(
         db.store
@@ -499,7 +730,7 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
         .finish_charge(
             &s,
             &key("second"),
-            second.attempt,
+            second.fence(),
             &duplicate,
             &response("b"),
         )
@@ -536,7 +767,11 @@ on_every_backend!(
     exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
     a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off,
     a_takeover_resumes_from_charged_with_the_processor_charge_id,
-    a_failed_record_is_retried_under_the_same_processor_key,
+    a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key,
+    a_stale_writer_from_a_reaped_generation_writes_nothing,
+    every_completion_counts_retention_from_itself,
+    a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_without_its_charge,
+    the_completer_takes_a_released_record_only_after_the_settle_grace,
     an_expired_finished_record_is_replaced_by_a_new_request,
     an_unfinished_record_never_expires_away,
     keys_are_scoped_by_tenant_and_operation,

@@ -10,7 +10,7 @@ use payments_storage::ListCharges;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::charge_flow::{ChargeOutcome, NewCharge, create_charge};
+use crate::charge_flow::{NewCharge, create_charge};
 use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
 use crate::replay::respond;
 use crate::views::{ChargeList, ChargeView, CreateChargeBody};
@@ -43,10 +43,12 @@ pub async fn create(
         request,
         wait,
     };
-    Ok(match create_charge(&state, new).await? {
-        ChargeOutcome::Fresh(response) => respond(response, false),
-        ChargeOutcome::Replayed(response) => respond(response, true),
-    })
+    let outcome = create_charge(&state, new).await?;
+    Ok(respond(
+        outcome.response,
+        outcome.replayed,
+        outcome.expires_at,
+    ))
 }
 
 pub async fn show(

@@ -30,7 +30,10 @@ pub struct KeyView {
     fingerprint: String,
     locked_until: Option<String>,
     created_at: String,
-    expires_at: String,
+    /// When the key's retention ends, counted from the record's completion (the time the
+    /// `Idempotency-Key-Expires` header carries). Null while pending: a pending key never
+    /// expires.
+    expires_at: Option<String>,
 }
 
 impl From<&IdempotencyRecord> for KeyView {
@@ -48,7 +51,7 @@ impl From<&IdempotencyRecord> for KeyView {
             fingerprint: record.fingerprint.to_hex(),
             locked_until: record.locked_until.map(time),
             created_at: time(record.created_at),
-            expires_at: time(record.expires_at),
+            expires_at: (record.state != RecordState::Pending).then(|| time(record.expires_at)),
         }
     }
 }

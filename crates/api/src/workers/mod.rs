@@ -17,7 +17,10 @@ use crate::AppState;
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerSettings {
     pub completer_interval: Duration,
-    pub completer_batch: i64,
+    /// The most records the completer settles in one round, one after the other.
+    pub completer_batch: u32,
+    /// How long after a record's lock ended the completer may settle it.
+    pub settle_after: Duration,
     pub reaper_interval: Duration,
     pub reaper_batch: i64,
     pub relay_interval: Duration,
@@ -32,12 +35,14 @@ pub fn spawn(
 ) -> Vec<JoinHandle<()>> {
     let mut workers = Vec::new();
     let s = state.clone();
+    let completer_shutdown = shutdown.clone();
     workers.push(tokio::spawn(every(
         settings.completer_interval,
         shutdown.clone(),
         move || {
             let state = s.clone();
-            async move { completer::run_round(&state, settings.completer_batch).await }
+            let mut shutdown = completer_shutdown.clone();
+            async move { completer::run_round(&state, &settings, &mut shutdown).await }
         },
     )));
     let s = state.clone();
@@ -60,7 +65,13 @@ pub fn spawn(
     workers
 }
 
-/// Runs `round` every `interval` until shutdown. A round in progress is finished first.
+/// Resolves once `shutdown` turns true (or its sender is gone, which also means stop).
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// Runs `round` every `interval` until shutdown. A round in progress is finished first; a
+/// round that could take long (the completer's) watches the signal itself.
 async fn every<F, Fut>(interval: Duration, mut shutdown: watch::Receiver<bool>, round: F)
 where
     F: Fn() -> Fut,

@@ -105,7 +105,45 @@ async fn concurrent_requests_with_distinct_keys_each_charge_once(backend: Backen
     assert_eq!(app.footprint().await, Footprint::charged(40));
 }
 
+/// A duplicate of a `tok_slow` charge (2 s) is told to come back when the answer is likely
+/// ready, not when the 30 s lock ends, and is pointed at `Prefer: wait` as the alternative.
+async fn a_duplicate_of_a_slow_charge_is_told_to_retry_within_seconds_not_the_whole_lock(
+    backend: Backend,
+) {
+    let app = spawn_app(backend).await;
+    let body = json!({ "amount": 700, "currency": "usd", "source": "tok_slow" });
+    for round in 0..2 {
+        let key = new_key();
+        let first = app.charge(ACME, &key, &body).send();
+        let duplicate = async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            app.post_charge(ACME, &key, &body).await
+        };
+        let (first, duplicate) = tokio::join!(first, duplicate);
+        assert_eq!(first.expect("first").status().as_u16(), 201);
+        let retry_after: u64 = duplicate.headers()["retry-after"]
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .expect("Retry-After in seconds");
+        // No history yet: 1 s. After one 2 s attempt: its duration, rounded up.
+        assert!(
+            (1..=5).contains(&retry_after),
+            "round {round}: Retry-After {retry_after}"
+        );
+        let (status, problem) = crate::helpers::problem(duplicate).await;
+        assert_eq!(status, 409);
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("Prefer: wait=N")),
+            "{problem}"
+        );
+    }
+}
+
 on_every_backend!(
+    a_duplicate_of_a_slow_charge_is_told_to_retry_within_seconds_not_the_whole_lock,
     a_hundred_concurrent_duplicates_charge_once,
     duplicates_of_a_slow_charge_in_flight_get_409_then_the_replay,
     concurrent_requests_with_distinct_keys_each_charge_once,

@@ -27,6 +27,7 @@ fn settings(card_sim: &CardSim) -> Vec<(&'static str, String)> {
     vec![
         ("PAYMENTS__PROCESSOR__URL", card_sim.url.clone()),
         ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "1500".into()),
+        ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "1600".into()),
         (
             "PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS",
             LOCK_TIMEOUT_SECS.into(),
@@ -74,6 +75,99 @@ async fn post_until_final(service: &Service, key: &str, body: &Value) -> (u16, V
         return (status, response.bytes().await.expect("body").to_vec());
     }
     panic!("the key never reached a final answer");
+}
+
+/// The record's processor key.
+async fn processor_key(db: &TestDatabase, key: &str) -> String {
+    sqlx::query_scalar("SELECT processor_key FROM idempotency_records WHERE idempotency_key = $1")
+        .bind(key)
+        .fetch_one(&db.pool)
+        .await
+        .expect("read record")
+}
+
+/// Leaves `key` failed: the service dies after the claim, before the processor call; the
+/// completer of a restarted service cancels the processor key and fails the record.
+async fn fail_by_cancel(
+    db: &TestDatabase,
+    settings: &[(&'static str, String)],
+    key: &str,
+    body: &Value,
+) -> (Service, String) {
+    let mut crashing = start(db, settings, &[("PAYMENTS_CRASH_AT", "after_claim")]).await;
+    assert!(post(&crashing, key, body).await.is_err());
+    assert!(!crashing.wait_exit().await);
+    let old_processor_key = processor_key(db, key).await;
+    let service = start(db, settings, &[]).await;
+    assert_eq!(wait_until_settled(db, key).await, "failed");
+    (service, old_processor_key)
+}
+
+async fn a_call_that_never_reached_the_processor_is_canceled_and_retried_under_a_new_processor_key(
+    backend: Backend,
+) {
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create(backend).await;
+    let settings = settings(&card_sim);
+    let key = new_key();
+    let body = visa(2_222);
+    let (service, old_processor_key) = fail_by_cancel(&db, &settings, &key, &body).await;
+
+    // The processor tombstoned the old key: nothing can ever be charged under it.
+    let late = http_client()
+        .post(format!("{}/v1/charges", card_sim.url))
+        .header("Idempotency-Key", &old_processor_key)
+        .json(&serde_json::json!({ "amount": 2_222, "currency": "USD", "source": "tok_visa" }))
+        .send()
+        .await
+        .expect("card-sim");
+    assert_eq!(late.status().as_u16(), 409);
+    let late: Value = late.json().await.expect("card-sim error");
+    assert_eq!(late["error"]["code"], "idempotency_key_canceled");
+    assert_eq!(card_sim.charges_created().await, 0);
+
+    // The client's retry charges exactly once, under a new processor key.
+    let (status, first) = post_until_final(&service, &key, &body).await;
+    assert_eq!(status, 201);
+    assert_ne!(processor_key(&db, &key).await, old_processor_key);
+    let (_, again) = post_until_final(&service, &key, &body).await;
+    assert_eq!(again, first);
+    assert_eq!(card_sim.charges_created().await, 1);
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
+}
+
+/// Retention counts from the completion: a failed record retried half a second before its
+/// TTL ends completes with a whole TTL ahead, so the next retry replays it instead of
+/// treating the key as fresh and charging again.
+async fn a_failed_record_resumed_just_before_its_ttl_ends_completes_and_replays(backend: Backend) {
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create(backend).await;
+    let settings = settings(&card_sim);
+    let key = new_key();
+    let body = visa(3_333);
+    let (service, _) = fail_by_cancel(&db, &settings, &key, &body).await;
+
+    let soon = match db.backend {
+        Backend::Postgres => "now() + interval '500 milliseconds'",
+        Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+0.5 seconds')",
+    };
+    sqlx::query(&format!(
+        "UPDATE idempotency_records SET expires_at = {soon} WHERE idempotency_key = $1"
+    ))
+    .bind(&key)
+    .execute(&db.pool)
+    .await
+    .expect("move the expiry close");
+    let (status, first) = post_until_final(&service, &key, &body).await;
+    assert_eq!(status, 201);
+
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let replay = post(&service, &key, &body).await.expect("replay");
+    assert_eq!(replay.status().as_u16(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.bytes().await.expect("body").to_vec(), first);
+    assert_eq!(card_sim.charges_created().await, 1);
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
 }
 
 /// Waits (bounded) until the completer has settled the record (no longer pending).
@@ -204,6 +298,18 @@ async fn crash_after_charge_then_client_never_retries(backend: Backend) {
     crash_then(backend, "after_charge", Client::NeverRetries).await;
 }
 
+async fn crash_after_charged_then_client_retries_at_once(backend: Backend) {
+    crash_then(backend, "after_charged", Client::RetriesAtOnce).await;
+}
+
+async fn crash_after_charged_then_client_retries_after_lock_timeout(backend: Backend) {
+    crash_then(backend, "after_charged", Client::RetriesAfterLockTimeout).await;
+}
+
+async fn crash_after_charged_then_client_never_retries(backend: Backend) {
+    crash_then(backend, "after_charged", Client::NeverRetries).await;
+}
+
 async fn crash_after_commit_then_client_retries_at_once(backend: Backend) {
     crash_then(backend, "after_commit", Client::RetriesAtOnce).await;
 }
@@ -223,7 +329,12 @@ on_every_backend!(
     crash_after_charge_then_client_retries_at_once,
     crash_after_charge_then_client_retries_after_lock_timeout,
     crash_after_charge_then_client_never_retries,
+    crash_after_charged_then_client_retries_at_once,
+    crash_after_charged_then_client_retries_after_lock_timeout,
+    crash_after_charged_then_client_never_retries,
     crash_after_commit_then_client_retries_at_once,
     crash_after_commit_then_client_retries_after_lock_timeout,
     crash_after_commit_then_client_never_retries,
+    a_call_that_never_reached_the_processor_is_canceled_and_retried_under_a_new_processor_key,
+    a_failed_record_resumed_just_before_its_ttl_ends_completes_and_replays,
 );

@@ -173,10 +173,6 @@ impl Drop for TestDatabase {
 /// One running `payments-api` process, killed when dropped.
 pub struct Service {
     pub base_url: String,
-    #[cfg_attr(
-        not(feature = "failpoints"),
-        allow(dead_code, reason = "only the crash tests wait for an exit")
-    )]
     child: Child,
 }
 
@@ -247,11 +243,22 @@ impl Service {
             .expect("POST /charges")
     }
 
+    /// Asks the process to shut down, as an orchestrator does (SIGTERM).
+    pub fn terminate(&self) {
+        let pid = self.child.id().expect("the service is running");
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "SIGTERM sent");
+    }
+
+    /// Kills the process at once (SIGKILL), as a crashing machine would.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
     /// Waits (bounded) for the process to exit and says whether it exited successfully.
-    #[cfg_attr(
-        not(feature = "failpoints"),
-        allow(dead_code, reason = "only the crash tests wait for an exit")
-    )]
     pub async fn wait_exit(&mut self) -> bool {
         tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await

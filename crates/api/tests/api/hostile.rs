@@ -276,20 +276,21 @@ async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later(b
             ("PAYMENTS__SERVER__REQUEST_TIMEOUT_MS", "500"),
             ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "2"),
             ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "1500"),
+            ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "1600"),
             ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "200"),
         ],
     )
     .await;
     let key = new_key();
-    // tok_slow answers after two seconds; the in-process processor records the charge first.
+    // tok_slow's charge exists at the processor two seconds after the call, whoever waits.
     let slow = json!({ "amount": 100, "currency": "usd", "source": "tok_slow" });
     let response = app.post_charge(ACME, &key, &slow).await;
     assert!(response.headers().get("retry-after").is_some());
     let (status, body) = problem(response).await;
     assert_eq!((status, body["code"].as_str()), (503, Some("timeout")));
 
-    // Nobody retries: once the lock expires the completer finds the charge the processor
-    // made and records it; a later retry replays it.
+    // Nobody retries: once the lock and the settle grace have passed, the completer finds the
+    // charge the processor made and records it; a later retry replays it.
     let mut settled = None;
     for _ in 0..100 {
         settled = app

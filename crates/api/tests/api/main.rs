@@ -41,5 +41,11 @@ mod keys;
 mod reads;
 mod recovery;
 mod redis_server;
+mod shutdown;
+mod soak;
 mod startup;
+mod unknown_outcomes;
 mod validation;
+// The deployed build: only meaningful without `--features failpoints`.
+#[cfg(not(feature = "failpoints"))]
+mod without_failpoints;

@@ -68,6 +68,30 @@ async fn a_ttl_beyond_the_processor_key_window_is_refused() {
 }
 
 #[tokio::test]
+async fn a_ttl_not_longer_than_the_lock_is_refused() {
+    assert_refused(
+        &[
+            ("PAYMENTS__IDEMPOTENCY__TTL_SECS", "30"),
+            ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "30"),
+        ],
+        "idempotency.lock_timeout_secs",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_settle_grace_not_longer_than_the_processor_timeout_is_refused() {
+    assert_refused(
+        &[
+            ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "5000"),
+            ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "5000"),
+        ],
+        "processor.settle_after_ms",
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_bad_bind_address_names_server_bind() {
     assert_refused(&[("PAYMENTS__SERVER__BIND", "localhost")], "server.bind").await;
 }

@@ -77,7 +77,7 @@ impl PgStore {
     ) -> Result<Option<Claimed>, StoreError> {
         let resource_id = Uuid::new_v4();
         let processor_key = processor_key_for(resource_id);
-        let inserted: Option<(i32, DateTime<Utc>)> = sqlx::query_as(
+        let inserted: Option<i32> = sqlx::query_scalar(
             "INSERT INTO idempotency_records
                  (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
                   locked_until, attempts, resource_id, processor_key, created_at, expires_at,
@@ -86,7 +86,7 @@ impl PgStore {
                      now() + make_interval(secs => $5), 1, $6, $7, now(), now() + make_interval(secs => $8),
                      $9)
              ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-             RETURNING attempts, expires_at",
+             RETURNING attempts",
         )
         .bind(&scope.tenant)
         .bind(&scope.operation)
@@ -99,9 +99,7 @@ impl PgStore {
         .bind(request_body)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(inserted.map(|(attempts, expires_at)| {
-            Claimed::fresh(attempts, resource_id, processor_key, expires_at)
-        }))
+        Ok(inserted.map(|attempts| Claimed::fresh(attempts, resource_id, processor_key)))
     }
 
     /// Gives a stale or failed record to this attempt, keeping its resource id, processor key
@@ -117,7 +115,7 @@ impl PgStore {
              SET state = 'pending', attempts = attempts + 1,
                  locked_until = now() + make_interval(secs => $4), updated_at = now()
              WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-             RETURNING attempts, resource_id, processor_key, expires_at",
+             RETURNING attempts, resource_id, processor_key",
         )
         .bind(&scope.tenant)
         .bind(&scope.operation)
@@ -127,8 +125,9 @@ impl PgStore {
         .await?)
     }
 
-    /// Reuses an expired record's row for a new request. `attempts` keeps counting, so a
-    /// straggler of the old request can never pass the fence of the new one.
+    /// Reuses an expired or failed record's row for a new generation: a new resource id and
+    /// processor key (a failed record's old key is tombstoned at the processor), `attempts`
+    /// still counting. A straggler of the old generation can never pass the new one's fence.
     async fn replace_expired(
         &self,
         conn: &mut PgConnection,
@@ -139,7 +138,7 @@ impl PgStore {
     ) -> Result<Claimed, StoreError> {
         let resource_id = Uuid::new_v4();
         let processor_key = processor_key_for(resource_id);
-        let (attempts, expires_at): (i32, DateTime<Utc>) = sqlx::query_as(
+        let attempts: i32 = sqlx::query_scalar(
             "UPDATE idempotency_records
              SET fingerprint = $4, state = 'pending', recovery_point = 'started',
                  attempts = attempts + 1, locked_until = now() + make_interval(secs => $5),
@@ -148,7 +147,7 @@ impl PgStore {
                  created_at = now(), expires_at = now() + make_interval(secs => $8), updated_at = now(),
                  request_body = $9
              WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-             RETURNING attempts, expires_at",
+             RETURNING attempts",
         )
         .bind(&scope.tenant)
         .bind(&scope.operation)
@@ -161,12 +160,7 @@ impl PgStore {
         .bind(request_body)
         .fetch_one(conn)
         .await?;
-        Ok(Claimed::fresh(
-            attempts,
-            resource_id,
-            processor_key,
-            expires_at,
-        ))
+        Ok(Claimed::replacing(attempts, resource_id, processor_key))
     }
 
     /// Reads a record and the database clock, without locking.

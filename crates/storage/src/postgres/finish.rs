@@ -1,34 +1,35 @@
 //! Fenced writes of an owning attempt: recovery points and the finishing transaction.
 
+use chrono::{DateTime, Utc};
 use payments_domain::{Charge, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted};
-use payments_idempotency::{Attempt, IdempotencyKey, Scope, StoredResponse};
-use sqlx::PgConnection;
+use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
 
-use super::PgStore;
+use super::{PgStore, secs};
 use crate::StoreError;
-use crate::model::Finish;
+use crate::model::{Completion, Fence, Finish};
 use crate::rows::{headers_to_json, stored_status};
 
 // Every statement below carries this condition: the record is still pending and still holds
-// the attempt number this attempt claimed with.
+// the generation (resource id) and attempt number this attempt claimed with.
 const FENCE: &str = "tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-                     AND attempts = $4 AND state = 'pending'";
+                     AND attempts = $4 AND resource_id = $5 AND state = 'pending'";
 
 type FencedQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
-/// `UPDATE idempotency_records SET <set> WHERE <fence>` with the fence's four parameters
-/// bound; `set` may use `$5` onwards.
+/// `UPDATE idempotency_records SET <set> WHERE <fence>` with the fence's five parameters
+/// bound; `set` may use `$6` onwards.
 fn fenced_update<'q>(
     sql: &'q str,
     scope: &'q Scope,
     key: &'q IdempotencyKey,
-    attempt: Attempt,
+    fence: Fence,
 ) -> FencedQuery<'q> {
     sqlx::query(sql)
         .bind(&scope.tenant)
         .bind(&scope.operation)
         .bind(key.as_str())
-        .bind(attempt.0)
+        .bind(fence.attempt.0)
+        .bind(fence.resource_id)
 }
 
 fn fenced_sql(set: &str) -> String {
@@ -41,27 +42,33 @@ impl PgStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         processor_charge_id: &str,
     ) -> Result<Finish, StoreError> {
-        let sql = fenced_sql("recovery_point = 'charged', processor_charge_id = $5");
-        let done = fenced_update(&sql, scope, key, attempt)
+        let sql = fenced_sql("recovery_point = 'charged', processor_charge_id = $6");
+        let done = fenced_update(&sql, scope, key, fence)
             .bind(processor_charge_id)
             .execute(&self.pool)
             .await?;
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
-    /// Marks a transient failure: the lock is released and the next retry executes again
-    /// (with the same processor key, so a charge the processor did make is found, not repeated).
+    /// Marks the record failed after the processor tombstoned its key. A record that holds a
+    /// processor charge id is never failed: the charge must reach the ledger.
     pub(crate) async fn mark_failed(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
     ) -> Result<Finish, StoreError> {
-        let sql = fenced_sql("state = 'failed', locked_until = NULL");
-        let done = fenced_update(&sql, scope, key, attempt)
+        let sql = format!(
+            "UPDATE idempotency_records
+             SET state = 'failed', locked_until = NULL,
+                 expires_at = now() + make_interval(secs => $6), updated_at = now()
+             WHERE {FENCE} AND processor_charge_id IS NULL"
+        );
+        let done = fenced_update(&sql, scope, key, fence)
+            .bind(secs(self.policy.ttl))
             .execute(&self.pool)
             .await?;
         Ok(Finish::from_rows(done.rows_affected()))
@@ -75,10 +82,10 @@ impl PgStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
     ) -> Result<Finish, StoreError> {
         let sql = fenced_sql("locked_until = now()");
-        let done = fenced_update(&sql, scope, key, attempt)
+        let done = fenced_update(&sql, scope, key, fence)
             .execute(&self.pool)
             .await?;
         Ok(Finish::from_rows(done.rows_affected()))
@@ -89,11 +96,24 @@ impl PgStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         response: &StoredResponse,
-    ) -> Result<Finish, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        complete_record(&mut conn, scope, key, attempt, response).await
+    ) -> Result<Completion, StoreError> {
+        let sql =
+            format!("UPDATE idempotency_records SET {COMPLETE} WHERE {FENCE} RETURNING expires_at");
+        let stored: Option<DateTime<Utc>> = sqlx::query_scalar(&sql)
+            .bind(&scope.tenant)
+            .bind(&scope.operation)
+            .bind(key.as_str())
+            .bind(fence.attempt.0)
+            .bind(fence.resource_id)
+            .bind(stored_status(response)?)
+            .bind(headers_to_json(&response.headers))
+            .bind(&response.body)
+            .bind(secs(self.policy.ttl))
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(completion(stored))
     }
 
     /// Writes the charge, its ledger transaction, its `payment.completed` outbox event and the
@@ -107,36 +127,48 @@ impl PgStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         charge: &Charge,
         response: &StoredResponse,
-    ) -> Result<Finish, StoreError> {
+    ) -> Result<Completion, StoreError> {
         let status = stored_status(response)?;
         let sql = format!(
             "WITH gate AS (
-                 UPDATE idempotency_records
-                 SET state = 'completed', recovery_point = 'finished', locked_until = NULL,
-                     response_status = $5, response_headers = $6, response_body = $7,
-                     updated_at = now()
-                 WHERE {FENCE}
-                 RETURNING 1
+                 UPDATE idempotency_records SET {COMPLETE} WHERE {FENCE}
+                 RETURNING expires_at
              ),
              {}
-             SELECT count(*) FROM gate",
-            charge_writes(8)
+             SELECT expires_at FROM gate",
+            charge_writes(10)
         );
         let query = sqlx::query_scalar(&sql)
             .bind(&scope.tenant)
             .bind(&scope.operation)
             .bind(key.as_str())
-            .bind(attempt.0)
+            .bind(fence.attempt.0)
+            .bind(fence.resource_id)
             .bind(status)
             .bind(headers_to_json(&response.headers))
-            .bind(&response.body);
-        let written: i64 = bind_charge_writes(query, charge)?
-            .fetch_one(&self.pool)
+            .bind(&response.body)
+            .bind(secs(self.policy.ttl));
+        let stored: Option<DateTime<Utc>> = bind_charge_writes(query, charge)?
+            .fetch_optional(&self.pool)
             .await?;
-        Ok(Finish::from_rows(written.unsigned_abs()))
+        Ok(completion(stored))
+    }
+}
+
+// The completion of a record, with parameters $6 (status), $7 (headers), $8 (body) and $9
+// (the TTL in seconds): retention is counted from the completion, never from the claim, so a
+// record completed late in its life is still replayed for the whole TTL.
+const COMPLETE: &str = "state = 'completed', recovery_point = 'finished', locked_until = NULL,
+     response_status = $6, response_headers = $7, response_body = $8,
+     expires_at = now() + make_interval(secs => $9), updated_at = now()";
+
+fn completion(stored: Option<DateTime<Utc>>) -> Completion {
+    match stored {
+        Some(expires_at) => Completion::Stored { expires_at },
+        None => Completion::Fenced,
     }
 }
 
@@ -172,14 +204,14 @@ fn charge_writes(first: usize) -> String {
     )
 }
 
-type ScalarQuery<'q> =
-    sqlx::query::QueryScalar<'q, sqlx::Postgres, i64, sqlx::postgres::PgArguments>;
+type ScalarQuery<'q, T> =
+    sqlx::query::QueryScalar<'q, sqlx::Postgres, T, sqlx::postgres::PgArguments>;
 
 /// Binds the 16 parameters of [`charge_writes`], in order.
-fn bind_charge_writes<'q>(
-    query: ScalarQuery<'q>,
+fn bind_charge_writes<'q, T>(
+    query: ScalarQuery<'q, T>,
     charge: &'q Charge,
-) -> Result<ScalarQuery<'q>, StoreError> {
+) -> Result<ScalarQuery<'q, T>, StoreError> {
     let ledger = LedgerTransaction::for_charge(charge);
     let event = PaymentCompleted::for_charge(charge);
     let entries = ledger.entries();
@@ -208,26 +240,6 @@ fn bind_charge_writes<'q>(
         .bind(payload))
 }
 
-async fn complete_record(
-    conn: &mut PgConnection,
-    scope: &Scope,
-    key: &IdempotencyKey,
-    attempt: Attempt,
-    response: &StoredResponse,
-) -> Result<Finish, StoreError> {
-    let sql = fenced_sql(
-        "state = 'completed', recovery_point = 'finished', locked_until = NULL,
-         response_status = $5, response_headers = $6, response_body = $7",
-    );
-    let done = fenced_update(&sql, scope, key, attempt)
-        .bind(stored_status(response)?)
-        .bind(headers_to_json(&response.headers))
-        .bind(&response.body)
-        .execute(conn)
-        .await?;
-    Ok(Finish::from_rows(done.rows_affected()))
-}
-
 impl PgStore {
     /// Writes a charge, its ledger transaction and its event in one statement, with no
     /// idempotency record at all. Not part of the service: it is the floor the charge flow is
@@ -237,7 +249,7 @@ impl PgStore {
             "WITH gate AS (SELECT 1), {} SELECT count(*) FROM gate",
             charge_writes(1)
         );
-        bind_charge_writes(sqlx::query_scalar(&sql), charge)?
+        bind_charge_writes(sqlx::query_scalar::<_, i64>(&sql), charge)?
             .fetch_one(&self.pool)
             .await?;
         Ok(())

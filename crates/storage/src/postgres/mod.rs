@@ -16,14 +16,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{Charge, ChargeId, TenantId};
 use payments_idempotency::{
-    Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope,
-    StoredResponse,
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
 
-use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Finish};
+use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish};
 use crate::repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
 use crate::stream::{EventStream, RelayError};
 use crate::{PoolSettings, StoreError};
@@ -123,49 +122,49 @@ impl RecordRepository for PgStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         processor_charge_id: &str,
     ) -> Result<Finish, StoreError> {
-        PgStore::record_charged(self, scope, key, attempt, processor_charge_id).await
+        PgStore::record_charged(self, scope, key, fence, processor_charge_id).await
     }
 
     async fn mark_failed(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
     ) -> Result<Finish, StoreError> {
-        PgStore::mark_failed(self, scope, key, attempt).await
+        PgStore::mark_failed(self, scope, key, fence).await
     }
 
     async fn release_lock(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
     ) -> Result<Finish, StoreError> {
-        PgStore::release_lock(self, scope, key, attempt).await
+        PgStore::release_lock(self, scope, key, fence).await
     }
 
     async fn finish_without_charge(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         response: &StoredResponse,
-    ) -> Result<Finish, StoreError> {
-        PgStore::finish_without_charge(self, scope, key, attempt, response).await
+    ) -> Result<Completion, StoreError> {
+        PgStore::finish_without_charge(self, scope, key, fence, response).await
     }
 
     async fn finish_charge(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         charge: &Charge,
         response: &StoredResponse,
-    ) -> Result<Finish, StoreError> {
-        PgStore::finish_charge(self, scope, key, attempt, charge, response).await
+    ) -> Result<Completion, StoreError> {
+        PgStore::finish_charge(self, scope, key, fence, charge, response).await
     }
 }
 
@@ -199,8 +198,11 @@ impl ChargeRepository for PgStore {
 
 #[async_trait]
 impl WorkerRepository for PgStore {
-    async fn take_over_abandoned(&self, limit: i64) -> Result<Vec<Abandoned>, StoreError> {
-        PgStore::take_over_abandoned(self, limit).await
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreError> {
+        PgStore::take_over_abandoned(self, settle_after).await
     }
 
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {

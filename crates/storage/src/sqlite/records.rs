@@ -3,16 +3,16 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::Charge;
-use payments_idempotency::{
-    Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
-};
+use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use super::reads::insert_charge_writes;
 use super::{NOW, SqliteStore, now_plus, offset};
 use crate::StoreError;
-use crate::model::{Claim, Claimed, Finish, TakenOver, Verdict, judge, processor_key_for};
+use crate::model::{
+    Claim, Claimed, Completion, Fence, Finish, TakenOver, Verdict, judge, processor_key_for,
+};
 use crate::repository::RecordRepository;
 use crate::rows::{RecordRow, headers_to_json, stored_status};
 
@@ -25,9 +25,9 @@ struct RecordWithClock {
 }
 
 // Every fenced statement carries this condition: the record is still pending and still holds
-// the attempt number this attempt claimed with.
+// the generation (resource id) and attempt number this attempt claimed with.
 const FENCE: &str = "tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-                     AND attempts = ?4 AND state = 'pending'";
+                     AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'";
 
 fn fenced_sql(set: &str) -> String {
     format!("UPDATE idempotency_records SET {set}, updated_at = {NOW} WHERE {FENCE}")
@@ -35,32 +35,32 @@ fn fenced_sql(set: &str) -> String {
 
 type FencedQuery<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
 
-/// The fenced update `sql` with the fence's four parameters bound; `set` may use `?5` on.
+/// The fenced update `sql` with the fence's five parameters bound; `set` may use `?6` on.
 fn fenced_update<'q>(
     sql: &'q str,
     scope: &'q Scope,
     key: &'q IdempotencyKey,
-    attempt: Attempt,
+    fence: Fence,
 ) -> FencedQuery<'q> {
     sqlx::query(sql)
         .bind(&scope.tenant)
         .bind(&scope.operation)
         .bind(key.as_str())
-        .bind(attempt.0)
+        .bind(fence.attempt.0)
+        .bind(fence.resource_id)
 }
 
 impl SqliteStore {
     /// Runs one fenced single-statement update.
     async fn fenced(
         &self,
-        set: &str,
+        sql: &str,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         extra: Option<&str>,
     ) -> Result<Finish, StoreError> {
-        let sql = fenced_sql(set);
-        let mut query = fenced_update(&sql, scope, key, attempt);
+        let mut query = fenced_update(sql, scope, key, fence);
         if let Some(value) = extra {
             query = query.bind(value);
         }
@@ -87,11 +87,11 @@ impl SqliteStore {
                   updated_at, request_body)
              VALUES (?1, ?2, ?3, ?4, 'pending', 'started', {}, 1, ?6, ?7, {NOW}, {}, {NOW}, ?9)
              ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-             RETURNING attempts, expires_at",
+             RETURNING attempts",
             now_plus("?5"),
             now_plus("?8"),
         );
-        let inserted: Option<(i32, DateTime<Utc>)> = sqlx::query_as(&sql)
+        let inserted: Option<i32> = sqlx::query_scalar(&sql)
             .bind(&scope.tenant)
             .bind(&scope.operation)
             .bind(key.as_str())
@@ -103,9 +103,7 @@ impl SqliteStore {
             .bind(request_body)
             .fetch_optional(conn)
             .await?;
-        Ok(inserted.map(|(attempts, expires_at)| {
-            Claimed::fresh(attempts, resource_id, processor_key, expires_at)
-        }))
+        Ok(inserted.map(|attempts| Claimed::fresh(attempts, resource_id, processor_key)))
     }
 
     /// Gives a stale or failed record to this attempt, keeping its resource id, processor key
@@ -120,7 +118,7 @@ impl SqliteStore {
             "UPDATE idempotency_records
              SET state = 'pending', attempts = attempts + 1, locked_until = {}, updated_at = {NOW}
              WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-             RETURNING attempts, resource_id, processor_key, expires_at",
+             RETURNING attempts, resource_id, processor_key",
             now_plus("?4"),
         );
         Ok(sqlx::query_as(&sql)
@@ -132,8 +130,9 @@ impl SqliteStore {
             .await?)
     }
 
-    /// Reuses an expired record's row for a new request. `attempts` keeps counting, so a
-    /// straggler of the old request can never pass the fence of the new one.
+    /// Reuses an expired or failed record's row for a new generation: a new resource id and
+    /// processor key (a failed record's old key is tombstoned at the processor), `attempts`
+    /// still counting. A straggler of the old generation can never pass the new one's fence.
     async fn replace_expired(
         &self,
         conn: &mut SqliteConnection,
@@ -152,11 +151,11 @@ impl SqliteStore {
                  response_headers = NULL, response_body = NULL, created_at = {NOW},
                  expires_at = {}, updated_at = {NOW}, request_body = ?9
              WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-             RETURNING attempts, expires_at",
+             RETURNING attempts",
             now_plus("?5"),
             now_plus("?8"),
         );
-        let (attempts, expires_at): (i32, DateTime<Utc>) = sqlx::query_as(&sql)
+        let attempts: i32 = sqlx::query_scalar(&sql)
             .bind(&scope.tenant)
             .bind(&scope.operation)
             .bind(key.as_str())
@@ -168,12 +167,7 @@ impl SqliteStore {
             .bind(request_body)
             .fetch_one(conn)
             .await?;
-        Ok(Claimed::fresh(
-            attempts,
-            resource_id,
-            processor_key,
-            expires_at,
-        ))
+        Ok(Claimed::replacing(attempts, resource_id, processor_key))
     }
 }
 
@@ -257,45 +251,55 @@ impl RecordRepository for SqliteStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         processor_charge_id: &str,
     ) -> Result<Finish, StoreError> {
-        let set = "recovery_point = 'charged', processor_charge_id = ?5";
-        self.fenced(set, scope, key, attempt, Some(processor_charge_id))
+        let sql = fenced_sql("recovery_point = 'charged', processor_charge_id = ?6");
+        self.fenced(&sql, scope, key, fence, Some(processor_charge_id))
             .await
     }
 
+    /// A record that holds a processor charge id is never failed: the charge must reach the
+    /// ledger. Retention counts from the failure.
     async fn mark_failed(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
     ) -> Result<Finish, StoreError> {
-        let set = "state = 'failed', locked_until = NULL";
-        self.fenced(set, scope, key, attempt, None).await
+        let sql = format!(
+            "UPDATE idempotency_records
+             SET state = 'failed', locked_until = NULL, expires_at = {}, updated_at = {NOW}
+             WHERE {FENCE} AND processor_charge_id IS NULL",
+            now_plus("?6"),
+        );
+        let ttl = offset(self.policy.ttl);
+        self.fenced(&sql, scope, key, fence, Some(&ttl)).await
     }
 
     async fn release_lock(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
     ) -> Result<Finish, StoreError> {
-        let set = format!("locked_until = {NOW}");
-        self.fenced(&set, scope, key, attempt, None).await
+        let sql = fenced_sql(&format!("locked_until = {NOW}"));
+        self.fenced(&sql, scope, key, fence, None).await
     }
 
     async fn finish_without_charge(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         response: &StoredResponse,
-    ) -> Result<Finish, StoreError> {
+    ) -> Result<Completion, StoreError> {
         let mut write = self.begin_write().await?;
-        let finish = complete_record(&mut write.tx, scope, key, attempt, response).await?;
+        let completion = self
+            .complete_record(&mut write.tx, scope, key, fence, response)
+            .await?;
         write.commit().await?;
-        Ok(finish)
+        Ok(completion)
     }
 
     /// The fenced completion of the record gates the inserts: when it matches no row, the
@@ -304,37 +308,58 @@ impl RecordRepository for SqliteStore {
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
-        attempt: Attempt,
+        fence: Fence,
         charge: &Charge,
         response: &StoredResponse,
-    ) -> Result<Finish, StoreError> {
+    ) -> Result<Completion, StoreError> {
         let mut write = self.begin_write().await?;
-        let finish = complete_record(&mut write.tx, scope, key, attempt, response).await?;
-        if finish == Finish::Fenced {
-            return Ok(Finish::Fenced);
+        let completion = self
+            .complete_record(&mut write.tx, scope, key, fence, response)
+            .await?;
+        if completion == Completion::Fenced {
+            return Ok(Completion::Fenced);
         }
         insert_charge_writes(&mut write.tx, charge).await?;
         write.commit().await?;
-        Ok(Finish::Written)
+        Ok(completion)
     }
 }
 
-async fn complete_record(
-    conn: &mut SqliteConnection,
-    scope: &Scope,
-    key: &IdempotencyKey,
-    attempt: Attempt,
-    response: &StoredResponse,
-) -> Result<Finish, StoreError> {
-    let sql = fenced_sql(
-        "state = 'completed', recovery_point = 'finished', locked_until = NULL,
-         response_status = ?5, response_headers = ?6, response_body = ?7",
-    );
-    let done = fenced_update(&sql, scope, key, attempt)
-        .bind(stored_status(response)?)
-        .bind(headers_to_json(&response.headers))
-        .bind(&response.body)
-        .execute(conn)
-        .await?;
-    Ok(Finish::from_rows(done.rows_affected()))
+impl SqliteStore {
+    /// The fenced completion of a record. Retention is counted from the completion, never
+    /// from the claim, so a record completed late in its life is replayed for the whole TTL.
+    async fn complete_record(
+        &self,
+        conn: &mut SqliteConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fence: Fence,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError> {
+        let sql = format!(
+            "UPDATE idempotency_records
+             SET state = 'completed', recovery_point = 'finished', locked_until = NULL,
+                 response_status = ?6, response_headers = ?7, response_body = ?8,
+                 expires_at = {}, updated_at = {NOW}
+             WHERE {FENCE}
+             RETURNING expires_at",
+            now_plus("?9"),
+        );
+        let stored: Option<DateTime<Utc>> = sqlx::query_scalar(&sql)
+            .bind(&scope.tenant)
+            .bind(&scope.operation)
+            .bind(key.as_str())
+            .bind(fence.attempt.0)
+            .bind(fence.resource_id)
+            .bind(stored_status(response)?)
+            .bind(headers_to_json(&response.headers))
+            .bind(&response.body)
+            .bind(offset(self.policy.ttl))
+            .fetch_optional(conn)
+            .await?;
+        Ok(match stored {
+            Some(expires_at) => Completion::Stored { expires_at },
+            None => Completion::Fenced,
+        })
+    }
 }

@@ -17,35 +17,42 @@ const RELAY_LEASE: Duration = Duration::from_secs(10);
 
 #[async_trait]
 impl WorkerRepository for SqliteStore {
-    /// One statement under the write lock selects and takes over the stale records, so two
+    /// One statement under the write lock selects and takes over the stalest record, so two
     /// completers (in one process or several) can never take the same one.
-    async fn take_over_abandoned(&self, limit: i64) -> Result<Vec<Abandoned>, StoreError> {
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreError> {
         let sql = format!(
             "UPDATE idempotency_records
              SET attempts = attempts + 1, locked_until = {}, updated_at = {NOW}
              WHERE rowid IN (SELECT rowid FROM idempotency_records
-                             WHERE state = 'pending' AND locked_until < {NOW}
+                             WHERE state = 'pending' AND locked_until < {}
                              ORDER BY locked_until
-                             LIMIT ?2)
+                             LIMIT 1)
              RETURNING tenant_id, operation, idempotency_key, attempts, resource_id,
                        processor_key, recovery_point, processor_charge_id, request_body",
             now_plus("?1"),
+            now_plus("?2"),
         );
         let mut write = self.begin_write().await?;
-        let rows: Vec<AbandonedRow> = sqlx::query_as(&sql)
+        let row: Option<AbandonedRow> = sqlx::query_as(&sql)
             .bind(offset(self.policy.lock_timeout))
-            .bind(limit)
-            .fetch_all(&mut *write.tx)
+            .bind(format!("-{:.3} seconds", settle_after.as_secs_f64()))
+            .fetch_optional(&mut *write.tx)
             .await?;
         write.commit().await?;
-        rows.into_iter().map(AbandonedRow::into_abandoned).collect()
+        row.map(AbandonedRow::into_abandoned).transpose()
     }
 
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
         let sql = format!(
             "DELETE FROM idempotency_records
-             WHERE rowid IN (SELECT rowid FROM idempotency_records
+             WHERE rowid IN (SELECT rowid FROM idempotency_records r
                              WHERE state <> 'pending' AND expires_at <= {NOW}
+                               AND (processor_charge_id IS NULL OR EXISTS (
+                                   SELECT 1 FROM charges c
+                                   WHERE c.processor_charge_id = r.processor_charge_id))
                              LIMIT ?1)"
         );
         let mut write = self.begin_write().await?;
