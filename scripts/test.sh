@@ -4,7 +4,9 @@
 # suite (each test once on PostgreSQL and once on SQLite, a fresh database per test, the real
 # service binary and card-sim processor), the embedded-mode and end-to-end tests, and last the
 # contract test against openapi.yaml.
-# Everything is built once, with all features: the crash tests need the `failpoints` build.
+# Everything is built once with all features (the crash tests need the `failpoints` build);
+# then the api crate once more without them, for the test of the build people deploy. The
+# black-box suite includes a kill -9 soak of about 20 s per backend.
 #
 #   scripts/test.sh            # everything
 #   TEST_DATABASE_URL=postgres://user@host:5432/postgres scripts/test.sh
@@ -67,6 +69,10 @@ step "Tests (cargo test --workspace --all-features; database tests on PostgreSQL
 # The crash tests abort the service on purpose: no core files.
 ulimit -c 0
 cargo test --workspace --all-targets --all-features --locked
+
+step "The deployed build (no failpoints): the crash and pause variables do nothing"
+# Rebuilds only the api crate without features; the contract step below uses this binary too.
+cargo test -p payments-api --test api --locked -- without_failpoints::
 
 step "Contract (schemathesis against openapi.yaml)"
 bash scripts/contract.sh

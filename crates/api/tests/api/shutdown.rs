@@ -29,8 +29,9 @@ async fn the_service_exits_within_two_seconds_of_sigterm_with_records_in_the_com
         &db.url,
         &[
             ("PAYMENTS__PROCESSOR__URL", processor_url.as_str()),
-            ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "2000"),
-            ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "2100"),
+            // Long enough that a completer waiting out the call in hand could not exit in time.
+            ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "4000"),
+            ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "4100"),
             ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "100"),
         ],
     )
