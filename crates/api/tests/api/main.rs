@@ -38,6 +38,7 @@ mod events;
 mod helpers;
 mod hostile;
 mod keys;
+mod metrics;
 mod reads;
 mod recovery;
 mod redis_server;
