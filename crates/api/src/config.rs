@@ -77,6 +77,7 @@ pub struct RedisSettings {
     pub timeout_ms: u64,
     pub stream: String,
     pub key_prefix: String,
+    pub stream_timeout_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,6 +272,9 @@ impl Settings {
                 }
                 if self.redis.stream.trim().is_empty() {
                     return Err(invalid("redis.stream", "must not be empty"));
+                }
+                if self.redis.stream_timeout_ms == 0 {
+                    return Err(invalid("redis.stream_timeout_ms", "must be more than 0"));
                 }
                 Some(self.redis.clone())
             }

@@ -43,4 +43,5 @@ mod reads;
 mod recovery;
 mod redis_server;
 mod startup;
+mod stream;
 mod validation;
