@@ -78,6 +78,7 @@ pub struct RedisSettings {
     pub stream: String,
     pub key_prefix: String,
     pub stream_timeout_ms: u64,
+    pub stream_max_len: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -275,6 +276,9 @@ impl Settings {
                 }
                 if self.redis.stream_timeout_ms == 0 {
                     return Err(invalid("redis.stream_timeout_ms", "must be more than 0"));
+                }
+                if self.redis.stream_max_len == 0 {
+                    return Err(invalid("redis.stream_max_len", "must be more than 0"));
                 }
                 Some(self.redis.clone())
             }

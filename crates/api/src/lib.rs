@@ -93,6 +93,7 @@ pub async fn run() -> Result<(), StartupError> {
         state.events = Some(EventStream::new(
             link(redis.stream_timeout_ms)?,
             redis.stream.clone(),
+            redis.stream_max_len,
         ));
     }
     let redis_name = settings

@@ -165,10 +165,13 @@ async fn a_missing_config_file_names_payments_config() {
 #[tokio::test]
 async fn a_zero_bound_names_its_key() {
     let redis = ("PAYMENTS__REDIS__URL", "redis://127.0.0.1:6379");
-    for (key, variable) in [(
-        "redis.stream_timeout_ms",
-        "PAYMENTS__REDIS__STREAM_TIMEOUT_MS",
-    )] {
+    for (key, variable) in [
+        (
+            "redis.stream_timeout_ms",
+            "PAYMENTS__REDIS__STREAM_TIMEOUT_MS",
+        ),
+        ("redis.stream_max_len", "PAYMENTS__REDIS__STREAM_MAX_LEN"),
+    ] {
         assert_refused(&[redis, (variable, "0")], key).await;
     }
 }
