@@ -90,6 +90,7 @@ pub struct WorkersSettings {
     pub relay_batch_size: u32,
     pub reaper_interval_ms: u64,
     pub reaper_batch_size: u32,
+    pub outbox_retention_secs: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -265,6 +266,12 @@ impl Settings {
                 "relay_interval_ms and relay_batch_size must be more than 0",
             ));
         }
+        if w.outbox_retention_secs == 0 {
+            return Err(invalid(
+                "workers.outbox_retention_secs",
+                "must be more than 0",
+            ));
+        }
         let redis = match self.redis.url.trim() {
             "" => None,
             url if url.starts_with("redis://") || url.starts_with("rediss://") => {
@@ -296,6 +303,7 @@ impl Settings {
             reaper_batch: i64::from(w.reaper_batch_size),
             relay_interval: Duration::from_millis(w.relay_interval_ms),
             relay_batch: i64::from(w.relay_batch_size),
+            outbox_retention: Duration::from_secs(w.outbox_retention_secs),
         };
         Ok(ValidSettings {
             bind,

@@ -171,6 +171,10 @@ async fn a_zero_bound_names_its_key() {
             "PAYMENTS__REDIS__STREAM_TIMEOUT_MS",
         ),
         ("redis.stream_max_len", "PAYMENTS__REDIS__STREAM_MAX_LEN"),
+        (
+            "workers.outbox_retention_secs",
+            "PAYMENTS__WORKERS__OUTBOX_RETENTION_SECS",
+        ),
     ] {
         assert_refused(&[redis, (variable, "0")], key).await;
     }
