@@ -78,6 +78,8 @@ pub struct RedisSettings {
     pub timeout_ms: u64,
     pub stream: String,
     pub key_prefix: String,
+    pub stream_timeout_ms: u64,
+    pub stream_max_len: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,6 +91,7 @@ pub struct WorkersSettings {
     pub relay_batch_size: u32,
     pub reaper_interval_ms: u64,
     pub reaper_batch_size: u32,
+    pub outbox_retention_secs: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -272,6 +275,12 @@ impl Settings {
                 "relay_interval_ms and relay_batch_size must be more than 0",
             ));
         }
+        if w.outbox_retention_secs == 0 {
+            return Err(invalid(
+                "workers.outbox_retention_secs",
+                "must be more than 0",
+            ));
+        }
         let redis = match self.redis.url.trim() {
             "" => None,
             url if url.starts_with("redis://") || url.starts_with("rediss://") => {
@@ -280,6 +289,12 @@ impl Settings {
                 }
                 if self.redis.stream.trim().is_empty() {
                     return Err(invalid("redis.stream", "must not be empty"));
+                }
+                if self.redis.stream_timeout_ms == 0 {
+                    return Err(invalid("redis.stream_timeout_ms", "must be more than 0"));
+                }
+                if self.redis.stream_max_len == 0 {
+                    return Err(invalid("redis.stream_max_len", "must be more than 0"));
                 }
                 Some(self.redis.clone())
             }
@@ -298,6 +313,7 @@ impl Settings {
             reaper_batch: i64::from(w.reaper_batch_size),
             relay_interval: Duration::from_millis(w.relay_interval_ms),
             relay_batch: i64::from(w.relay_batch_size),
+            outbox_retention: Duration::from_secs(w.outbox_retention_secs),
         };
         Ok(ValidSettings {
             bind,

@@ -75,15 +75,26 @@ pub async fn run() -> Result<(), StartupError> {
     let mut state = AppState::new(store, processor, settings.api_keys.clone(), settings.limits);
     state.metrics = metrics::install();
     if let Some(redis) = &settings.redis {
-        let link =
-            RedisLink::new(&redis.url, Duration::from_millis(redis.timeout_ms)).map_err(|e| {
+        let link = |timeout_ms| {
+            RedisLink::new(&redis.url, Duration::from_millis(timeout_ms)).map_err(|e| {
                 StartupError::Invalid {
                     key: "redis.url",
                     reason: e.to_string(),
                 }
-            })?;
-        state.cache = Some(ReplayCache::new(link.clone(), redis.key_prefix.clone()));
-        state.events = Some(EventStream::new(link, redis.stream.clone()));
+            })
+        };
+        // Two links: a request must give up on the cache within milliseconds, while the relay
+        // may wait for a whole batch to be accepted. Apart, neither's timeout drops the other's
+        // connection, and no request queues behind a large pipeline.
+        state.cache = Some(ReplayCache::new(
+            link(redis.timeout_ms)?,
+            redis.key_prefix.clone(),
+        ));
+        state.events = Some(EventStream::new(
+            link(redis.stream_timeout_ms)?,
+            redis.stream.clone(),
+            redis.stream_max_len,
+        ));
     }
     let redis_name = settings
         .redis

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{counter, gauge, histogram};
@@ -56,13 +57,60 @@ pub fn events_published(count: usize) {
     counter!("outbox_events_published_total").increment(count as u64);
 }
 
+/// The `method` label: the standard methods by name, every other method as `other`. The
+/// method is chosen by the client, so taking it verbatim would let anyone, without even
+/// authenticating, add a series per request until the exporter runs out of memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MethodLabel {
+    Get,
+    Head,
+    Post,
+    Put,
+    Patch,
+    Delete,
+    Options,
+    Other,
+}
+
+impl MethodLabel {
+    pub fn of(method: &Method) -> Self {
+        match *method {
+            Method::GET => Self::Get,
+            Method::HEAD => Self::Head,
+            Method::POST => Self::Post,
+            Method::PUT => Self::Put,
+            Method::PATCH => Self::Patch,
+            Method::DELETE => Self::Delete,
+            Method::OPTIONS => Self::Options,
+            _ => Self::Other,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Head => "HEAD",
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Patch => "PATCH",
+            Self::Delete => "DELETE",
+            Self::Options => "OPTIONS",
+            Self::Other => "other",
+        }
+    }
+}
+
 /// Counts every request by route template, method and status, and times it.
+///
+/// Every label comes from a fixed set, never from the request as sent: the route is the
+/// matched template (`/charges/{id}`, not the id) or `unmatched`, the method a
+/// [`MethodLabel`], the status one the service chose.
 pub async fn track_requests(request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
-    let method = request.method().to_string();
+    let method = MethodLabel::of(request.method()).as_str();
     let started = Instant::now();
     let response = next.run(request).await;
     histogram!("http_request_duration_seconds", "route" => route.clone())
@@ -71,4 +119,27 @@ pub async fn track_requests(request: Request, next: Next) -> Response {
     counter!("http_requests_total", "route" => route, "method" => method, "status" => status)
         .increment(1);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_methods_keep_their_name_and_any_other_is_other() {
+        for (method, label) in [
+            (Method::GET, "GET"),
+            (Method::HEAD, "HEAD"),
+            (Method::POST, "POST"),
+            (Method::PUT, "PUT"),
+            (Method::PATCH, "PATCH"),
+            (Method::DELETE, "DELETE"),
+            (Method::OPTIONS, "OPTIONS"),
+            (Method::TRACE, "other"),
+            (Method::CONNECT, "other"),
+            (Method::from_bytes(b"JUNK1").expect("method"), "other"),
+        ] {
+            assert_eq!(MethodLabel::of(&method).as_str(), label, "{method}");
+        }
+    }
 }

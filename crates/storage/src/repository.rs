@@ -147,7 +147,7 @@ pub trait ChargeRepository: Send + Sync {
 }
 
 /// What the background workers need: abandoned records to complete, expired ones to delete,
-/// events to publish.
+/// events to publish, and published ones to prune.
 #[async_trait]
 pub trait WorkerRepository: Send + Sync {
     /// Takes over one pending record whose lock ended at least `settle_after` ago (so that any
@@ -170,6 +170,15 @@ pub trait WorkerRepository: Send + Sync {
 
     /// The size and age of the unpublished backlog.
     async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
+
+    /// Deletes up to `batch` outbox rows published longer than `retention` ago (by the
+    /// database's clock) and returns how many. An unpublished row is never deleted, however
+    /// old: its event has yet to reach the stream.
+    async fn prune_published_events(
+        &self,
+        retention: Duration,
+        batch: i64,
+    ) -> Result<u64, StoreError>;
 }
 
 /// Which database a store writes to.

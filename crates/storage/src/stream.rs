@@ -6,11 +6,12 @@ use uuid::Uuid;
 use crate::StoreError;
 use crate::redis_link::{RedisFailure, RedisLink};
 
-/// Publishes events to one Redis stream.
+/// Publishes events to one Redis stream, capped at about `max_len` entries.
 #[derive(Debug, Clone)]
 pub struct EventStream {
     link: RedisLink,
     stream: String,
+    max_len: u64,
 }
 
 /// An outbox row on its way to the stream.
@@ -22,10 +23,12 @@ pub struct OutboxEvent {
 }
 
 impl EventStream {
-    pub fn new(link: RedisLink, stream: impl Into<String>) -> Self {
+    /// A stream that keeps at least its last `max_len` entries and trims older ones.
+    pub fn new(link: RedisLink, stream: impl Into<String>, max_len: u64) -> Self {
         Self {
             link,
             stream: stream.into(),
+            max_len,
         }
     }
 
@@ -35,11 +38,20 @@ impl EventStream {
 
     /// `XADD`s every event in one pipeline. Each entry carries `event_id`, so a consumer that
     /// receives an event twice (delivery is at least once) can tell.
+    ///
+    /// Every `XADD` trims the stream to about `max_len` entries: the database keeps the events,
+    /// so the stream is only a window for consumers, and without a cap it would grow for as
+    /// long as Redis lives. `~` lets Redis drop only whole nodes (100 entries by default),
+    /// which costs nothing per entry; the stream then holds somewhat more than `max_len`,
+    /// never fewer.
     pub async fn publish(&self, events: &[OutboxEvent]) -> Result<(), RedisFailure> {
         let mut pipe = Pipeline::new();
         for event in events {
             pipe.cmd("XADD")
                 .arg(&self.stream)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(self.max_len)
                 .arg("*")
                 .arg("event_id")
                 .arg(event.id.to_string())

@@ -1,8 +1,10 @@
-//! The storage protocol against real databases: claims, takeovers, fencing and expiry.
+//! The storage protocol against real databases: claims, takeovers, fencing, expiry and the
+//! pruning of published events.
 //! Every test runs once per backend (PostgreSQL and SQLite), each time on its own database.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use futures::future::join_all;
@@ -148,6 +150,18 @@ impl TestDb {
         let set: Vec<String> = columns.iter().map(|c| format!("{c} = {past}")).collect();
         let sql = format!("UPDATE idempotency_records SET {}", set.join(", "));
         sqlx::query(&sql).execute(&self.raw).await.expect(&sql);
+    }
+
+    /// An SQL expression for the database's clock `secs` seconds ago.
+    fn ago(&self, secs: u32) -> String {
+        match self.backend {
+            Backend::Postgres => format!("now() - interval '{secs} seconds'"),
+            Backend::Sqlite => format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{secs} seconds')"),
+        }
+    }
+
+    async fn execute(&self, sql: &str) {
+        sqlx::query(sql).execute(&self.raw).await.expect(sql);
     }
 
     async fn count(&self, table: &str) -> i64 {
@@ -762,6 +776,102 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
     );
 }
 
+/// Claims `name` and finishes it with a charge of its own, which writes one outbox row.
+async fn write_charge(db: &TestDb, name: &str) {
+    let claimed = owned(
+        db.store
+            .claim(&scope(), &key(name), &fingerprint(100), b"{}")
+            .await
+            .expect("claim"),
+    );
+    let mut charge = charge_for(&claimed);
+    charge.processor_charge_id = format!("sim_{name}");
+    let done = db
+        .store
+        .finish_charge(
+            &scope(),
+            &key(name),
+            claimed.fence(),
+            &charge,
+            &response(name),
+        )
+        .await;
+    assert!(matches!(done.expect("finish"), Completion::Stored { .. }));
+}
+
+async fn only_published_events_past_their_retention_are_pruned(backend: Backend) {
+    let db = test_db(backend).await;
+    let unpublished = "outbox_events WHERE published_at IS NULL";
+    // Two events published two hours ago, one published a minute ago, and one written two
+    // hours ago and never published.
+    write_charge(&db, "old-published-1").await;
+    write_charge(&db, "old-published-2").await;
+    db.execute(&format!(
+        "UPDATE outbox_events SET published_at = {}",
+        db.ago(7200)
+    ))
+    .await;
+    write_charge(&db, "recent-published").await;
+    db.execute(&format!(
+        "UPDATE outbox_events SET published_at = {} WHERE published_at IS NULL",
+        db.ago(60)
+    ))
+    .await;
+    write_charge(&db, "old-unpublished").await;
+    db.execute(&format!(
+        "UPDATE outbox_events SET created_at = {} WHERE published_at IS NULL",
+        db.ago(7200)
+    ))
+    .await;
+    assert_eq!(
+        (db.count("outbox_events").await, db.count(unpublished).await),
+        (4, 1)
+    );
+
+    let hour = Duration::from_secs(3600);
+    // At most a batch at a time.
+    assert_eq!(
+        db.store
+            .prune_published_events(hour, 1)
+            .await
+            .expect("prune"),
+        1
+    );
+    assert_eq!(
+        db.store
+            .prune_published_events(hour, 10)
+            .await
+            .expect("prune"),
+        1
+    );
+    assert_eq!(
+        db.store
+            .prune_published_events(hour, 10)
+            .await
+            .expect("prune"),
+        0
+    );
+    assert_eq!(
+        (db.count("outbox_events").await, db.count(unpublished).await),
+        (2, 1),
+        "the recent published row and the old unpublished row stay"
+    );
+
+    // However short the retention, an unpublished row stays.
+    let second = Duration::from_secs(1);
+    assert_eq!(
+        db.store
+            .prune_published_events(second, 10)
+            .await
+            .expect("prune"),
+        1
+    );
+    assert_eq!(
+        (db.count("outbox_events").await, db.count(unpublished).await),
+        (1, 1)
+    );
+}
+
 on_every_backend!(
     a_finish_refused_part_way_writes_nothing,
     exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
@@ -775,4 +885,5 @@ on_every_backend!(
     an_expired_finished_record_is_replaced_by_a_new_request,
     an_unfinished_record_never_expires_away,
     keys_are_scoped_by_tenant_and_operation,
+    only_published_events_past_their_retention_are_pruned,
 );

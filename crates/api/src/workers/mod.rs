@@ -1,4 +1,5 @@
-//! Background workers every instance runs: the completer, the reaper and the outbox relay.
+//! Background workers every instance runs: the completer, the reaper (of expired records and
+//! of published outbox rows) and the outbox relay.
 //! All are safe to run on any number of instances at once (`FOR UPDATE SKIP LOCKED`, fenced
 //! writes), and all stop at the same shutdown signal as the server.
 
@@ -25,6 +26,8 @@ pub struct WorkerSettings {
     pub reaper_batch: i64,
     pub relay_interval: Duration,
     pub relay_batch: i64,
+    /// How long the reaper keeps a published outbox row.
+    pub outbox_retention: Duration,
 }
 
 /// Starts the workers; they stop when `shutdown` turns true.
@@ -51,7 +54,9 @@ pub fn spawn(
         shutdown.clone(),
         move || {
             let state = s.clone();
-            async move { reaper::run_round(&state, settings.reaper_batch).await }
+            async move {
+                reaper::run_round(&state, settings.reaper_batch, settings.outbox_retention).await
+            }
         },
     )));
     if state.events.is_some() {

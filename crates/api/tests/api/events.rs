@@ -16,7 +16,7 @@ use crate::helpers::{
 };
 use crate::redis_server::RedisServer;
 
-async fn unpublished(db: &TestDatabase) -> i64 {
+pub(crate) async fn unpublished(db: &TestDatabase) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE published_at IS NULL")
         .fetch_one(&db.pool)
         .await
@@ -24,7 +24,7 @@ async fn unpublished(db: &TestDatabase) -> i64 {
 }
 
 /// Waits (bounded) until the relay has published every outbox row.
-async fn wait_until_published(db: &TestDatabase) {
+pub(crate) async fn wait_until_published(db: &TestDatabase) {
     for _ in 0..200 {
         if unpublished(db).await == 0 {
             return;
@@ -35,7 +35,7 @@ async fn wait_until_published(db: &TestDatabase) {
 }
 
 /// The `event_id`s on a stream, in stream order, with their types.
-async fn stream_events(redis_url: &str, stream: &str) -> Vec<(String, String)> {
+pub(crate) async fn stream_events(redis_url: &str, stream: &str) -> Vec<(String, String)> {
     let client = redis::Client::open(redis_url).expect("redis url");
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -60,7 +60,7 @@ async fn stream_events(redis_url: &str, stream: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn outbox_ids(db: &TestDatabase) -> HashSet<String> {
+pub(crate) async fn outbox_ids(db: &TestDatabase) -> HashSet<String> {
     let sql = format!("SELECT {} FROM outbox_events", db.uuid_text("id"));
     let ids: Vec<String> = sqlx::query_scalar(&sql)
         .fetch_all(&db.pool)
@@ -70,7 +70,7 @@ async fn outbox_ids(db: &TestDatabase) -> HashSet<String> {
 }
 
 /// Asserts the stream holds every outbox event exactly once.
-async fn assert_each_event_once(db: &TestDatabase, redis_url: &str, expected: usize) {
+pub(crate) async fn assert_each_event_once(db: &TestDatabase, redis_url: &str, expected: usize) {
     let events = stream_events(redis_url, &stream_for(&db.url)).await;
     assert_eq!(events.len(), expected, "one stream entry per charge");
     let ids: HashSet<String> = events.iter().map(|(id, _)| id.clone()).collect();
@@ -151,7 +151,7 @@ async fn with_redis_stopped_charges_and_replays_go_on_and_no_event_is_lost_or_re
 }
 
 /// The value of one sample in a Prometheus text exposition, 0 when absent.
-fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     exposition
         .lines()
         .filter(|line| line.starts_with(name) && line[name.len()..].starts_with(['{', ' ']))
@@ -164,7 +164,7 @@ fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-async fn scrape(service: &Service) -> String {
+pub(crate) async fn scrape(service: &Service) -> String {
     let response = http_client()
         .get(service.url("/metrics"))
         .send()

@@ -38,12 +38,14 @@ mod events;
 mod helpers;
 mod hostile;
 mod keys;
+mod metrics;
 mod reads;
 mod recovery;
 mod redis_server;
 mod shutdown;
 mod soak;
 mod startup;
+mod stream;
 mod unknown_outcomes;
 mod validation;
 // The deployed build: only meaningful without `--features failpoints`.

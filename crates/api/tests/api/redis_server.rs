@@ -1,11 +1,15 @@
 //! A private `redis-server` on a free port, with an append-only file fsynced on every write,
-//! so the test can stop it (SIGKILL) and start it again with its stream intact.
+//! so the test can stop it (SIGKILL) and start it again with its stream intact; and a proxy
+//! that makes a Redis slow.
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
+use tokio::task::AbortHandle;
 
 pub struct RedisServer {
     pub port: u16,
@@ -87,5 +91,54 @@ impl Drop for RedisServer {
             let _ = child.start_kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A proxy in front of a Redis that holds every reply back for a while: a Redis that answers,
+/// only slowly, as one does under load or across a congested link.
+pub struct SlowRedis {
+    port: u16,
+    accept: AbortHandle,
+}
+
+impl SlowRedis {
+    /// Proxies to the Redis at `upstream` (a `redis://host:port` URL), delaying each reply.
+    pub async fn start(upstream: &str, delay: Duration) -> Self {
+        let upstream = upstream.trim_start_matches("redis://").to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (mut from_client, mut to_client) = inbound.into_split();
+                let (mut from_redis, mut to_redis) = outbound.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_client, &mut to_redis).await;
+                });
+                tokio::spawn(async move {
+                    let mut buffer = vec![0; 64 * 1024];
+                    while let Ok(n @ 1..) = from_redis.read(&mut buffer).await {
+                        tokio::time::sleep(delay).await;
+                        if to_client.write_all(&buffer[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        })
+        .abort_handle();
+        Self { port, accept }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for SlowRedis {
+    fn drop(&mut self) {
+        self.accept.abort();
     }
 }

@@ -186,6 +186,24 @@ async fn a_missing_config_file_names_payments_config() {
     .await;
 }
 
+#[tokio::test]
+async fn a_zero_bound_names_its_key() {
+    let redis = ("PAYMENTS__REDIS__URL", "redis://127.0.0.1:6379");
+    for (key, variable) in [
+        (
+            "redis.stream_timeout_ms",
+            "PAYMENTS__REDIS__STREAM_TIMEOUT_MS",
+        ),
+        ("redis.stream_max_len", "PAYMENTS__REDIS__STREAM_MAX_LEN"),
+        (
+            "workers.outbox_retention_secs",
+            "PAYMENTS__WORKERS__OUTBOX_RETENTION_SECS",
+        ),
+    ] {
+        assert_refused(&[redis, (variable, "0")], key).await;
+    }
+}
+
 fn temp_dir(prefix: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).expect("create a temporary directory");

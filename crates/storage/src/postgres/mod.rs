@@ -216,6 +216,14 @@ impl WorkerRepository for PgStore {
     async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
         PgStore::outbox_backlog(self).await
     }
+
+    async fn prune_published_events(
+        &self,
+        retention: Duration,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        PgStore::prune_published_events(self, retention, batch).await
+    }
 }
 
 #[async_trait]

@@ -1,8 +1,11 @@
-//! The PostgreSQL outbox relay: unpublished `outbox_events` rows go to the stream, at least once.
+//! The PostgreSQL outbox relay: unpublished `outbox_events` rows go to the stream, at least once;
+//! published rows are pruned after their retention.
+
+use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::PgStore;
+use super::{PgStore, secs};
 use crate::StoreError;
 use crate::model::Backlog;
 use crate::stream::{EventStream, OutboxEvent, RelayError};
@@ -58,5 +61,32 @@ impl PgStore {
             unpublished,
             oldest_age_secs: oldest_age_secs.unwrap_or(0.0),
         })
+    }
+
+    /// Deletes up to `batch` rows published more than `retention` ago and returns how many.
+    ///
+    /// `published_at IS NOT NULL` is spelled out although the comparison implies it: an
+    /// unpublished row must never go, however old. `SKIP LOCKED` keeps the reapers of several
+    /// instances on disjoint rows; the index `outbox_events_published` finds the old rows
+    /// without reading the whole table.
+    pub(crate) async fn prune_published_events(
+        &self,
+        retention: Duration,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM outbox_events
+             WHERE id IN (
+                 SELECT id FROM outbox_events
+                 WHERE published_at IS NOT NULL
+                   AND published_at < now() - make_interval(secs => $1)
+                 LIMIT $2
+                 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(secs(retention))
+        .bind(batch)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
     }
 }

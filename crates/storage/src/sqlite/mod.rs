@@ -46,6 +46,11 @@ fn offset(duration: Duration) -> String {
     format!("+{:.3} seconds", duration.as_secs_f64())
 }
 
+/// A duration as an SQLite date modifier into the past, `-30.000 seconds`.
+fn ago(duration: Duration) -> String {
+    format!("-{:.3} seconds", duration.as_secs_f64())
+}
+
 /// A time written by the service (a charge's creation), at microseconds like PostgreSQL: one
 /// fixed width per column, so that text order is time order.
 fn stored_time(time: DateTime<Utc>) -> String {
