@@ -164,6 +164,16 @@ impl TestDb {
         sqlx::query(sql).execute(&self.raw).await.expect(sql);
     }
 
+    /// Claims `k` for the request with fingerprint 100, which must win the record.
+    async fn claim_owned(&self, s: &Scope, k: &IdempotencyKey) -> Claimed {
+        owned(
+            self.store
+                .claim(s, k, &fingerprint(100), b"{}")
+                .await
+                .expect("claim"),
+        )
+    }
+
     async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
             .fetch_one(&self.raw)
@@ -395,22 +405,12 @@ async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key
 async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend) {
     let db = test_db(backend).await;
     let (s, k) = (scope(), key("k"));
-    let old = owned(
-        db.store
-            .claim(&s, &k, &fingerprint(100), b"{}")
-            .await
-            .expect("claim"),
-    );
+    let old = db.claim_owned(&s, &k).await;
     sqlx::query("DELETE FROM idempotency_records")
         .execute(&db.raw)
         .await
         .expect("reap");
-    let new = owned(
-        db.store
-            .claim(&s, &k, &fingerprint(100), b"{}")
-            .await
-            .expect("claim again"),
-    );
+    let new = db.claim_owned(&s, &k).await;
     assert_eq!((old.attempt, new.attempt), (Attempt(1), Attempt(1)));
 
     let stale = old.fence();
@@ -473,12 +473,7 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
 async fn every_completion_counts_retention_from_itself(backend: Backend) {
     let db = test_db(backend).await;
     let (s, k) = (scope(), key("k"));
-    let claimed = owned(
-        db.store
-            .claim(&s, &k, &fingerprint(100), b"{}")
-            .await
-            .expect("claim"),
-    );
+    let claimed = db.claim_owned(&s, &k).await;
     db.move_into_past(&["expires_at"]).await;
     let before = Utc::now();
     let Completion::Stored { expires_at } = db
@@ -524,12 +519,7 @@ async fn a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_witho
 ) {
     let db = test_db(backend).await;
     let (s, k) = (scope(), key("k"));
-    let claimed = owned(
-        db.store
-            .claim(&s, &k, &fingerprint(100), b"{}")
-            .await
-            .expect("claim"),
-    );
+    let claimed = db.claim_owned(&s, &k).await;
     db.store
         .record_charged(&s, &k, claimed.fence(), "sim_known")
         .await
@@ -550,12 +540,7 @@ async fn a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_witho
     assert_eq!(db.store.reap_expired(100).await.expect("reap"), 0);
     assert_eq!(db.count("idempotency_records").await, 1);
     // The same request resumes it from `charged`, never as a new generation.
-    let resumed = owned(
-        db.store
-            .claim(&s, &k, &fingerprint(100), b"{}")
-            .await
-            .expect("claim"),
-    );
+    let resumed = db.claim_owned(&s, &k).await;
     assert_eq!(
         (resumed.resume_from, resumed.processor_charge_id.as_deref()),
         (RecoveryPoint::Charged, Some("sim_known"))
@@ -567,12 +552,7 @@ async fn a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_witho
 async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backend: Backend) {
     let db = test_db(backend).await;
     let (s, k) = (scope(), key("k"));
-    let claimed = owned(
-        db.store
-            .claim(&s, &k, &fingerprint(100), b"{}")
-            .await
-            .expect("claim"),
-    );
+    let claimed = db.claim_owned(&s, &k).await;
     db.store
         .release_lock(&s, &k, claimed.fence())
         .await
@@ -586,12 +566,7 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
             .is_none()
     );
     // A client retry may take the released record at once.
-    let retry = owned(
-        db.store
-            .claim(&s, &k, &fingerprint(100), b"{}")
-            .await
-            .expect("retry"),
-    );
+    let retry = db.claim_owned(&s, &k).await;
     assert!(retry.took_over);
     db.store
         .release_lock(&s, &k, retry.fence())

@@ -76,25 +76,7 @@ async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_th
     let body = visa(777);
 
     // Attempt 1 charges the card, then stalls past its lock.
-    let first = tokio::spawn({
-        let (url, key, body) = (slow.url("/charges"), key.clone(), body.clone());
-        async move {
-            let response = http_client()
-                .post(url)
-                .bearer_auth(ACME)
-                .header("Idempotency-Key", key)
-                .json(&body)
-                .send()
-                .await
-                .expect("attempt 1");
-            let replayed = response.headers().get("idempotent-replayed").is_some();
-            (
-                response.status().as_u16(),
-                replayed,
-                response.bytes().await.expect("body"),
-            )
-        }
-    });
+    let first = spawn_charge(&slow, &key, &body);
     wait_for_stale_lock(&db, &key).await;
 
     // Attempt 2 takes the record over and finishes it.
@@ -104,7 +86,7 @@ async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_th
         second.headers().get("idempotent-replayed").is_none(),
         "attempt 2 executed"
     );
-    let second_body = second.bytes().await.expect("body");
+    let second_body = second.bytes().await.expect("body").to_vec();
 
     // Attempt 1 wakes: fenced off, it writes nothing and answers with the completed response.
     let (status, replayed, first_body) = first.await.expect("attempt 1 task");
@@ -138,20 +120,7 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
     let key = new_key();
     let body = visa(4_200);
 
-    let old = tokio::spawn({
-        let (url, key, body) = (straggler.url("/charges"), key.clone(), body.clone());
-        async move {
-            let response = http_client()
-                .post(url)
-                .bearer_auth(ACME)
-                .header("Idempotency-Key", key)
-                .json(&body)
-                .send()
-                .await
-                .expect("old generation");
-            response.status().as_u16()
-        }
-    });
+    let old = spawn_charge(&straggler, &key, &body);
     // The old generation has charged at the processor and is paused before recording it.
     for _ in 0..100 {
         if card_sim.charges_created().await == 1 {
@@ -165,26 +134,13 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
         .execute(&db.pool)
         .await
         .expect("delete the record");
-    let new = tokio::spawn({
-        let (url, key, body) = (successor.url("/charges"), key.clone(), body.clone());
-        async move {
-            let response = http_client()
-                .post(url)
-                .bearer_auth(ACME)
-                .header("Idempotency-Key", key)
-                .json(&body)
-                .send()
-                .await
-                .expect("new generation");
-            let replayed = response.headers().get("idempotent-replayed").is_some();
-            (response.status().as_u16(), replayed)
-        }
-    });
+    let new = spawn_charge(&successor, &key, &body);
 
     // The straggler wakes while the new generation holds the key: it is fenced off and told
     // the key is in use; it wrote nothing.
-    assert_eq!(old.await.expect("old task"), 409);
-    assert_eq!(new.await.expect("new task"), (201, false));
+    assert_eq!(old.await.expect("old task").0, 409);
+    let (status, replayed, _) = new.await.expect("new task");
+    assert_eq!((status, replayed), (201, false));
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
     let own_charge: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM charges c JOIN idempotency_records r ON c.id = r.resource_id",
@@ -193,6 +149,32 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
     .await
     .expect("count");
     assert_eq!(own_charge, 1, "the one charge is the new generation's own");
+}
+
+/// Sends a charge in the background; resolves to its status, whether it was a replay, and
+/// its body.
+fn spawn_charge(
+    service: &Service,
+    key: &str,
+    body: &Value,
+) -> tokio::task::JoinHandle<(u16, bool, Vec<u8>)> {
+    let (url, key, body) = (service.url("/charges"), key.to_owned(), body.clone());
+    tokio::spawn(async move {
+        let response = http_client()
+            .post(url)
+            .bearer_auth(ACME)
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+            .await
+            .expect("a charge");
+        let replayed = response.headers().get("idempotent-replayed").is_some();
+        (
+            response.status().as_u16(),
+            replayed,
+            response.bytes().await.expect("body").to_vec(),
+        )
+    })
 }
 
 /// Waits (bounded) until the key's record is charged and its lock has expired.

@@ -54,12 +54,7 @@ async fn a_charge_the_processor_finishes_after_the_timeout_is_recorded_without_t
     // and the completer must record it then, not fail the record while it is processing.
     wait_for_footprint(&db, Footprint::charged(1)).await;
     assert_eq!(card_sim.charges_created().await, 1);
-    let state: String =
-        sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
-            .bind(&key)
-            .fetch_one(&db.pool)
-            .await
-            .expect("record");
+    let state = record_state(&db, &key).await;
     assert_eq!(state, "completed");
 
     // A retry long after replays that charge.
@@ -146,13 +141,17 @@ async fn a_processor_charge_for_another_amount_is_never_recorded(backend: Backen
         ),
         (0, 0, 0)
     );
-    let state: String =
-        sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
-            .bind(&key)
-            .fetch_one(&db.pool)
-            .await
-            .expect("record");
+    let state = record_state(&db, &key).await;
     assert_eq!(state, "pending", "never failed, never completed");
+}
+
+/// The state of the key's record.
+async fn record_state(db: &TestDatabase, key: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
+        .bind(key)
+        .fetch_one(&db.pool)
+        .await
+        .expect("record")
 }
 
 /// The value of an unlabelled metric in the service's `/metrics`, 0 when absent.
