@@ -162,6 +162,9 @@ async fn replay_from_cache(
 ) -> Option<Result<ChargeOutcome, ApiError>> {
     let cache = state.cache.as_ref()?;
     match cache.get(scope, &new.key).await {
+        // An entry outliving its record (Redis's clock behind) is a miss: the claim judges the
+        // key by the database's clock, and replacing the record deletes the entry.
+        Ok(Some(hit)) if hit.expires_at <= Utc::now() => None,
         Ok(Some(hit)) if hit.fingerprint == new.fingerprint => {
             metrics::outcome("replayed_cache");
             Some(Ok(ChargeOutcome::replayed(hit.response, hit.expires_at)))

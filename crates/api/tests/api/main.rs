@@ -42,6 +42,7 @@ mod metrics;
 mod reads;
 mod recovery;
 mod redis_server;
+mod retention;
 mod shutdown;
 mod soak;
 mod startup;

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::card_sim::CardSim;
 use crate::helpers::{
-    Backend, Footprint, Service, TestDatabase, http_client, new_key, problem, snapshot, visa,
+    Backend, Footprint, Service, TestDatabase, http_client, new_key, problem, visa,
 };
 
 /// The processor needs 2.5 s for a charge; the service gives up after 0.5 s and lets the
@@ -169,64 +169,8 @@ async fn metric(service: &Service, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Every answer that stores or replays a result says until when its key replays it, and key
-/// inspection shows the same time; retention is counted from the completion.
-async fn the_retention_header_is_on_a_201_and_its_replay_and_matches_key_inspection(
-    backend: Backend,
-) {
-    let db = TestDatabase::create(backend).await;
-    let service = Service::start(&db.url, &[]).await;
-    let key = new_key();
-    let header = ["idempotency-key-expires"];
-
-    let (status, first, _) = snapshot(service.post_charge(&key, &visa(300)).await, &header).await;
-    assert_eq!(status, 201);
-    let (status, replayed, _) =
-        snapshot(service.post_charge(&key, &visa(300)).await, &header).await;
-    assert_eq!(status, 201);
-    let first = first[0]
-        .clone()
-        .expect("Idempotency-Key-Expires on the 201");
-    assert_eq!(
-        replayed[0].as_deref(),
-        Some(first.as_str()),
-        "and on its replay"
-    );
-
-    let view: serde_json::Value = http_client()
-        .get(service.url(&format!("/idempotency-keys/{key}")))
-        .bearer_auth(crate::helpers::ACME)
-        .send()
-        .await
-        .expect("inspect")
-        .json()
-        .await
-        .expect("key view");
-    let inspected =
-        chrono::DateTime::parse_from_rfc3339(view["expires_at"].as_str().expect("expires_at"))
-            .expect("an RFC 3339 time")
-            .with_timezone(&chrono::Utc);
-    assert_eq!(
-        first,
-        inspected.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
-        "the header and key inspection name the same expiry"
-    );
-    let from_now = inspected - chrono::Utc::now();
-    assert!(
-        from_now > chrono::Duration::hours(23) && from_now <= chrono::Duration::hours(24),
-        "a day from the completion: {from_now}"
-    );
-
-    // A decline is a stored answer too.
-    let declined = json!({ "amount": 300, "currency": "usd", "source": "tok_chargeDeclined" });
-    let response = service.post_charge(&new_key(), &declined).await;
-    assert_eq!(response.status().as_u16(), 402);
-    assert!(response.headers().get("idempotency-key-expires").is_some());
-}
-
 on_every_backend!(
     a_charge_the_processor_finishes_after_the_timeout_is_recorded_without_the_client,
     a_client_retrying_while_the_processor_is_still_processing_is_charged_once,
     a_processor_charge_for_another_amount_is_never_recorded,
-    the_retention_header_is_on_a_201_and_its_replay_and_matches_key_inspection,
 );
