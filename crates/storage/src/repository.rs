@@ -26,6 +26,7 @@ use payments_idempotency::{
 use crate::StoreError;
 use crate::model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish, ListCharges,
+    Verdict, judge,
 };
 use crate::stream::{EventStream, RelayError};
 
@@ -33,7 +34,33 @@ use crate::stream::{EventStream, RelayError};
 #[async_trait]
 pub trait RecordRepository: Send + Sync {
     /// Claims `key` for a request with `fingerprint`, or says why this attempt may not run.
+    ///
+    /// Most requests that find a record are answered from it: a replay, a 409 while another
+    /// attempt holds the lock, a 422 for another payload. Those answers need no lock, so the
+    /// claim first reads the record in one autocommit round trip, without a transaction and
+    /// (on SQLite) without the write lock, and answers from that read. Only a key that is new,
+    /// or whose record must be taken over or replaced, goes on to
+    /// [`claim_exclusive`](Self::claim_exclusive), which decides again under the lock: what
+    /// the read saw may have changed since.
     async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreError> {
+        if let Some((record, now)) = self.find_record(scope, key).await?
+            && let Verdict::Answer(answer) = judge(&record, fingerprint, now)
+        {
+            return Ok(answer);
+        }
+        self.claim_exclusive(scope, key, fingerprint, request_body)
+            .await
+    }
+
+    /// The claim under the lock: inserts a new record, or reads the existing one locked,
+    /// judges it and takes it over or replaces it, atomically.
+    async fn claim_exclusive(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,

@@ -400,6 +400,59 @@ async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key
     );
 }
 
+/// A replay, a 409 and a 422 are answered from one lock-free read: they wait for no row lock
+/// (PostgreSQL) and no write lock (SQLite), even while another transaction holds one.
+async fn answers_from_a_record_need_no_lock(backend: Backend) {
+    let db = test_db(backend).await;
+    let (s, k, busy) = (scope(), key("k"), key("busy"));
+    let claimed = db.claim_owned(&s, &k).await;
+    db.store
+        .finish_charge(
+            &s,
+            &k,
+            claimed.fence(),
+            &charge_for(&claimed),
+            &response("done"),
+        )
+        .await
+        .expect("finish");
+    db.claim_owned(&s, &busy).await;
+
+    // Another transaction holds the lock: the record's row lock on PostgreSQL, the database's
+    // write lock on SQLite.
+    let mut holder = db.raw.acquire().await.expect("connection");
+    let lock = match backend {
+        Backend::Postgres => "BEGIN; SELECT 1 FROM idempotency_records FOR UPDATE",
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+    };
+    for statement in lock.split("; ") {
+        sqlx::query(statement)
+            .execute(&mut *holder)
+            .await
+            .expect("take the lock");
+    }
+    let answers = async {
+        (
+            db.store.claim(&s, &k, &fingerprint(100), b"{}").await,
+            db.store.claim(&s, &k, &fingerprint(999), b"{}").await,
+            db.store.claim(&s, &busy, &fingerprint(100), b"{}").await,
+        )
+    };
+    let (replay, mismatch, in_flight) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), answers)
+            .await
+            .expect("answered without waiting for the lock");
+    assert!(
+        matches!(replay.expect("claim"), Claim::Replay { response: r, .. } if r == response("done"))
+    );
+    assert_eq!(mismatch.expect("claim"), Claim::Mismatch);
+    assert!(matches!(in_flight.expect("claim"), Claim::InFlight { .. }));
+    sqlx::query("ROLLBACK")
+        .execute(&mut *holder)
+        .await
+        .expect("release the lock");
+}
+
 /// A record reaped and claimed again restarts at attempt 1: only the generation (the resource
 /// id) tells the old attempt 1 from the new one.
 async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend) {
@@ -854,6 +907,7 @@ on_every_backend!(
     a_takeover_resumes_from_charged_with_the_processor_charge_id,
     a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key,
     a_stale_writer_from_a_reaped_generation_writes_nothing,
+    answers_from_a_record_need_no_lock,
     every_completion_counts_retention_from_itself,
     a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_without_its_charge,
     the_completer_takes_a_released_record_only_after_the_settle_grace,

@@ -20,13 +20,14 @@ struct LockedRecordRow {
 }
 
 impl PgStore {
-    /// Claims `key` for a request with `fingerprint`.
+    /// Claims `key` for a request with `fingerprint`, under the lock (the lock-free read that
+    /// answers replays, 409s and 422s comes first, in `RecordRepository::claim`).
     ///
     /// A fresh key is claimed by a single `INSERT .. ON CONFLICT DO NOTHING`: the primary key
     /// decides between concurrent duplicates, with no check-then-act window. Only when the key
     /// exists does the claim read the record under `FOR UPDATE` and let [`decide`] judge it, in
     /// one short transaction, so that two retries cannot both take over a stale record.
-    pub(crate) async fn claim(
+    pub(crate) async fn claim_exclusive(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,

@@ -100,14 +100,14 @@ fn secs(duration: Duration) -> f64 {
 
 #[async_trait]
 impl RecordRepository for PgStore {
-    async fn claim(
+    async fn claim_exclusive(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         request_body: &[u8],
     ) -> Result<Claim, StoreError> {
-        PgStore::claim(self, scope, key, fingerprint, request_body).await
+        PgStore::claim_exclusive(self, scope, key, fingerprint, request_body).await
     }
 
     async fn find_record(

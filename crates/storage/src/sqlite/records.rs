@@ -191,8 +191,10 @@ async fn read_record(
 #[async_trait]
 impl RecordRepository for SqliteStore {
     /// The insert, the read and the decision run in one `BEGIN IMMEDIATE` transaction: the
-    /// write lock is held from the first statement, so no other claim can interleave.
-    async fn claim(
+    /// write lock is held from the first statement, so no other claim can interleave. Replays,
+    /// 409s and 422s never get here: the lock-free read of `RecordRepository::claim` answers
+    /// them without the write lock.
+    async fn claim_exclusive(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
