@@ -159,8 +159,9 @@ pub trait WorkerRepository: Send + Sync {
         settle_after: Duration,
     ) -> Result<Option<Abandoned>, StoreError>;
 
-    /// Deletes up to `batch` expired completed or failed records and returns how many.
-    /// Pending records are never reaped, however old: the card may have been charged; nor is
+    /// Deletes up to `batch` expired completed or failed records, the longest expired first
+    /// (along the expiry index, so a batch stays short however much is expired), and returns
+    /// how many. Pending records are never reaped, however old: the card may have been charged; nor is
     /// a record holding a processor charge id that has no charge row.
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError>;
 

@@ -847,6 +847,34 @@ async fn only_published_events_past_their_retention_are_pruned(backend: Backend)
     );
 }
 
+/// The reaper takes the longest expired records first, a batch at a time, along the expiry
+/// index; records not yet expired stay.
+async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) {
+    let db = test_db(backend).await;
+    for (name, secs) in [("mid", 200), ("new", 100), ("old", 300)] {
+        write_charge(&db, name).await;
+        db.execute(&format!(
+            "UPDATE idempotency_records SET expires_at = {} WHERE idempotency_key = '{name}'",
+            db.ago(secs)
+        ))
+        .await;
+    }
+    write_charge(&db, "live").await;
+    let mut left = Vec::new();
+    for _ in 0..3 {
+        assert_eq!(db.store.reap_expired(1).await.expect("reap"), 1);
+        let keys: Vec<String> = sqlx::query_scalar(
+            "SELECT idempotency_key FROM idempotency_records ORDER BY idempotency_key",
+        )
+        .fetch_all(&db.raw)
+        .await
+        .expect("keys");
+        left.push(keys.join(","));
+    }
+    assert_eq!(left, ["live,mid,new", "live,new", "live"]);
+    assert_eq!(db.store.reap_expired(10).await.expect("reap"), 0);
+}
+
 on_every_backend!(
     a_finish_refused_part_way_writes_nothing,
     exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
@@ -861,4 +889,5 @@ on_every_backend!(
     an_unfinished_record_never_expires_away,
     keys_are_scoped_by_tenant_and_operation,
     only_published_events_past_their_retention_are_pruned,
+    the_reaper_deletes_the_longest_expired_records_first,
 );
