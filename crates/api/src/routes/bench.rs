@@ -2,17 +2,18 @@
 //! against. They skip authentication and idempotency on purpose and never exist in a
 //! deployment build.
 
-use std::time::Instant;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, ChargeRequest, TenantId};
+use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
-use crate::extract::JsonBytes;
+use crate::extract::{ApiQuery, JsonBytes};
 use crate::views::CreateChargeBody;
+use crate::workers::reaper;
 use crate::{ApiError, AppState};
 
 /// One Redis GET: the floor of a cached replay.
@@ -51,25 +52,34 @@ pub async fn charge(
     Ok((StatusCode::CREATED, Json(json!({ "id": id.to_string() }))))
 }
 
-/// Runs the reaper's batch delete until nothing expired is left, timing every statement.
-pub async fn reap(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    const BATCH: i64 = 1000;
-    let started = Instant::now();
-    let (mut deleted, mut statements, mut longest_ms) = (0u64, 0u64, 0f64);
-    loop {
-        let statement = Instant::now();
-        let n = state.store.reap_expired(BATCH).await?;
-        longest_ms = longest_ms.max(statement.elapsed().as_secs_f64() * 1e3);
-        statements += 1;
-        deleted += n;
-        if n < BATCH.unsigned_abs() {
-            break;
-        }
+#[derive(Debug, Deserialize)]
+pub struct ReapParams {
+    /// Rows per statement; the reaper's default (`workers.reaper_batch_size`) when absent.
+    batch: Option<i64>,
+}
+
+/// Runs the reaper's batches (the worker's own loop, its pauses included) until nothing
+/// expired is left, timing every statement.
+pub async fn reap(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<ReapParams>,
+) -> Result<Json<Value>, ApiError> {
+    let batch = params.batch.unwrap_or(1000);
+    if batch < 1 {
+        return Err(ApiError::InvalidRequest("batch must be at least 1".into()));
+    }
+    // Never signalled: the reap runs to the end (the sender lives as long as the reap).
+    let (_running, mut shutdown) = watch::channel(false);
+    let started = std::time::Instant::now();
+    let reaped = reaper::in_batches(batch, &mut shutdown, || state.store.reap_expired(batch)).await;
+    if let Some(error) = reaped.error {
+        return Err(error.into());
     }
     Ok(Json(json!({
-        "deleted": deleted,
+        "deleted": reaped.deleted,
         "elapsed_ms": started.elapsed().as_secs_f64() * 1e3,
-        "statements": statements,
-        "longest_statement_ms": longest_ms,
+        "statements": reaped.statements,
+        "batch": batch,
+        "longest_statement_ms": reaped.longest.as_secs_f64() * 1e3,
     })))
 }

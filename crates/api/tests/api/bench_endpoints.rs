@@ -53,6 +53,43 @@ async fn the_reap_floor_deletes_expired_finished_records_only(backend: Backend) 
     assert_eq!(app.footprint().await.records, 1);
 }
 
+async fn the_reap_floor_runs_the_reapers_batches_until_one_comes_back_short(backend: Backend) {
+    let app = spawn_app(backend).await;
+    for key in ["a", "b", "c"] {
+        assert_eq!(
+            app.post_charge(crate::helpers::ACME, key, &visa(100))
+                .await
+                .status()
+                .as_u16(),
+            201
+        );
+    }
+    let expire = format!(
+        "UPDATE idempotency_records SET expires_at = {}",
+        app.database.seconds_ago(1)
+    );
+    sqlx::query(&expire)
+        .execute(app.db())
+        .await
+        .expect("expire all");
+    let report: Value = app
+        .client
+        .post(app.url("/bench/reap?batch=1"))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    // Three full batches of one, then the short one that finds nothing.
+    assert_eq!(
+        (report["deleted"].as_u64(), report["statements"].as_u64()),
+        (Some(3), Some(4))
+    );
+    assert!(report["longest_statement_ms"].as_f64().is_some());
+    assert_eq!(app.footprint().await.records, 0);
+}
+
 async fn the_redis_floor_answers(backend: Backend) {
     let app = spawn_app(backend).await;
     let response = app
@@ -67,5 +104,6 @@ async fn the_redis_floor_answers(backend: Backend) {
 on_every_backend!(
     the_charge_floor_writes_the_same_rows_without_an_idempotency_record,
     the_reap_floor_deletes_expired_finished_records_only,
+    the_reap_floor_runs_the_reapers_batches_until_one_comes_back_short,
     the_redis_floor_answers,
 );
