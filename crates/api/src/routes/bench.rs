@@ -2,6 +2,9 @@
 //! against. They skip authentication and idempotency on purpose and never exist in a
 //! deployment build.
 
+use std::sync::Mutex;
+use std::time::Instant;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -108,35 +111,57 @@ pub async fn charge_in_two_commits(
     }
 }
 
+/// The default of `workers.reaper_batch_size` (`defaults.toml`).
+const DEFAULT_REAP_BATCH: i64 = 500;
+
 #[derive(Debug, Deserialize)]
 pub struct ReapParams {
-    /// Rows per statement; the reaper's default (`workers.reaper_batch_size`) when absent.
+    /// Rows per statement; when absent, the default of `workers.reaper_batch_size`.
     batch: Option<i64>,
 }
 
 /// Runs the reaper's batches (the worker's own loop, its pauses included) until nothing
-/// expired is left, timing every statement.
+/// expired is left, timing every statement: the longest, and the median and 99th percentile,
+/// which a single stall of the machine does not move.
 pub async fn reap(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<ReapParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let batch = params.batch.unwrap_or(1000);
+    let batch = params.batch.unwrap_or(DEFAULT_REAP_BATCH);
     if batch < 1 {
         return Err(ApiError::InvalidRequest("batch must be at least 1".into()));
     }
     // Never signalled: the reap runs to the end (the sender lives as long as the reap).
     let (_running, mut shutdown) = watch::channel(false);
-    let started = std::time::Instant::now();
-    let reaped = reaper::in_batches(batch, &mut shutdown, || state.store.reap_expired(batch)).await;
+    let times = Mutex::new(Vec::new());
+    let (store, times_ref) = (&state.store, &times);
+    let started = Instant::now();
+    let reaped = reaper::in_batches(batch, &mut shutdown, || async move {
+        let statement = Instant::now();
+        let deleted = store.reap_expired(batch).await;
+        if let Ok(mut times) = times_ref.lock() {
+            times.push(statement.elapsed().as_secs_f64() * 1e3);
+        }
+        deleted
+    })
+    .await;
     if let Some(error) = reaped.error {
         return Err(error.into());
     }
+    let mut times = times.into_inner().unwrap_or_default();
+    times.sort_by(f64::total_cmp);
+    let percentile = |p: f64| {
+        let rank = ((p * times.len() as f64).ceil() as usize).clamp(1, times.len().max(1));
+        times.get(rank - 1).copied().unwrap_or_default()
+    };
     Ok(Json(json!({
         "deleted": reaped.deleted,
         "elapsed_ms": started.elapsed().as_secs_f64() * 1e3,
         "statements": reaped.statements,
         "batch": batch,
         "longest_statement_ms": reaped.longest.as_secs_f64() * 1e3,
+        "p50_statement_ms": percentile(0.50),
+        "p99_statement_ms": percentile(0.99),
     })))
 }
 
