@@ -7,7 +7,9 @@
 -- psql variables:
 --   rows     how many records
 --   expired  'false': created within the last hour, expiring in 24 h (the growth scenarios)
---            'true':  created two days ago, expired a day ago (the reaper scenario)
+--            'true':  created two days ago, expired a day ago (the reaper scenario), each
+--                     with the charge row its processor charge id stands for: the reaper
+--                     never deletes a record holding a processor charge id without one
 --
 --   psql -v rows=1000000 -v expired=false -f preload.sql
 
@@ -41,6 +43,17 @@ FROM generate_series(1, :rows) AS n,
                      ELSE now() - make_interval(secs => n % 3600)
                 END AS created_at
      ) AS v;
+
+\if :expired
+INSERT INTO charges
+    (id, tenant_id, amount, currency, source, description, status, processor_charge_id, created_at)
+SELECT resource_id, tenant_id, 100, 'USD', 'tok_visa', NULL, 'succeeded', processor_charge_id,
+       created_at
+FROM idempotency_records
+WHERE expires_at <= now() AND processor_charge_id IS NOT NULL
+ON CONFLICT DO NOTHING;
+VACUUM (ANALYZE) charges;
+\endif
 
 VACUUM (ANALYZE) idempotency_records;
 CHECKPOINT;

@@ -34,7 +34,9 @@ pub use model::{
 pub use postgres::PgStore;
 pub use redis_link::{RedisFailure, RedisLink};
 pub use replay_cache::{CachedReplay, ReplayCache};
-pub use repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
+pub use repository::{
+    Backend, ChargeRepository, FloorRepository, RecordRepository, Store, WorkerRepository,
+};
 pub use sqlite::SqliteStore;
 pub use stream::{EventStream, OutboxEvent, RelayError};
 

@@ -22,6 +22,7 @@ use payments_domain::{Charge, ChargeId, TenantId};
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
+use uuid::Uuid;
 
 use crate::StoreError;
 use crate::model::{
@@ -166,11 +167,6 @@ pub trait ChargeRepository: Send + Sync {
 
     /// The tenant's balances, ordered by currency then account.
     async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError>;
-
-    /// Writes a charge, its ledger transaction and its event with no idempotency record at
-    /// all. Not part of the service: it is the floor the charge flow is measured against in
-    /// the benchmarks (the same writes, none of the protection).
-    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError>;
 }
 
 /// What the background workers need: abandoned records to complete, expired ones to delete,
@@ -186,8 +182,9 @@ pub trait WorkerRepository: Send + Sync {
         settle_after: Duration,
     ) -> Result<Option<Abandoned>, StoreError>;
 
-    /// Deletes up to `batch` expired completed or failed records and returns how many.
-    /// Pending records are never reaped, however old: the card may have been charged; nor is
+    /// Deletes up to `batch` expired completed or failed records, the longest expired first
+    /// (along the expiry index, so a batch stays short however much is expired), and returns
+    /// how many. Pending records are never reaped, however old: the card may have been charged; nor is
     /// a record holding a processor charge id that has no charge row.
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError>;
 
@@ -208,6 +205,39 @@ pub trait WorkerRepository: Send + Sync {
     ) -> Result<u64, StoreError>;
 }
 
+/// The floors of the benchmarks: the least work each path of the service can be made of, with
+/// none of its protection. Not part of the service: only the bench-only routes of the api
+/// crate (its cargo feature `bench`) call them. This crate has no `bench` feature of its own,
+/// so they are compiled into every build, as `write_charge_unguarded` always was, and nothing
+/// outside those routes may use them.
+#[async_trait]
+pub trait FloorRepository: Send + Sync {
+    /// Writes a charge, its ledger transaction and its event with no idempotency record at
+    /// all: the floor of a first charge (the same writes as its finish, one commit).
+    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError>;
+
+    /// Inserts a fresh pending record for `key` in one statement of its own, with
+    /// `resource_id` as its generation and attempt 1, and returns its fence; no conflict
+    /// handling, no decision. Followed by [`RecordRepository::finish_charge`] it is the floor
+    /// of a flow of two commits (the claim's insert, then the finish).
+    async fn insert_pending_unguarded(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+        resource_id: Uuid,
+    ) -> Result<Fence, StoreError>;
+
+    /// Reads a record by its primary key in one plain `SELECT`: no lock, no transaction, no
+    /// clock. The floor of a replay from the database.
+    async fn read_record_unguarded(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
+}
+
 /// Which database a store writes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -226,7 +256,9 @@ impl Backend {
 
 /// Everything the service needs from its database.
 #[async_trait]
-pub trait Store: RecordRepository + ChargeRepository + WorkerRepository + Debug {
+pub trait Store:
+    RecordRepository + ChargeRepository + WorkerRepository + FloorRepository + Debug
+{
     fn backend(&self) -> Backend;
 
     fn policy(&self) -> IdempotencyPolicy;

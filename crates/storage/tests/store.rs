@@ -10,8 +10,8 @@ use chrono::Utc;
 use futures::future::join_all;
 use payments_domain::{Amount, Charge, ChargeId, Currency, Money, PaymentSource, TenantId};
 use payments_idempotency::{
-    Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint,
-    Scope, StoredResponse,
+    Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecordState,
+    RecoveryPoint, Scope, StoredResponse,
 };
 use payments_storage::{
     Backend, Claim, Claimed, Completion, Database, Fence, Finish, PoolSettings, Store,
@@ -900,6 +900,91 @@ async fn only_published_events_past_their_retention_are_pruned(backend: Backend)
     );
 }
 
+/// The reaper takes the longest expired records first, a batch at a time, along the expiry
+/// index; records not yet expired stay.
+async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) {
+    let db = test_db(backend).await;
+    for (name, secs) in [("mid", 200), ("new", 100), ("old", 300)] {
+        write_charge(&db, name).await;
+        db.execute(&format!(
+            "UPDATE idempotency_records SET expires_at = {} WHERE idempotency_key = '{name}'",
+            db.ago(secs)
+        ))
+        .await;
+    }
+    write_charge(&db, "live").await;
+    let mut left = Vec::new();
+    for _ in 0..3 {
+        assert_eq!(db.store.reap_expired(1).await.expect("reap"), 1);
+        let keys: Vec<String> = sqlx::query_scalar(
+            "SELECT idempotency_key FROM idempotency_records ORDER BY idempotency_key",
+        )
+        .fetch_all(&db.raw)
+        .await
+        .expect("keys");
+        left.push(keys.join(","));
+    }
+    assert_eq!(left, ["live,mid,new", "live,new", "live"]);
+    assert_eq!(db.store.reap_expired(10).await.expect("reap"), 0);
+}
+
+/// The bench floors write and read the rows the protocol does: a pending record of attempt 1
+/// that the service's own finish completes, read back whole by its key.
+async fn the_floors_insert_a_record_the_finish_completes_and_read_it_back(backend: Backend) {
+    let db = test_db(backend).await;
+    let (s, k) = (scope(), key("floor"));
+    assert!(
+        db.store
+            .read_record_unguarded(&s, &k)
+            .await
+            .expect("read")
+            .is_none()
+    );
+    let resource_id = uuid::Uuid::new_v4();
+    let fence = db
+        .store
+        .insert_pending_unguarded(&s, &k, &fingerprint(100), b"{}", resource_id)
+        .await
+        .expect("insert");
+    assert_eq!(
+        (fence.attempt, fence.resource_id),
+        (Attempt(1), resource_id)
+    );
+    let pending = db
+        .store
+        .read_record_unguarded(&s, &k)
+        .await
+        .expect("read")
+        .expect("a record");
+    assert_eq!(
+        (pending.state, pending.fingerprint, pending.response),
+        (RecordState::Pending, fingerprint(100), None)
+    );
+    let charge = Charge {
+        id: ChargeId::from_uuid(resource_id),
+        tenant: TenantId::new("acme"),
+        money: Money::new(Amount::new(100).expect("amount"), Currency::Usd),
+        source: PaymentSource::new("tok_visa").expect("source"),
+        description: None,
+        processor_charge_id: "sim_floor".into(),
+        created_at: Utc::now(),
+    };
+    let done = db
+        .store
+        .finish_charge(&s, &k, fence, &charge, &response("floor"))
+        .await
+        .expect("finish");
+    assert!(matches!(done, Completion::Stored { .. }));
+    let completed = db
+        .store
+        .read_record_unguarded(&s, &k)
+        .await
+        .expect("read")
+        .expect("a record");
+    assert_eq!(completed.state, RecordState::Completed);
+    assert_eq!(completed.response.expect("response").body, b"floor");
+}
+
 on_every_backend!(
     a_finish_refused_part_way_writes_nothing,
     exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
@@ -915,4 +1000,6 @@ on_every_backend!(
     an_unfinished_record_never_expires_away,
     keys_are_scoped_by_tenant_and_operation,
     only_published_events_past_their_retention_are_pruned,
+    the_reaper_deletes_the_longest_expired_records_first,
+    the_floors_insert_a_record_the_finish_completes_and_read_it_back,
 );

@@ -2,18 +2,29 @@
 //! against. They skip authentication and idempotency on purpose and never exist in a
 //! deployment build.
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, ChargeRequest, TenantId};
+use payments_idempotency::{CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use payments_storage::Completion;
+use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 
-use crate::extract::JsonBytes;
-use crate::views::CreateChargeBody;
+use crate::extract::{ApiQuery, JsonBytes};
+use crate::views::{ChargeView, CreateChargeBody};
+use crate::workers::reaper;
 use crate::{ApiError, AppState};
+
+/// The tenant every floor writes and reads as (the bench scripts' API key is acme's).
+const TENANT: &str = "acme";
 
 /// One Redis GET: the floor of a cached replay.
 pub async fn redis(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
@@ -28,48 +39,168 @@ pub async fn redis(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
     Ok(Json(json!({ "ok": true })))
 }
 
+#[derive(Debug, Deserialize)]
+pub struct ReadParams {
+    key: String,
+}
+
+/// One primary-key SELECT of a whole record, through the service's pool, answered with the
+/// record's stored response body: the floor of a replay from the database.
+pub async fn read(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<ReadParams>,
+) -> Result<impl IntoResponse, ApiError> {
+    let key =
+        IdempotencyKey::parse(&params.key).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+    let record = state
+        .store
+        .read_record_unguarded(&scope(), &key)
+        .await?
+        .ok_or_else(|| ApiError::NotFound("No record with this key.".into()))?;
+    let body = record.response.map(|r| r.body).unwrap_or_default();
+    Ok(([(header::CONTENT_TYPE, "application/json")], body))
+}
+
 /// The charge, ledger and outbox writes in one statement, without idempotency: the floor of
 /// a first charge.
 pub async fn charge(
     State(state): State<AppState>,
     JsonBytes(body): JsonBytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let charge = new_charge(&body)?;
+    state.store.write_charge_unguarded(&charge).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "id": charge.id.to_string() })),
+    ))
+}
+
+/// The same writes split into the two commits a first charge cannot do without: a pending
+/// record inserted in a statement of its own (the claim's insert), then the service's own
+/// finishing statement (the completion of that record as the gate of the floor's inserts).
+/// No processor, no `charged` recovery point, no decision, no cache: an honest ceiling for a
+/// flow of two commits.
+pub async fn charge_in_two_commits(
+    State(state): State<AppState>,
+    JsonBytes(body): JsonBytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let charge = new_charge(&body)?;
+    let scope = scope();
+    let key = IdempotencyKey::parse(&format!("bench-{}", charge.id.as_uuid().simple()))
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    // The fingerprint's 32 bytes, without the canonical JSON the service hashes.
+    let fingerprint = Fingerprint::from_bytes(&Sha256::digest(&body))
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    let fence = state
+        .store
+        .insert_pending_unguarded(&scope, &key, &fingerprint, &body, charge.id.as_uuid())
+        .await?;
+    let response = created_response(&charge)?;
+    match state
+        .store
+        .finish_charge(&scope, &key, fence, &charge, &response)
+        .await?
+    {
+        Completion::Stored { .. } => Ok((
+            StatusCode::CREATED,
+            Json(json!({ "id": charge.id.to_string() })),
+        )),
+        Completion::Fenced => Err(ApiError::Internal(
+            "the record inserted a statement ago did not take the finish".into(),
+        )),
+    }
+}
+
+/// The default of `workers.reaper_batch_size` (`defaults.toml`).
+const DEFAULT_REAP_BATCH: i64 = 500;
+
+#[derive(Debug, Deserialize)]
+pub struct ReapParams {
+    /// Rows per statement; when absent, the default of `workers.reaper_batch_size`.
+    batch: Option<i64>,
+}
+
+/// Runs the reaper's batches (the worker's own loop, its pauses included) until nothing
+/// expired is left, timing every statement: the longest, and the median and 99th percentile,
+/// which a single stall of the machine does not move.
+pub async fn reap(
+    State(state): State<AppState>,
+    ApiQuery(params): ApiQuery<ReapParams>,
+) -> Result<Json<Value>, ApiError> {
+    let batch = params.batch.unwrap_or(DEFAULT_REAP_BATCH);
+    if batch < 1 {
+        return Err(ApiError::InvalidRequest("batch must be at least 1".into()));
+    }
+    // Never signalled: the reap runs to the end (the sender lives as long as the reap).
+    let (_running, mut shutdown) = watch::channel(false);
+    let times = Mutex::new(Vec::new());
+    let (store, times_ref) = (&state.store, &times);
+    let started = Instant::now();
+    let reaped = reaper::in_batches(batch, &mut shutdown, || async move {
+        let statement = Instant::now();
+        let deleted = store.reap_expired(batch).await;
+        if let Ok(mut times) = times_ref.lock() {
+            times.push(statement.elapsed().as_secs_f64() * 1e3);
+        }
+        deleted
+    })
+    .await;
+    if let Some(error) = reaped.error {
+        return Err(error.into());
+    }
+    let mut times = times.into_inner().unwrap_or_default();
+    times.sort_by(f64::total_cmp);
+    let percentile = |p: f64| {
+        let rank = ((p * times.len() as f64).ceil() as usize).clamp(1, times.len().max(1));
+        times.get(rank - 1).copied().unwrap_or_default()
+    };
+    Ok(Json(json!({
+        "deleted": reaped.deleted,
+        "elapsed_ms": started.elapsed().as_secs_f64() * 1e3,
+        "statements": reaped.statements,
+        "batch": batch,
+        "longest_statement_ms": reaped.longest.as_secs_f64() * 1e3,
+        "p50_statement_ms": percentile(0.50),
+        "p99_statement_ms": percentile(0.99),
+    })))
+}
+
+fn scope() -> Scope {
+    Scope {
+        tenant: TENANT.into(),
+        operation: CHARGES_CREATE_V1.into(),
+    }
+}
+
+/// The charge a valid request body makes, as the charge flow would make it (minus the
+/// processor, whose charge id is made up here).
+fn new_charge(body: &[u8]) -> Result<Charge, ApiError> {
     let body: CreateChargeBody =
-        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let request = ChargeRequest::try_from(body)?;
     let id = ChargeId::generate();
-    let charge = Charge {
+    Ok(Charge {
         id,
-        tenant: TenantId::new("acme"),
+        tenant: TenantId::new(TENANT),
         money: request.money,
         source: request.source,
         description: request.description,
         processor_charge_id: format!("bench_{}", id.as_uuid().simple()),
         created_at: Utc::now(),
-    };
-    state.store.write_charge_unguarded(&charge).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "id": id.to_string() }))))
+    })
 }
 
-/// Runs the reaper's batch delete until nothing expired is left, timing every statement.
-pub async fn reap(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    const BATCH: i64 = 1000;
-    let started = Instant::now();
-    let (mut deleted, mut statements, mut longest_ms) = (0u64, 0u64, 0f64);
-    loop {
-        let statement = Instant::now();
-        let n = state.store.reap_expired(BATCH).await?;
-        longest_ms = longest_ms.max(statement.elapsed().as_secs_f64() * 1e3);
-        statements += 1;
-        deleted += n;
-        if n < BATCH.unsigned_abs() {
-            break;
-        }
-    }
-    Ok(Json(json!({
-        "deleted": deleted,
-        "elapsed_ms": started.elapsed().as_secs_f64() * 1e3,
-        "statements": statements,
-        "longest_statement_ms": longest_ms,
-    })))
+/// The stored 201, built as the charge flow builds it, so the record holds the same bytes.
+fn created_response(charge: &Charge) -> Result<StoredResponse, ApiError> {
+    let body =
+        serde_json::to_vec(&ChargeView::from(charge)).map_err(|e| ApiError::Internal(e.into()))?;
+    let location = format!("/charges/{}", charge.id);
+    Ok(StoredResponse::new(
+        201,
+        [
+            ("content-type", "application/json"),
+            ("location", location.as_str()),
+        ],
+        body,
+    ))
 }

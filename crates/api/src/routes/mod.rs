@@ -101,7 +101,9 @@ fn bench_routes() -> Router<AppState> {
     use axum::routing::post;
     Router::new()
         .route("/bench/redis", get(bench::redis))
+        .route("/bench/read", get(bench::read))
         .route("/bench/charge", post(bench::charge))
+        .route("/bench/charge-2", post(bench::charge_in_two_commits))
         .route("/bench/reap", post(bench::reap))
 }
 

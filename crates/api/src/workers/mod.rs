@@ -4,7 +4,7 @@
 //! writes), and all stop at the same shutdown signal as the server.
 
 mod completer;
-mod reaper;
+pub(crate) mod reaper;
 mod relay;
 
 use std::time::Duration;
@@ -49,13 +49,21 @@ pub fn spawn(
         },
     )));
     let s = state.clone();
+    let reaper_shutdown = shutdown.clone();
     workers.push(tokio::spawn(every(
         settings.reaper_interval,
         shutdown.clone(),
         move || {
             let state = s.clone();
+            let mut shutdown = reaper_shutdown.clone();
             async move {
-                reaper::run_round(&state, settings.reaper_batch, settings.outbox_retention).await
+                reaper::run_round(
+                    &state,
+                    settings.reaper_batch,
+                    settings.outbox_retention,
+                    &mut shutdown,
+                )
+                .await
             }
         },
     )));
@@ -75,8 +83,8 @@ pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-/// Runs `round` every `interval` until shutdown. A round in progress is finished first; a
-/// round that could take long (the completer's) watches the signal itself.
+/// Runs `round` every `interval` until shutdown. A round in progress is finished first; the
+/// rounds that could take long (the completer's, the reaper's) watch the signal themselves.
 async fn every<F, Fut>(interval: Duration, mut shutdown: watch::Receiver<bool>, round: F)
 where
     F: Fn() -> Fut,

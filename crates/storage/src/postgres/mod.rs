@@ -6,6 +6,7 @@
 mod charges;
 mod claim;
 mod finish;
+mod floors;
 mod ledger;
 mod outbox;
 mod recovery;
@@ -21,9 +22,12 @@ use payments_idempotency::{
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
+use uuid::Uuid;
 
 use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish};
-use crate::repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
+use crate::repository::{
+    Backend, ChargeRepository, FloorRepository, RecordRepository, Store, WorkerRepository,
+};
 use crate::stream::{EventStream, RelayError};
 use crate::{PoolSettings, StoreError};
 
@@ -190,10 +194,6 @@ impl ChargeRepository for PgStore {
     async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
         PgStore::balances(self, tenant).await
     }
-
-    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
-        PgStore::write_charge_unguarded(self, charge).await
-    }
 }
 
 #[async_trait]
@@ -223,6 +223,33 @@ impl WorkerRepository for PgStore {
         batch: i64,
     ) -> Result<u64, StoreError> {
         PgStore::prune_published_events(self, retention, batch).await
+    }
+}
+
+#[async_trait]
+impl FloorRepository for PgStore {
+    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
+        PgStore::write_charge_unguarded(self, charge).await
+    }
+
+    async fn insert_pending_unguarded(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+        resource_id: Uuid,
+    ) -> Result<Fence, StoreError> {
+        PgStore::insert_pending_unguarded(self, scope, key, fingerprint, request_body, resource_id)
+            .await
+    }
+
+    async fn read_record_unguarded(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        PgStore::read_record_unguarded(self, scope, key).await
     }
 }
 

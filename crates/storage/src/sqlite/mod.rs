@@ -10,6 +10,7 @@
 //! - the clock is SQLite's (`strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`), so lock expiry is judged
 //!   the same way by every process on the file.
 
+mod floors;
 mod reads;
 mod records;
 mod workers;

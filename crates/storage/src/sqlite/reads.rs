@@ -130,11 +130,4 @@ impl ChargeRepository for SqliteStore {
         .await?;
         rows.into_iter().map(balance_from_row).collect()
     }
-
-    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
-        let mut write = self.begin_write().await?;
-        insert_charge_writes(&mut write.tx, charge).await?;
-        write.commit().await?;
-        Ok(())
-    }
 }

@@ -54,6 +54,10 @@ impl WorkerRepository for SqliteStore {
         row.map(AbandonedRow::into_abandoned).transpose()
     }
 
+    /// One batch per write transaction, so a request waits for one batch at most. The
+    /// `ORDER BY expires_at` walks the partial index `idempotency_records_expiry` in order and
+    /// stops after `batch` rows (the index gives the order, so nothing is sorted), however much
+    /// of the table is expired.
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
         let sql = format!(
             "DELETE FROM idempotency_records
@@ -62,6 +66,7 @@ impl WorkerRepository for SqliteStore {
                                AND (processor_charge_id IS NULL OR EXISTS (
                                    SELECT 1 FROM charges c
                                    WHERE c.processor_charge_id = r.processor_charge_id))
+                             ORDER BY expires_at
                              LIMIT ?1)"
         );
         let mut write = self.begin_write().await?;

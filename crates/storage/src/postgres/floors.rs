@@ -1,0 +1,67 @@
+//! The benchmark floors on PostgreSQL (see [`FloorRepository`](crate::FloorRepository)): a
+//! pending record inserted on its own, and a record read by its key. Not part of the service.
+//! The third floor, `write_charge_unguarded`, lives beside the finish it copies (`finish.rs`).
+
+use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope};
+use uuid::Uuid;
+
+use super::{PgStore, secs};
+use crate::StoreError;
+use crate::model::{Fence, processor_key_for};
+use crate::rows::RecordRow;
+
+impl PgStore {
+    /// The row a claim inserts for a fresh key, in one statement and one commit; without the
+    /// claim's `ON CONFLICT` and decision, since the caller's key is new.
+    pub(crate) async fn insert_pending_unguarded(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+        resource_id: Uuid,
+    ) -> Result<Fence, StoreError> {
+        sqlx::query(
+            "INSERT INTO idempotency_records
+                 (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
+                  locked_until, attempts, resource_id, processor_key, created_at, expires_at,
+                  request_body)
+             VALUES ($1, $2, $3, $4, 'pending', 'started', now() + make_interval(secs => $5),
+                     1, $6, $7, now(), now() + make_interval(secs => $8), $9)",
+        )
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .bind(fingerprint.as_bytes().as_slice())
+        .bind(secs(self.policy.lock_timeout))
+        .bind(resource_id)
+        .bind(processor_key_for(resource_id))
+        .bind(secs(self.policy.ttl))
+        .bind(request_body)
+        .execute(&self.pool)
+        .await?;
+        Ok(Fence {
+            attempt: Attempt(1),
+            resource_id,
+        })
+    }
+
+    /// The whole row, as the claim's read takes it, by the primary key: one round trip that
+    /// writes nothing, so it commits without a WAL flush.
+    pub(crate) async fn read_record_unguarded(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let row: Option<RecordRow> = sqlx::query_as(
+            "SELECT * FROM idempotency_records
+             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3",
+        )
+        .bind(&scope.tenant)
+        .bind(&scope.operation)
+        .bind(key.as_str())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(RecordRow::into_record).transpose()
+    }
+}
