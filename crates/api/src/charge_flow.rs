@@ -368,7 +368,8 @@ async fn answer_from_record(
 }
 
 /// The 201 response, serialised once: the bytes sent now are the bytes stored for replays.
-fn created_response(charge: &Charge) -> Result<StoredResponse, ApiError> {
+/// The bench floor `POST /bench/charge-2` stores the same.
+pub(crate) fn created_response(charge: &Charge) -> Result<StoredResponse, ApiError> {
     let body =
         serde_json::to_vec(&ChargeView::from(charge)).map_err(|e| ApiError::Internal(e.into()))?;
     let location = format!("/charges/{}", charge.id);

@@ -11,15 +11,16 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, ChargeRequest, TenantId};
-use payments_idempotency::{CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use payments_idempotency::{CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, Scope};
 use payments_storage::Completion;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use crate::charge_flow::created_response;
 use crate::extract::{ApiQuery, JsonBytes};
-use crate::views::{ChargeView, CreateChargeBody};
+use crate::views::CreateChargeBody;
 use crate::workers::reaper;
 use crate::{ApiError, AppState};
 
@@ -188,19 +189,4 @@ fn new_charge(body: &[u8]) -> Result<Charge, ApiError> {
         processor_charge_id: format!("bench_{}", id.as_uuid().simple()),
         created_at: Utc::now(),
     })
-}
-
-/// The stored 201, built as the charge flow builds it, so the record holds the same bytes.
-fn created_response(charge: &Charge) -> Result<StoredResponse, ApiError> {
-    let body =
-        serde_json::to_vec(&ChargeView::from(charge)).map_err(|e| ApiError::Internal(e.into()))?;
-    let location = format!("/charges/{}", charge.id);
-    Ok(StoredResponse::new(
-        201,
-        [
-            ("content-type", "application/json"),
-            ("location", location.as_str()),
-        ],
-        body,
-    ))
 }
