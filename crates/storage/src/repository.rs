@@ -228,14 +228,6 @@ pub trait FloorRepository: Send + Sync {
         request_body: &[u8],
         resource_id: Uuid,
     ) -> Result<Fence, StoreError>;
-
-    /// Reads a record by its primary key in one plain `SELECT`: no lock, no transaction, no
-    /// clock. The floor of a replay from the database.
-    async fn read_record_unguarded(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<IdempotencyRecord>, StoreError>;
 }
 
 /// Which database a store writes to.

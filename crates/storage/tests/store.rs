@@ -933,13 +933,7 @@ async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) 
 async fn the_floors_insert_a_record_the_finish_completes_and_read_it_back(backend: Backend) {
     let db = test_db(backend).await;
     let (s, k) = (scope(), key("floor"));
-    assert!(
-        db.store
-            .read_record_unguarded(&s, &k)
-            .await
-            .expect("read")
-            .is_none()
-    );
+    assert!(db.store.find_record(&s, &k).await.expect("read").is_none());
     let resource_id = uuid::Uuid::new_v4();
     let fence = db
         .store
@@ -952,9 +946,10 @@ async fn the_floors_insert_a_record_the_finish_completes_and_read_it_back(backen
     );
     let pending = db
         .store
-        .read_record_unguarded(&s, &k)
+        .find_record(&s, &k)
         .await
         .expect("read")
+        .map(|(record, _)| record)
         .expect("a record");
     assert_eq!(
         (pending.state, pending.fingerprint, pending.response),
@@ -977,9 +972,10 @@ async fn the_floors_insert_a_record_the_finish_completes_and_read_it_back(backen
     assert!(matches!(done, Completion::Stored { .. }));
     let completed = db
         .store
-        .read_record_unguarded(&s, &k)
+        .find_record(&s, &k)
         .await
         .expect("read")
+        .map(|(record, _)| record)
         .expect("a record");
     assert_eq!(completed.state, RecordState::Completed);
     assert_eq!(completed.response.expect("response").body, b"floor");

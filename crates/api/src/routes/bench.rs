@@ -45,7 +45,8 @@ pub struct ReadParams {
     key: String,
 }
 
-/// One primary-key SELECT of a whole record, through the service's pool, answered with the
+/// One primary-key SELECT of a whole record, through the service's pool (`find_record`, the
+/// claim's own lock-free read), answered with the
 /// record's stored response body: the floor of a replay from the database.
 pub async fn read(
     State(state): State<AppState>,
@@ -53,9 +54,9 @@ pub async fn read(
 ) -> Result<impl IntoResponse, ApiError> {
     let key =
         IdempotencyKey::parse(&params.key).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    let record = state
+    let (record, _) = state
         .store
-        .read_record_unguarded(&scope(), &key)
+        .find_record(&scope(), &key)
         .await?
         .ok_or_else(|| ApiError::NotFound("No record with this key.".into()))?;
     let body = record.response.map(|r| r.body).unwrap_or_default();

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::helpers::{Backend, Footprint, spawn_app, visa};
+use crate::helpers::{Backend, Footprint, TestApp, spawn_app, visa};
 
 async fn the_charge_floor_writes_the_same_rows_without_an_idempotency_record(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -21,9 +21,9 @@ async fn the_charge_floor_writes_the_same_rows_without_an_idempotency_record(bac
     assert_eq!(app.footprint().await, expected);
 }
 
-async fn the_reap_floor_deletes_expired_finished_records_only(backend: Backend) {
-    let app = spawn_app(backend).await;
-    for key in ["a", "b"] {
+/// Charges each of `keys`, then moves the expiry of `expired` a second into the past.
+async fn charge_and_expire(app: &TestApp, keys: &[&str], expired: &[&str]) {
+    for key in keys {
         assert_eq!(
             app.post_charge(crate::helpers::ACME, key, &visa(100))
                 .await
@@ -32,55 +32,42 @@ async fn the_reap_floor_deletes_expired_finished_records_only(backend: Backend) 
             201
         );
     }
+    let listed: Vec<String> = expired.iter().map(|k| format!("'{k}'")).collect();
     let expire = format!(
-        "UPDATE idempotency_records SET expires_at = {} WHERE idempotency_key = 'a'",
-        app.database.seconds_ago(1)
+        "UPDATE idempotency_records SET expires_at = {} WHERE idempotency_key IN ({})",
+        app.database.seconds_ago(1),
+        listed.join(", ")
     );
     sqlx::query(&expire)
         .execute(app.db())
         .await
-        .expect("expire one");
-    let report: Value = app
-        .client
-        .post(app.url("/bench/reap"))
+        .expect("expire");
+}
+
+/// Runs the reap floor and returns its report.
+async fn reap(app: &TestApp, path: &str) -> Value {
+    app.client
+        .post(app.url(path))
         .send()
         .await
         .expect("send")
         .json()
         .await
-        .expect("json");
+        .expect("json")
+}
+
+async fn the_reap_floor_deletes_expired_finished_records_only(backend: Backend) {
+    let app = spawn_app(backend).await;
+    charge_and_expire(&app, &["a", "b"], &["a"]).await;
+    let report = reap(&app, "/bench/reap").await;
     assert_eq!(report["deleted"], 1);
     assert_eq!(app.footprint().await.records, 1);
 }
 
 async fn the_reap_floor_runs_the_reapers_batches_until_one_comes_back_short(backend: Backend) {
     let app = spawn_app(backend).await;
-    for key in ["a", "b", "c"] {
-        assert_eq!(
-            app.post_charge(crate::helpers::ACME, key, &visa(100))
-                .await
-                .status()
-                .as_u16(),
-            201
-        );
-    }
-    let expire = format!(
-        "UPDATE idempotency_records SET expires_at = {}",
-        app.database.seconds_ago(1)
-    );
-    sqlx::query(&expire)
-        .execute(app.db())
-        .await
-        .expect("expire all");
-    let report: Value = app
-        .client
-        .post(app.url("/bench/reap?batch=1"))
-        .send()
-        .await
-        .expect("send")
-        .json()
-        .await
-        .expect("json");
+    charge_and_expire(&app, &["a", "b", "c"], &["a", "b", "c"]).await;
+    let report = reap(&app, "/bench/reap?batch=1").await;
     // Three full batches of one, then the short one that finds nothing.
     assert_eq!(
         (report["deleted"].as_u64(), report["statements"].as_u64()),

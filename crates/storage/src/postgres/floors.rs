@@ -1,14 +1,14 @@
 //! The benchmark floors on PostgreSQL (see [`FloorRepository`](crate::FloorRepository)): a
-//! pending record inserted on its own, and a record read by its key. Not part of the service.
+//! pending record inserted on its own. Not part of the service. The read floor is the claim's
+//! own lock-free read, `find_record`.
 //! The third floor, `write_charge_unguarded`, lives beside the finish it copies (`finish.rs`).
 
-use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope};
+use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, Scope};
 use uuid::Uuid;
 
 use super::{PgStore, secs};
 use crate::StoreError;
 use crate::model::{Fence, processor_key_for};
-use crate::rows::RecordRow;
 
 impl PgStore {
     /// The row a claim inserts for a fresh key, in one statement and one commit; without the
@@ -44,24 +44,5 @@ impl PgStore {
             attempt: Attempt(1),
             resource_id,
         })
-    }
-
-    /// The whole row, as the claim's read takes it, by the primary key: one round trip that
-    /// writes nothing, so it commits without a WAL flush.
-    pub(crate) async fn read_record_unguarded(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let row: Option<RecordRow> = sqlx::query_as(
-            "SELECT * FROM idempotency_records
-             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3",
-        )
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(RecordRow::into_record).transpose()
     }
 }

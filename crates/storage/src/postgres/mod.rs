@@ -243,14 +243,6 @@ impl FloorRepository for PgStore {
         PgStore::insert_pending_unguarded(self, scope, key, fingerprint, request_body, resource_id)
             .await
     }
-
-    async fn read_record_unguarded(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        PgStore::read_record_unguarded(self, scope, key).await
-    }
 }
 
 #[async_trait]

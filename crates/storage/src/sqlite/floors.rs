@@ -1,10 +1,10 @@
 //! The benchmark floors on SQLite (see [`FloorRepository`]): the charge's inserts without a
-//! record, a pending record inserted on its own, and a record read by its key. Not part of
-//! the service.
+//! record, and a pending record inserted on its own. Not part of the service. The read floor
+//! is the claim's own lock-free read, `find_record`.
 
 use async_trait::async_trait;
 use payments_domain::Charge;
-use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope};
+use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, Scope};
 use uuid::Uuid;
 
 use super::reads::insert_charge_writes;
@@ -12,7 +12,6 @@ use super::{NOW, SqliteStore, now_plus, offset};
 use crate::StoreError;
 use crate::model::{Fence, processor_key_for};
 use crate::repository::FloorRepository;
-use crate::rows::RecordRow;
 
 #[async_trait]
 impl FloorRepository for SqliteStore {
@@ -61,24 +60,5 @@ impl FloorRepository for SqliteStore {
             attempt: Attempt(1),
             resource_id,
         })
-    }
-
-    /// The whole row, as the claim's read takes it, by the primary key, outside any write
-    /// transaction: it waits for no writer.
-    async fn read_record_unguarded(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let row: Option<RecordRow> = sqlx::query_as(
-            "SELECT * FROM idempotency_records
-             WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3",
-        )
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(RecordRow::into_record).transpose()
     }
 }
