@@ -2,10 +2,14 @@
 //!
 //! 0. a replay may be served from the Redis cache (fingerprint checked, 422 on mismatch);
 //! 1. claim the key (insert, or judge the existing record under a row lock);
-//! 2. charge the card with the record's processor key, the same on every attempt, check that
-//!    the processor's charge is the one asked for, and record the `charged` recovery point;
+//! 2. charge the card with the record's processor key, the same on every attempt, and check
+//!    that the processor's charge is the one asked for;
 //! 3. in one statement (one transaction), write the charge, its ledger transaction, its outbox
 //!    event and the completed record with the response; cache the response; only then answer.
+//!
+//! A first charge is two commits: the claim and the finish. The `charged` recovery point is
+//! written only when the finish fails, to leave the processor's charge id behind; an attempt
+//! that dies before the finish is recovered through the processor key instead.
 //!
 //! Every write after the claim is fenced by the record's generation and attempt number: if
 //! another attempt took the record over meanwhile, this one writes nothing and answers from
@@ -22,9 +26,9 @@ use payments_idempotency::{
     CHARGES_CREATE_V1, Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, StoredResponse,
     decide,
 };
-use payments_storage::{Claim, Claimed, Completion, Fence, Finish};
+use payments_storage::{Claim, Claimed, Completion, Fence, Finish, StoreError};
 
-use crate::failpoint::{self, Failpoint};
+use crate::failpoint::{self, Failpoint, Failure};
 use crate::views::ChargeView;
 use crate::{ApiError, AppState, error_chain, metrics};
 
@@ -225,9 +229,9 @@ async fn execute(
         key: &new.key,
         fence,
     };
-    let processor_charge_id = match (claimed.resume_from, claimed.processor_charge_id) {
+    let (processor_charge_id, recorded) = match (claimed.resume_from, claimed.processor_charge_id) {
         // The processor already confirmed the charge: do not call it again.
-        (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => id,
+        (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => (id, true),
         _ => {
             let request = ProcessorChargeRequest {
                 idempotency_key: claimed.processor_key.clone(),
@@ -246,14 +250,10 @@ async fn execute(
                         store.release_lock(scope, &new.key, fence).await?;
                         return Err(ApiError::ProcessorUnavailable);
                     }
-                    let recorded = store
-                        .record_charged(scope, &new.key, fence, &charge.id)
-                        .await?;
-                    if recorded == Finish::Fenced {
-                        return answer_from_record(state, scope, new).await;
-                    }
-                    failpoint::hit(Failpoint::AfterRecordCharged).await;
-                    charge.id
+                    // No `charged` write here: the finish records the charge, and an attempt
+                    // that dies before it is recovered by the processor key (a retry's charge
+                    // returns the same charge; the completer's cancel returns it too).
+                    (charge.id, false)
                 }
                 Err(ProcessorError::Declined {
                     decline_code,
@@ -288,14 +288,46 @@ async fn execute(
             }
         }
     };
-    match finish_charge(state, owner, &new.tenant, &new.request, processor_charge_id).await? {
-        (Completion::Stored { expires_at }, response) => {
+    let finished = finish_charge(
+        state,
+        owner,
+        &new.tenant,
+        &new.request,
+        processor_charge_id.clone(),
+    )
+    .await;
+    match finished {
+        Ok((Completion::Stored { expires_at }, response)) => {
             failpoint::hit(Failpoint::AfterCommit).await;
             metrics::outcome("executed");
             remember(state, scope, new, &response, expires_at).await;
             Ok(ChargeOutcome::fresh(response, expires_at))
         }
-        (Completion::Fenced, _) => answer_from_record(state, scope, new).await,
+        Ok((Completion::Fenced, _)) => answer_from_record(state, scope, new).await,
+        Err(error) => {
+            if !recorded {
+                leave_charge_behind(state, owner, &processor_charge_id).await;
+            }
+            Err(error)
+        }
+    }
+}
+
+/// The finish failed after the processor charged: record the `charged` recovery point, so
+/// that whoever resumes the record finishes it without asking the processor again. Best
+/// effort: if this write fails too, the processor key still finds the charge.
+async fn leave_charge_behind(state: &AppState, owner: Owner<'_>, processor_charge_id: &str) {
+    match state
+        .store
+        .record_charged(owner.scope, owner.key, owner.fence, processor_charge_id)
+        .await
+    {
+        Ok(Finish::Written) => failpoint::hit(Failpoint::AfterRecordCharged).await,
+        Ok(Finish::Fenced) => {}
+        Err(error) => tracing::warn!(
+            error = %error_chain(&error),
+            "could not record the charged recovery point; the processor key still finds the charge"
+        ),
     }
 }
 
@@ -334,6 +366,9 @@ pub(crate) async fn finish_charge(
         created_at: now_to_the_microsecond(),
     };
     let response = created_response(&charge)?;
+    if failpoint::fails(Failure::Finish) {
+        return Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut).into());
+    }
     let completion = state
         .store
         .finish_charge(owner.scope, owner.key, owner.fence, &charge, &response)

@@ -3,7 +3,9 @@
 //!
 //! `PAYMENTS_CRASH_AT=<point>` aborts the process at that point (`std::process::abort`: no
 //! unwinding, no destructors, no flushing, like `kill -9`). `PAYMENTS_PAUSE_AT=<point>:<ms>`
-//! sleeps there instead, to stage races between attempts.
+//! sleeps there instead, to stage races between attempts. `PAYMENTS_FAIL_AT=finish` makes the
+//! finishing transaction fail as if the database had gone away, to reach the path that leaves
+//! the `charged` recovery point behind.
 
 /// The points of `POST /charges` where a crash or pause can be injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,9 +16,10 @@
 pub enum Failpoint {
     /// The record is claimed; the processor has not been called.
     AfterClaim,
-    /// The processor charged the card; the `charged` recovery point is not recorded yet.
+    /// The processor charged the card; the finishing transaction has not run.
     AfterCharge,
-    /// The `charged` recovery point is recorded; the finishing transaction has not run.
+    /// The finishing transaction failed and the attempt recorded the `charged` recovery point
+    /// instead; the client has not been answered.
     AfterRecordCharged,
     /// The finishing transaction committed; the client has not been answered.
     AfterCommit,
@@ -34,9 +37,41 @@ impl Failpoint {
     }
 }
 
+/// The steps that can be made to fail (`PAYMENTS_FAIL_AT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The finishing transaction of a charge.
+    Finish,
+}
+
+impl Failure {
+    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+    fn name(self) -> &'static str {
+        match self {
+            Self::Finish => "finish",
+        }
+    }
+}
+
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub async fn hit(_point: Failpoint) {}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn fails(_step: Failure) -> bool {
+    false
+}
+
+/// Whether `PAYMENTS_FAIL_AT` names `step`.
+#[cfg(feature = "failpoints")]
+pub fn fails(step: Failure) -> bool {
+    let failing = std::env::var("PAYMENTS_FAIL_AT").is_ok_and(|at| at == step.name());
+    if failing {
+        tracing::warn!(failpoint = step.name(), "failpoint: failing the step");
+    }
+    failing
+}
 
 #[cfg(feature = "failpoints")]
 pub async fn hit(point: Failpoint) {

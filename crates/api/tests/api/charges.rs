@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ACME, Backend, Footprint, GLOBEX, new_key, problem, snapshot, spawn_app, visa,
+    ACME, Backend, Footprint, GLOBEX, TestDatabase, new_key, problem, snapshot, spawn_app, visa,
 };
 
 async fn first_request_creates_one_charge_with_its_ledger_transaction_and_event(backend: Backend) {
@@ -256,7 +256,51 @@ async fn a_failed_key_still_refuses_a_different_payload(backend: Backend) {
     );
 }
 
+/// A charge the processor answers at once costs two commits: the claim inserts the record and
+/// the finish completes it. No recovery point is written in between (the processor key finds
+/// the charge for whoever resumes an attempt that died before its finish).
+async fn a_first_charge_writes_its_record_twice_the_claim_and_the_finish(backend: Backend) {
+    let app = spawn_app(backend).await;
+    count_record_writes(&app.database).await;
+
+    let response = app.post_charge(ACME, &new_key(), &visa(1250)).await;
+    assert_eq!(response.status().as_u16(), 201);
+
+    let writes: Vec<String> = sqlx::query_scalar("SELECT op FROM record_writes ORDER BY seq")
+        .fetch_all(&app.database.pool)
+        .await
+        .expect("read the record writes");
+    assert_eq!(writes, ["INSERT", "UPDATE"]);
+}
+
+/// Makes the database log every write of a row of `idempotency_records` in `record_writes`.
+async fn count_record_writes(db: &TestDatabase) {
+    let statements: &[&str] = match db.backend {
+        Backend::Postgres => &[
+            "CREATE TABLE record_writes (seq bigserial PRIMARY KEY, op text NOT NULL)",
+            "CREATE FUNCTION log_record_write() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN INSERT INTO record_writes (op) VALUES (TG_OP); RETURN NULL; END $$",
+            "CREATE TRIGGER log_record_writes AFTER INSERT OR UPDATE ON idempotency_records
+             FOR EACH ROW EXECUTE FUNCTION log_record_write()",
+        ],
+        Backend::Sqlite => &[
+            "CREATE TABLE record_writes (seq INTEGER PRIMARY KEY, op TEXT NOT NULL)",
+            "CREATE TRIGGER log_record_inserts AFTER INSERT ON idempotency_records
+             BEGIN INSERT INTO record_writes (op) VALUES ('INSERT'); END",
+            "CREATE TRIGGER log_record_updates AFTER UPDATE ON idempotency_records
+             BEGIN INSERT INTO record_writes (op) VALUES ('UPDATE'); END",
+        ],
+    };
+    for statement in statements {
+        sqlx::query(statement)
+            .execute(&db.pool)
+            .await
+            .expect("install the write log");
+    }
+}
+
 on_every_backend!(
+    a_first_charge_writes_its_record_twice_the_claim_and_the_finish,
     first_request_creates_one_charge_with_its_ledger_transaction_and_event,
     replay_returns_byte_identical_status_body_and_headers,
     the_same_json_with_keys_in_another_order_and_spacing_replays,

@@ -187,6 +187,29 @@ async fn wait_until_settled(db: &TestDatabase, key: &str) -> String {
     panic!("the completer did not settle the abandoned record");
 }
 
+/// The variables that crash a service at `point`. A first charge writes `charged` only when
+/// its finish fails, so reaching `after_charged` takes a finish made to fail.
+fn crash_env(point: &str) -> Vec<(&'static str, &str)> {
+    let mut env = vec![("PAYMENTS_CRASH_AT", point)];
+    if point == "after_charged" {
+        env.push(("PAYMENTS_FAIL_AT", "finish"));
+    }
+    env
+}
+
+/// The record's recovery point, and whether it holds a processor charge id.
+async fn recovery_point(db: &TestDatabase, key: &str) -> (String, bool) {
+    let (point, charge_id): (String, Option<String>) = sqlx::query_as(
+        "SELECT recovery_point, processor_charge_id FROM idempotency_records
+         WHERE idempotency_key = $1",
+    )
+    .bind(key)
+    .fetch_one(&db.pool)
+    .await
+    .expect("read record");
+    (point, charge_id.is_some())
+}
+
 async fn crash_then(backend: Backend, point: &str, client: Client) {
     let card_sim = CardSim::start().await;
     let db = TestDatabase::create(backend).await;
@@ -194,7 +217,7 @@ async fn crash_then(backend: Backend, point: &str, client: Client) {
     let key = new_key();
     let body = visa(4321);
 
-    let mut crashing = start(&db, &settings, &[("PAYMENTS_CRASH_AT", point)]).await;
+    let mut crashing = start(&db, &settings, &crash_env(point)).await;
     assert!(
         post(&crashing, &key, &body).await.is_err(),
         "the service dies before it answers"
@@ -203,6 +226,13 @@ async fn crash_then(backend: Backend, point: &str, client: Client) {
         !crashing.wait_exit().await,
         "the service was aborted, not shut down"
     );
+    if point == "after_charged" {
+        assert_eq!(
+            recovery_point(&db, &key).await,
+            ("charged".to_owned(), true),
+            "the failed finish left the processor's charge id behind"
+        );
+    }
 
     let service = start(&db, &settings, &[]).await;
     let first_answer = match client {
