@@ -11,6 +11,7 @@ use payments_storage::StoreError;
 use serde::Serialize;
 
 use crate::error_chain;
+use crate::protocol::ProtocolError;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -176,6 +177,20 @@ impl From<StoreError> for ApiError {
         match error {
             StoreError::Unavailable(_) => Self::StoreUnavailable(error),
             other => Self::Internal(Box::new(other)),
+        }
+    }
+}
+
+impl From<ProtocolError> for ApiError {
+    fn from(error: ProtocolError) -> Self {
+        match error {
+            ProtocolError::KeyReused => Self::IdempotencyKeyReused,
+            ProtocolError::KeyInUse { retry_after_secs } => {
+                Self::IdempotencyKeyInUse { retry_after_secs }
+            }
+            ProtocolError::ProcessorUnavailable => Self::ProcessorUnavailable,
+            ProtocolError::Store(error) => error.into(),
+            ProtocolError::Internal(error) => Self::Internal(error),
         }
     }
 }

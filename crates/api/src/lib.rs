@@ -7,7 +7,6 @@
 //! `payments-storage`; this crate converts between HTTP and those types at the edge.
 
 mod auth;
-mod charge_flow;
 mod completions;
 pub mod config;
 mod error;
@@ -15,6 +14,8 @@ mod events_tail;
 mod extract;
 mod failpoint;
 mod metrics;
+mod operations;
+mod protocol;
 mod replay;
 mod routes;
 mod state;

@@ -24,12 +24,66 @@ pub fn install() -> Option<PrometheusHandle> {
         .ok()
 }
 
-/// An idempotency outcome: `executed`, `replayed_cache`, `replayed_db`, `in_flight`,
-/// `mismatch`, `taken_over`, `fenced`, `completed_by_completer`, `failed_by_completer`.
-/// Logged as well, so each request's log carries its outcome (inside the request span).
-pub fn outcome(name: &'static str) {
+/// What the protocol did with a request or an abandoned record: the `outcome` label of
+/// `idempotency_outcomes_total`, and the `idempotency.outcome` log field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The attempt ran the operation and stored its answer.
+    Executed,
+    /// A replay served from the Redis cache.
+    ReplayedCache,
+    /// A replay served from the database.
+    ReplayedDb,
+    /// A duplicate of an attempt in flight (409, or a wait that ran out).
+    InFlight,
+    /// Another payload under a used key (422).
+    Mismatch,
+    /// The attempt took over an abandoned record.
+    TakenOver,
+    /// The attempt lost its record to another and answered from it.
+    Fenced,
+    /// The completer finished a record whose effect the processor had made.
+    CompletedByCompleter,
+    /// The completer failed a record after the processor tombstoned its key.
+    FailedByCompleter,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Executed => "executed",
+            Self::ReplayedCache => "replayed_cache",
+            Self::ReplayedDb => "replayed_db",
+            Self::InFlight => "in_flight",
+            Self::Mismatch => "mismatch",
+            Self::TakenOver => "taken_over",
+            Self::Fenced => "fenced",
+            Self::CompletedByCompleter => "completed_by_completer",
+            Self::FailedByCompleter => "failed_by_completer",
+        }
+    }
+}
+
+/// Counts an idempotency outcome, and logs it, so each request's log carries its outcome
+/// (inside the request span).
+pub fn outcome(outcome: Outcome) {
+    let name = outcome.as_str();
     counter!("idempotency_outcomes_total", "outcome" => name).increment(1);
     tracing::info!(idempotency.outcome = name, "idempotency outcome");
+}
+
+/// A call to the processor: the `operation` label of `processor_call_duration_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessorCall {
+    Charge,
+}
+
+impl ProcessorCall {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Charge => "charge",
+        }
+    }
 }
 
 /// A Redis call that failed (and was worked around).
@@ -43,8 +97,8 @@ pub fn processor_mismatch() {
     counter!("processor_mismatch_total").increment(1);
 }
 
-pub fn processor_call(operation: &'static str, started: Instant) {
-    histogram!("processor_call_duration_seconds", "operation" => operation)
+pub fn processor_call(call: ProcessorCall, started: Instant) {
+    histogram!("processor_call_duration_seconds", "operation" => call.as_str())
         .record(started.elapsed().as_secs_f64());
 }
 

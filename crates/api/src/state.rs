@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_domain::CardProcessor;
-use payments_idempotency::RecentDurations;
 use payments_storage::{EventStream, ReplayCache, Store};
 
 use crate::auth::ApiKeys;
 use crate::completions::Completions;
+use crate::operations::charge::CreateCharge;
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
@@ -39,8 +39,8 @@ pub struct AppState {
     pub events: Option<EventStream>,
     /// Renders `GET /metrics`; `None` if this process has no recorder of its own.
     pub metrics: Option<PrometheusHandle>,
-    /// How long recent charge attempts took, for the `Retry-After` of a duplicate.
-    pub charge_durations: Arc<RecentDurations>,
+    /// The operations the protocol runs.
+    pub charges: Arc<CreateCharge>,
 }
 
 impl AppState {
@@ -59,7 +59,7 @@ impl AppState {
             cache: None,
             events: None,
             metrics: None,
-            charge_durations: Arc::default(),
+            charges: Arc::default(),
         }
     }
 }

@@ -29,11 +29,9 @@ pub enum Decision {
 
 /// Decides what to do with a request whose fingerprint is `fingerprint`, at time `now`.
 ///
-/// Order matters. An expired finished record is gone as far as the client is concerned, so
-/// expiry is checked first; but an unfinished (pending) record is never expired away, because
-/// the card may have been charged and only a resume (or the completer) may settle it, and
-/// neither is a failed record that holds a processor charge id (a charge that is known must
-/// reach the ledger first). A fingerprint mismatch is checked before anything is replayed or
+/// Order matters. An expired record ([`IdempotencyRecord::is_expired`]: finished, and past its
+/// retention) is gone as far as the client is concerned, so expiry is checked first. A
+/// fingerprint mismatch is checked before anything is replayed or
 /// resumed, so one request can never receive another's response or reuse its processor key.
 pub fn decide(
     existing: Option<&IdempotencyRecord>,
@@ -43,10 +41,7 @@ pub fn decide(
     let Some(record) = existing else {
         return Decision::Execute;
     };
-    let holds_unrecorded_charge =
-        record.state == RecordState::Failed && record.processor_charge_id.is_some();
-    let finished = matches!(record.state, RecordState::Completed | RecordState::Failed);
-    if finished && !holds_unrecorded_charge && record.expires_at <= now {
+    if record.is_expired(now) {
         return Decision::ReplaceExpired;
     }
     if record.fingerprint != *fingerprint {
@@ -63,7 +58,7 @@ pub fn decide(
         },
         // A failed record never holds a charge id today (the store refuses to fail one that
         // does); one written by an older version is finished from its charge, not retried.
-        RecordState::Failed if holds_unrecorded_charge => Decision::Resume {
+        RecordState::Failed if record.holds_unrecorded_charge() => Decision::Resume {
             from: RecoveryPoint::Charged,
         },
         RecordState::Failed => Decision::RetryFailed,
@@ -133,6 +128,24 @@ mod tests {
             created_at: t0(),
             expires_at: t0() + Duration::hours(24),
         }
+    }
+
+    #[test]
+    fn only_a_finished_record_past_its_retention_is_expired() {
+        let after = t0() + Duration::hours(25);
+        let before = t0() + Duration::hours(23);
+        let completed = record(RecordState::Completed, RecoveryPoint::Finished, None);
+        let failed = record(RecordState::Failed, RecoveryPoint::Started, None);
+        let pending = record(RecordState::Pending, RecoveryPoint::Started, None);
+        let mut failed_with_charge = failed.clone();
+        failed_with_charge.processor_charge_id = Some("ch_1".into());
+        assert!(completed.is_expired(after) && failed.is_expired(after));
+        assert!(!completed.is_expired(before) && !failed.is_expired(before));
+        assert!(!pending.is_expired(after), "a pending record never expires");
+        assert!(
+            !failed_with_charge.is_expired(after),
+            "a known charge must reach the ledger first"
+        );
     }
 
     #[test]

@@ -132,6 +132,24 @@ pub struct IdempotencyRecord {
     pub expires_at: DateTime<Utc>,
 }
 
+impl IdempotencyRecord {
+    /// Whether the record outlived its retention at `now`, so that its key is fresh again.
+    ///
+    /// Only a finished record expires. A pending one never does: the processor may have made
+    /// its effect, and only a resume (or the completer) may settle it. Nor does a failed record
+    /// that holds a processor charge id: a known charge must reach the ledger first.
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        let finished = matches!(self.state, RecordState::Completed | RecordState::Failed);
+        finished && !self.holds_unrecorded_charge() && self.expires_at <= now
+    }
+
+    /// A failed record holding a processor charge id: written by no current version (the
+    /// store refuses to fail such a record), and finished from its charge if ever found.
+    pub fn holds_unrecorded_charge(&self) -> bool {
+        self.state == RecordState::Failed && self.processor_charge_id.is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

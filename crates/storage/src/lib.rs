@@ -27,18 +27,19 @@ use payments_idempotency::IdempotencyPolicy;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::SqliteConnectOptions;
 
+use crate::postgres::PgStore;
+use crate::sqlite::SqliteStore;
+
 pub use error::StoreError;
 pub use model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Claimed, Completion, Fence, Finish, ListCharges,
 };
-pub use postgres::PgStore;
 pub use redis_link::{RedisFailure, RedisLink};
 pub use replay_cache::{CachedReplay, ReplayCache};
-pub use repository::{
-    Backend, ChargeRepository, FloorRepository, RecordRepository, Store, WorkerRepository,
-};
-pub use sqlite::SqliteStore;
-pub use stream::{EventStream, OutboxEvent, RelayError};
+#[cfg(feature = "bench")]
+pub use repository::FloorRepository;
+pub use repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
+pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
 
 /// How to reach the database.
 #[derive(Debug, Clone)]

@@ -22,14 +22,13 @@ use payments_domain::{Charge, ChargeId, TenantId};
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
-use uuid::Uuid;
 
 use crate::StoreError;
 use crate::model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish, ListCharges,
     Verdict, judge,
 };
-use crate::stream::{EventStream, RelayError};
+use crate::stream::{EventSink, RelayError};
 
 /// Idempotency records: the claim and the fenced writes of the attempt that owns a record.
 #[async_trait]
@@ -190,7 +189,7 @@ pub trait WorkerRepository: Send + Sync {
 
     /// Publishes up to `batch` unpublished events and marks them published; returns how many.
     /// Rows are marked only after the stream accepted them: at least once, never lost.
-    async fn relay_outbox(&self, batch: i64, stream: &EventStream) -> Result<usize, RelayError>;
+    async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError>;
 
     /// The size and age of the unpublished backlog.
     async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
@@ -206,10 +205,9 @@ pub trait WorkerRepository: Send + Sync {
 }
 
 /// The floors of the benchmarks: the least work each path of the service can be made of, with
-/// none of its protection. Not part of the service: only the bench-only routes of the api
-/// crate (its cargo feature `bench`) call them. This crate has no `bench` feature of its own,
-/// so they are compiled into every build, as `write_charge_unguarded` always was, and nothing
-/// outside those routes may use them.
+/// none of its protection. Not part of the service: compiled only with this crate's `bench`
+/// feature, which the api's `bench` feature (its bench-only routes) turns on.
+#[cfg(feature = "bench")]
 #[async_trait]
 pub trait FloorRepository: Send + Sync {
     /// Writes a charge, its ledger transaction and its event with no idempotency record at
@@ -226,7 +224,7 @@ pub trait FloorRepository: Send + Sync {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         request_body: &[u8],
-        resource_id: Uuid,
+        resource_id: uuid::Uuid,
     ) -> Result<Fence, StoreError>;
 }
 
@@ -248,10 +246,12 @@ impl Backend {
 
 /// Everything the service needs from its database.
 #[async_trait]
-pub trait Store:
-    RecordRepository + ChargeRepository + WorkerRepository + FloorRepository + Debug
-{
+pub trait Store: RecordRepository + ChargeRepository + WorkerRepository + Debug {
     fn backend(&self) -> Backend;
+
+    /// The benchmark floors on the same database.
+    #[cfg(feature = "bench")]
+    fn floors(&self) -> &dyn FloorRepository;
 
     fn policy(&self) -> IdempotencyPolicy;
 

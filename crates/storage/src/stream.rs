@@ -1,10 +1,26 @@
-//! The event stream the outbox relay publishes to: a Redis stream, written at least once.
+//! Where the outbox relay publishes ([`EventSink`]), and the sink the service uses: a Redis
+//! stream, written at least once.
 
+use async_trait::async_trait;
 use redis::Pipeline;
 use uuid::Uuid;
 
 use crate::StoreError;
 use crate::redis_link::{RedisFailure, RedisLink};
+
+/// Where the outbox relay publishes events. The relay marks a batch published only after
+/// [`publish`](Self::publish) succeeded, and publishes it again after a failure, so a sink
+/// receives every event at least once; each carries its `id` for consumers to tell repeats.
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    /// Publishes every event of the batch, or fails as a whole.
+    async fn publish(&self, events: &[OutboxEvent]) -> Result<(), SinkError>;
+}
+
+/// A sink that could not take a batch; the relay backs off and publishes it again.
+#[derive(Debug, thiserror::Error)]
+#[error("the event sink failed")]
+pub struct SinkError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
 /// Publishes events to one Redis stream, capped at about `max_len` entries.
 #[derive(Debug, Clone)]
@@ -35,7 +51,10 @@ impl EventStream {
     pub fn name(&self) -> &str {
         &self.stream
     }
+}
 
+#[async_trait]
+impl EventSink for EventStream {
     /// `XADD`s every event in one pipeline. Each entry carries `event_id`, so a consumer that
     /// receives an event twice (delivery is at least once) can tell.
     ///
@@ -44,7 +63,7 @@ impl EventStream {
     /// long as Redis lives. `~` lets Redis drop only whole nodes (100 entries by default),
     /// which costs nothing per entry; the stream then holds somewhat more than `max_len`,
     /// never fewer.
-    pub async fn publish(&self, events: &[OutboxEvent]) -> Result<(), RedisFailure> {
+    async fn publish(&self, events: &[OutboxEvent]) -> Result<(), SinkError> {
         let mut pipe = Pipeline::new();
         for event in events {
             pipe.cmd("XADD")
@@ -61,7 +80,10 @@ impl EventStream {
                 .arg(&event.payload)
                 .ignore();
         }
-        self.link.query_pipeline::<()>(&pipe).await
+        self.link
+            .query_pipeline::<()>(&pipe)
+            .await
+            .map_err(|failure: RedisFailure| SinkError(Box::new(failure)))
     }
 }
 
@@ -70,6 +92,6 @@ impl EventStream {
 pub enum RelayError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("publishing to the stream failed")]
-    Stream(#[from] RedisFailure),
+    #[error("publishing the events failed")]
+    Sink(#[from] SinkError),
 }

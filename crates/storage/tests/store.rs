@@ -10,8 +10,8 @@ use chrono::Utc;
 use futures::future::join_all;
 use payments_domain::{Amount, Charge, ChargeId, Currency, Money, PaymentSource, TenantId};
 use payments_idempotency::{
-    Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecordState,
-    RecoveryPoint, Scope, StoredResponse,
+    Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint,
+    Scope, StoredResponse,
 };
 use payments_storage::{
     Backend, Claim, Claimed, Completion, Database, Fence, Finish, PoolSettings, Store,
@@ -928,59 +928,6 @@ async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) 
     assert_eq!(db.store.reap_expired(10).await.expect("reap"), 0);
 }
 
-/// The bench floors write and read the rows the protocol does: a pending record of attempt 1
-/// that the service's own finish completes, read back whole by its key.
-async fn the_floors_insert_a_record_the_finish_completes_and_read_it_back(backend: Backend) {
-    let db = test_db(backend).await;
-    let (s, k) = (scope(), key("floor"));
-    assert!(db.store.find_record(&s, &k).await.expect("read").is_none());
-    let resource_id = uuid::Uuid::new_v4();
-    let fence = db
-        .store
-        .insert_pending_unguarded(&s, &k, &fingerprint(100), b"{}", resource_id)
-        .await
-        .expect("insert");
-    assert_eq!(
-        (fence.attempt, fence.resource_id),
-        (Attempt(1), resource_id)
-    );
-    let pending = db
-        .store
-        .find_record(&s, &k)
-        .await
-        .expect("read")
-        .map(|(record, _)| record)
-        .expect("a record");
-    assert_eq!(
-        (pending.state, pending.fingerprint, pending.response),
-        (RecordState::Pending, fingerprint(100), None)
-    );
-    let charge = Charge {
-        id: ChargeId::from_uuid(resource_id),
-        tenant: TenantId::new("acme"),
-        money: Money::new(Amount::new(100).expect("amount"), Currency::Usd),
-        source: PaymentSource::new("tok_visa").expect("source"),
-        description: None,
-        processor_charge_id: "sim_floor".into(),
-        created_at: Utc::now(),
-    };
-    let done = db
-        .store
-        .finish_charge(&s, &k, fence, &charge, &response("floor"))
-        .await
-        .expect("finish");
-    assert!(matches!(done, Completion::Stored { .. }));
-    let completed = db
-        .store
-        .find_record(&s, &k)
-        .await
-        .expect("read")
-        .map(|(record, _)| record)
-        .expect("a record");
-    assert_eq!(completed.state, RecordState::Completed);
-    assert_eq!(completed.response.expect("response").body, b"floor");
-}
-
 on_every_backend!(
     a_finish_refused_part_way_writes_nothing,
     exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
@@ -997,5 +944,68 @@ on_every_backend!(
     keys_are_scoped_by_tenant_and_operation,
     only_published_events_past_their_retention_are_pruned,
     the_reaper_deletes_the_longest_expired_records_first,
-    the_floors_insert_a_record_the_finish_completes_and_read_it_back,
 );
+
+/// The floors exist only with the `bench` feature.
+#[cfg(feature = "bench")]
+mod floors {
+    use payments_idempotency::RecordState;
+
+    use super::*;
+
+    /// The bench floors write and read the rows the protocol does: a pending record of attempt 1
+    /// that the service's own finish completes, read back whole by its key.
+    async fn the_floors_insert_a_record_the_finish_completes_and_read_it_back(backend: Backend) {
+        let db = test_db(backend).await;
+        let (s, k) = (scope(), key("floor"));
+        assert!(db.store.find_record(&s, &k).await.expect("read").is_none());
+        let resource_id = uuid::Uuid::new_v4();
+        let fence = db
+            .store
+            .floors()
+            .insert_pending_unguarded(&s, &k, &fingerprint(100), b"{}", resource_id)
+            .await
+            .expect("insert");
+        assert_eq!(
+            (fence.attempt, fence.resource_id),
+            (Attempt(1), resource_id)
+        );
+        let pending = db
+            .store
+            .find_record(&s, &k)
+            .await
+            .expect("read")
+            .map(|(record, _)| record)
+            .expect("a record");
+        assert_eq!(
+            (pending.state, pending.fingerprint, pending.response),
+            (RecordState::Pending, fingerprint(100), None)
+        );
+        let charge = Charge {
+            id: ChargeId::from_uuid(resource_id),
+            tenant: TenantId::new("acme"),
+            money: Money::new(Amount::new(100).expect("amount"), Currency::Usd),
+            source: PaymentSource::new("tok_visa").expect("source"),
+            description: None,
+            processor_charge_id: "sim_floor".into(),
+            created_at: Utc::now(),
+        };
+        let done = db
+            .store
+            .finish_charge(&s, &k, fence, &charge, &response("floor"))
+            .await
+            .expect("finish");
+        assert!(matches!(done, Completion::Stored { .. }));
+        let completed = db
+            .store
+            .find_record(&s, &k)
+            .await
+            .expect("read")
+            .map(|(record, _)| record)
+            .expect("a record");
+        assert_eq!(completed.state, RecordState::Completed);
+        assert_eq!(completed.response.expect("response").body, b"floor");
+    }
+
+    on_every_backend!(the_floors_insert_a_record_the_finish_completes_and_read_it_back);
+}

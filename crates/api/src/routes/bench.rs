@@ -11,15 +11,16 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, ChargeRequest, TenantId};
-use payments_idempotency::{CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, Scope};
+use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
 use payments_storage::Completion;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use crate::charge_flow::created_response;
 use crate::extract::{ApiQuery, JsonBytes};
+use crate::operations::charge::{CreateCharge, created_response};
+use crate::protocol;
 use crate::views::CreateChargeBody;
 use crate::workers::reaper;
 use crate::{ApiError, AppState};
@@ -70,7 +71,7 @@ pub async fn charge(
     JsonBytes(body): JsonBytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let charge = new_charge(&body)?;
-    state.store.write_charge_unguarded(&charge).await?;
+    state.store.floors().write_charge_unguarded(&charge).await?;
     Ok((
         StatusCode::CREATED,
         Json(json!({ "id": charge.id.to_string() })),
@@ -95,6 +96,7 @@ pub async fn charge_in_two_commits(
         .map_err(|e| ApiError::Internal(e.into()))?;
     let fence = state
         .store
+        .floors()
         .insert_pending_unguarded(&scope, &key, &fingerprint, &body, charge.id.as_uuid())
         .await?;
     let response = created_response(&charge)?;
@@ -168,10 +170,7 @@ pub async fn reap(
 }
 
 fn scope() -> Scope {
-    Scope {
-        tenant: TENANT.into(),
-        operation: CHARGES_CREATE_V1.into(),
-    }
+    protocol::scope_of::<CreateCharge>(&TenantId::new(TENANT))
 }
 
 /// The charge a valid request body makes, as the charge flow would make it (minus the

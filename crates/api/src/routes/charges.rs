@@ -10,8 +10,8 @@ use payments_storage::ListCharges;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::charge_flow::{NewCharge, create_charge};
 use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
+use crate::protocol::{self, Attempt};
 use crate::replay::respond;
 use crate::views::{ChargeList, ChargeView, CreateChargeBody};
 use crate::{ApiError, AppState};
@@ -35,7 +35,7 @@ pub async fn create(
     let fingerprint = Fingerprint::of_json_request("POST", "/charges", &canonical);
     let canonical_body = canonical_json(&canonical).into_bytes();
 
-    let new = NewCharge {
+    let attempt = Attempt {
         tenant,
         key,
         fingerprint,
@@ -43,12 +43,8 @@ pub async fn create(
         request,
         wait,
     };
-    let outcome = create_charge(&state, new).await?;
-    Ok(respond(
-        outcome.response,
-        outcome.replayed,
-        outcome.expires_at,
-    ))
+    let answer = protocol::run(state.engine(), state.charges.as_ref(), attempt).await?;
+    Ok(respond(answer.response, answer.replayed, answer.expires_at))
 }
 
 pub async fn show(

@@ -7,12 +7,12 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use chrono::SecondsFormat;
-use payments_idempotency::{
-    CHARGES_CREATE_V1, IdempotencyKey, IdempotencyRecord, RecordState, Scope,
-};
+use payments_idempotency::{IdempotencyKey, IdempotencyRecord, RecordState};
 use serde::Serialize;
 
 use crate::extract::Tenant;
+use crate::operations::charge::CreateCharge;
+use crate::protocol;
 use crate::{ApiError, AppState};
 
 /// What a client may learn about one of its keys.
@@ -66,20 +66,16 @@ pub async fn show(
     })?;
     let key =
         IdempotencyKey::parse(&raw).map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
-    let scope = Scope {
-        tenant: tenant.as_str().to_owned(),
-        operation: CHARGES_CREATE_V1.to_owned(),
-    };
+    let scope = protocol::scope_of::<CreateCharge>(&tenant);
     let not_found = || ApiError::NotFound(format!("No such idempotency key: {key}"));
     let (record, now) = state
         .store
         .find_record(&scope, &key)
         .await?
         .ok_or_else(not_found)?;
-    // A finished record past its retention is gone as far as clients are concerned (the key
-    // is fresh again), whether or not the reaper has deleted it yet.
-    let finished = matches!(record.state, RecordState::Completed | RecordState::Failed);
-    if finished && record.expires_at <= now {
+    // A record past its retention is gone as far as clients are concerned (the key is fresh
+    // again), whether or not the reaper has deleted it yet.
+    if record.is_expired(now) {
         return Err(not_found());
     }
     Ok(Json(KeyView::from(&record)))

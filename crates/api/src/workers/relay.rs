@@ -26,7 +26,7 @@ pub async fn run(
         delay = match relay_all(&state, &stream, batch).await {
             Ok(()) => interval,
             Err(error) => {
-                if matches!(error, RelayError::Stream(_)) {
+                if matches!(error, RelayError::Sink(_)) {
                     metrics::redis_error("xadd");
                 }
                 tracing::warn!(error = %error_chain(&error), retry_in_ms = delay.as_millis() as u64, "relay: publish failed");

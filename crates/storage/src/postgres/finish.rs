@@ -176,7 +176,7 @@ fn completion(stored: Option<DateTime<Utc>>) -> Completion {
 /// from a CTE named `gate`: the charge selects from `gate`, everything else from the charge,
 /// so no row is written unless the gate yields one. Parameters are numbered from `first`. Shared by the guarded
 /// finish and the bench floor so that both write exactly the same rows.
-fn charge_writes(first: usize) -> String {
+pub(super) fn charge_writes(first: usize) -> String {
     let p: Vec<String> = (first..first + 16).map(|i| format!("${i}")).collect();
     format!(
         "charge AS (
@@ -204,11 +204,11 @@ fn charge_writes(first: usize) -> String {
     )
 }
 
-type ScalarQuery<'q, T> =
+pub(super) type ScalarQuery<'q, T> =
     sqlx::query::QueryScalar<'q, sqlx::Postgres, T, sqlx::postgres::PgArguments>;
 
 /// Binds the 16 parameters of [`charge_writes`], in order.
-fn bind_charge_writes<'q, T>(
+pub(super) fn bind_charge_writes<'q, T>(
     query: ScalarQuery<'q, T>,
     charge: &'q Charge,
 ) -> Result<ScalarQuery<'q, T>, StoreError> {
@@ -238,20 +238,4 @@ fn bind_charge_writes<'q, T>(
         .bind(event.event_id)
         .bind(PAYMENT_COMPLETED)
         .bind(payload))
-}
-
-impl PgStore {
-    /// Writes a charge, its ledger transaction and its event in one statement, with no
-    /// idempotency record at all. Not part of the service: it is the floor the charge flow is
-    /// measured against in the benchmarks (the same writes, none of the protection).
-    pub(crate) async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
-        let sql = format!(
-            "WITH gate AS (SELECT 1), {} SELECT count(*) FROM gate",
-            charge_writes(1)
-        );
-        bind_charge_writes(sqlx::query_scalar::<_, i64>(&sql), charge)?
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(())
-    }
 }

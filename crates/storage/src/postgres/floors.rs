@@ -1,19 +1,37 @@
-//! The benchmark floors on PostgreSQL (see [`FloorRepository`](crate::FloorRepository)): a
-//! pending record inserted on its own. Not part of the service. The read floor is the claim's
-//! own lock-free read, `find_record`.
-//! The third floor, `write_charge_unguarded`, lives beside the finish it copies (`finish.rs`).
+//! The benchmark floors on PostgreSQL (see [`FloorRepository`]): the finish's inserts without
+//! a record, and a pending record inserted on its own. Not part of the service, and compiled
+//! only with the `bench` feature. The read floor is the claim's own lock-free read,
+//! `find_record`.
 
+use async_trait::async_trait;
+use payments_domain::Charge;
 use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, Scope};
 use uuid::Uuid;
 
+use super::finish::{bind_charge_writes, charge_writes};
 use super::{PgStore, secs};
 use crate::StoreError;
 use crate::model::{Fence, processor_key_for};
+use crate::repository::FloorRepository;
 
-impl PgStore {
+#[async_trait]
+impl FloorRepository for PgStore {
+    /// The finish's very inserts (`charge_writes`) behind a gate that always yields its row:
+    /// one statement, one commit, no idempotency record at all.
+    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
+        let sql = format!(
+            "WITH gate AS (SELECT 1), {} SELECT count(*) FROM gate",
+            charge_writes(1)
+        );
+        bind_charge_writes(sqlx::query_scalar::<_, i64>(&sql), charge)?
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// The row a claim inserts for a fresh key, in one statement and one commit; without the
     /// claim's `ON CONFLICT` and decision, since the caller's key is new.
-    pub(crate) async fn insert_pending_unguarded(
+    async fn insert_pending_unguarded(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,

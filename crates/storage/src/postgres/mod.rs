@@ -6,6 +6,7 @@
 mod charges;
 mod claim;
 mod finish;
+#[cfg(feature = "bench")]
 mod floors;
 mod ledger;
 mod outbox;
@@ -22,13 +23,10 @@ use payments_idempotency::{
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
-use uuid::Uuid;
 
 use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish};
-use crate::repository::{
-    Backend, ChargeRepository, FloorRepository, RecordRepository, Store, WorkerRepository,
-};
-use crate::stream::{EventStream, RelayError};
+use crate::repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
+use crate::stream::{EventSink, RelayError};
 use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
@@ -60,21 +58,12 @@ impl PgStore {
         Self { pool, policy }
     }
 
-    /// Wraps an existing pool (tests, tools).
-    pub fn from_pool(pool: PgPool, policy: IdempotencyPolicy) -> Self {
-        Self { pool, policy }
-    }
-
     /// Creates the database named in `url` if it does not exist yet.
     pub async fn create_database_if_missing(url: &str) -> Result<(), StoreError> {
         if !sqlx::Postgres::database_exists(url).await? {
             sqlx::Postgres::create_database(url).await?;
         }
         Ok(())
-    }
-
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
     }
 
     /// Begins a transaction on a task of its own.
@@ -209,8 +198,8 @@ impl WorkerRepository for PgStore {
         PgStore::reap_expired(self, batch).await
     }
 
-    async fn relay_outbox(&self, batch: i64, stream: &EventStream) -> Result<usize, RelayError> {
-        PgStore::relay_outbox(self, batch, stream).await
+    async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {
+        PgStore::relay_outbox(self, batch, sink).await
     }
 
     async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
@@ -227,28 +216,14 @@ impl WorkerRepository for PgStore {
 }
 
 #[async_trait]
-impl FloorRepository for PgStore {
-    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
-        PgStore::write_charge_unguarded(self, charge).await
-    }
-
-    async fn insert_pending_unguarded(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        request_body: &[u8],
-        resource_id: Uuid,
-    ) -> Result<Fence, StoreError> {
-        PgStore::insert_pending_unguarded(self, scope, key, fingerprint, request_body, resource_id)
-            .await
-    }
-}
-
-#[async_trait]
 impl Store for PgStore {
     fn backend(&self) -> Backend {
         Backend::Postgres
+    }
+
+    #[cfg(feature = "bench")]
+    fn floors(&self) -> &dyn crate::FloorRepository {
+        self
     }
 
     fn policy(&self) -> IdempotencyPolicy {

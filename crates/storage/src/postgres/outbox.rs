@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{PgStore, secs};
 use crate::StoreError;
 use crate::model::Backlog;
-use crate::stream::{EventStream, OutboxEvent, RelayError};
+use crate::stream::{EventSink, OutboxEvent, RelayError};
 
 impl PgStore {
     /// Publishes up to `batch` unpublished events and marks them published; returns how many.
@@ -21,7 +21,7 @@ impl PgStore {
     pub(crate) async fn relay_outbox(
         &self,
         batch: i64,
-        stream: &EventStream,
+        sink: &dyn EventSink,
     ) -> Result<usize, RelayError> {
         let mut tx = self.begin().await?;
         let events: Vec<OutboxEvent> = sqlx::query_as(
@@ -38,7 +38,7 @@ impl PgStore {
         if events.is_empty() {
             return Ok(0);
         }
-        stream.publish(&events).await?;
+        sink.publish(&events).await?;
         let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
         sqlx::query("UPDATE outbox_events SET published_at = now() WHERE id = ANY($1)")
             .bind(&ids)

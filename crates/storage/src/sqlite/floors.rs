@@ -1,6 +1,6 @@
 //! The benchmark floors on SQLite (see [`FloorRepository`]): the charge's inserts without a
 //! record, and a pending record inserted on its own. Not part of the service. The read floor
-//! is the claim's own lock-free read, `find_record`.
+//! is the claim's own lock-free read, `find_record`. Compiled only with the `bench` feature.
 
 use async_trait::async_trait;
 use payments_domain::Charge;

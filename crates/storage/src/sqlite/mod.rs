@@ -10,6 +10,7 @@
 //! - the clock is SQLite's (`strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`), so lock expiry is judged
 //!   the same way by every process on the file.
 
+#[cfg(feature = "bench")]
 mod floors;
 mod reads;
 mod records;
@@ -115,17 +116,12 @@ impl SqliteStore {
         Ok(Self::from_pool(pool, policy))
     }
 
-    /// Wraps an existing pool (tests, tools).
-    pub fn from_pool(pool: SqlitePool, policy: IdempotencyPolicy) -> Self {
+    fn from_pool(pool: SqlitePool, policy: IdempotencyPolicy) -> Self {
         Self {
             pool,
             policy,
             write_gate: Arc::new(Mutex::new(())),
         }
-    }
-
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
     }
 
     /// Begins a write transaction that holds the write lock from its first statement on.
@@ -157,6 +153,11 @@ fn create_parent_directory(file: &Path) -> Result<(), StoreError> {
 impl Store for SqliteStore {
     fn backend(&self) -> Backend {
         Backend::Sqlite
+    }
+
+    #[cfg(feature = "bench")]
+    fn floors(&self) -> &dyn crate::FloorRepository {
+        self
     }
 
     fn policy(&self) -> IdempotencyPolicy {

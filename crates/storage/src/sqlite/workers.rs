@@ -10,7 +10,7 @@ use crate::StoreError;
 use crate::model::{Abandoned, Backlog};
 use crate::repository::WorkerRepository;
 use crate::rows::AbandonedRow;
-use crate::stream::{EventStream, OutboxEvent, RelayError};
+use crate::stream::{EventSink, OutboxEvent, RelayError};
 
 /// How long a relay may hold events it is publishing before another relay may take them.
 const RELAY_LEASE: Duration = Duration::from_secs(10);
@@ -82,7 +82,7 @@ impl WorkerRepository for SqliteStore {
     /// across the publish (a slow Redis must not stop every writer): the lease keeps relays in
     /// other processes off these rows meanwhile, as `SKIP LOCKED` does on PostgreSQL. If the
     /// publish fails the lease is given back at once; if this process dies, it runs out.
-    async fn relay_outbox(&self, batch: i64, stream: &EventStream) -> Result<usize, RelayError> {
+    async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {
         let lease = format!(
             "UPDATE outbox_events SET relay_lease_until = {}
              WHERE rowid IN (SELECT rowid FROM outbox_events
@@ -118,7 +118,7 @@ impl WorkerRepository for SqliteStore {
                 payload,
             })
             .collect();
-        let published = stream.publish(&events).await;
+        let published = sink.publish(&events).await;
         let settle = match published {
             Ok(()) => format!(
                 "UPDATE outbox_events SET published_at = {NOW}, relay_lease_until = NULL

@@ -1,0 +1,101 @@
+//! What an operation plugs into the protocol: its request, its effect at the processor, and
+//! the writes of its finish. Everything else (the claim, the recovery points, the fence, the
+//! cache, the completer's settle) is the protocol's, the same for every operation.
+
+use async_trait::async_trait;
+use payments_domain::{CardProcessor, ProcessorError, TenantId};
+use payments_idempotency::{IdempotencyKey, RecentDurations, Scope, StoredResponse};
+use payments_storage::{Completion, Fence, Store};
+
+use super::ProtocolError;
+use crate::metrics::ProcessorCall;
+
+/// The record an attempt owns, and the fence it writes under.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'a> {
+    pub scope: &'a Scope,
+    pub key: &'a IdempotencyKey,
+    pub fence: Fence,
+}
+
+impl Owner<'_> {
+    /// The tenant the record belongs to.
+    pub fn tenant(&self) -> TenantId {
+        TenantId::new(self.scope.tenant.clone())
+    }
+}
+
+/// The processor's definitive answer about a processor key.
+#[derive(Debug)]
+pub enum Settled<E> {
+    /// The effect exists under the key: it was made, and must be recorded.
+    Exists(E),
+    /// A call under the key is still being processed: ask again later.
+    StillProcessing,
+    /// Nothing exists under the key, and the key is tombstoned: nothing ever will.
+    Canceled,
+}
+
+/// One idempotent operation, such as creating a charge.
+///
+/// The protocol calls [`effect`](Self::effect) at most once per attempt, always with the
+/// record's processor key, so that the processor deduplicates every attempt of one request;
+/// [`settle`](Self::settle) is the completer's definitive question under the same key, and
+/// must never create anything.
+#[async_trait]
+pub trait Operation: Send + Sync + 'static {
+    /// The validated request.
+    type Request: Send + Sync;
+    /// What the processor reports the effect to be.
+    type Effect: Send + Sync;
+
+    /// The scope's operation, with its schema version (`charges.create.v1`).
+    const NAME: &'static str;
+
+    /// The processor call of [`effect`](Self::effect), as the metrics name it.
+    const PROCESSOR_CALL: ProcessorCall;
+
+    /// How long recent attempts took, for the `Retry-After` of a duplicate.
+    fn durations(&self) -> &RecentDurations;
+
+    /// Rebuilds the request from the canonical body stored with the record, for the completer.
+    /// `None` if the record holds none or it is no longer valid.
+    fn stored_request(&self, body: &[u8]) -> Option<Self::Request>;
+
+    /// Performs the effect at the processor under `processor_key`, or returns the one already
+    /// performed under it.
+    async fn effect(
+        &self,
+        processor: &dyn CardProcessor,
+        request: &Self::Request,
+        processor_key: &str,
+    ) -> Result<Self::Effect, ProcessorError>;
+
+    /// Settles `processor_key` for good: the effect made under it, "still processing", or a
+    /// tombstone that makes any later effect under it impossible.
+    async fn settle(
+        &self,
+        processor: &dyn CardProcessor,
+        processor_key: &str,
+    ) -> Result<Settled<Self::Effect>, ProcessorError>;
+
+    /// The processor's id of the effect, kept by the `charged` recovery point.
+    fn effect_id(effect: &Self::Effect) -> String;
+
+    /// Whether the processor's effect is the one `request` asked for; a mismatch is never
+    /// posted. The reason goes to the log.
+    fn confirms(effect: &Self::Effect, request: &Self::Request) -> Result<(), String>;
+
+    /// The stored answer to a definitive refusal by the processor (a decline).
+    fn declined(&self, decline_code: String, message: String) -> StoredResponse;
+
+    /// Writes what the operation created, with the completed record and its `response`, in
+    /// one transaction fenced by `owner`; returns the response it stored.
+    async fn finish(
+        &self,
+        store: &dyn Store,
+        owner: Owner<'_>,
+        request: &Self::Request,
+        effect_id: String,
+    ) -> Result<(Completion, StoredResponse), ProtocolError>;
+}
