@@ -153,6 +153,16 @@ pub enum Completion {
     Fenced,
 }
 
+impl Completion {
+    /// From what a completing statement returned: the new expiry, or no row at all (fenced).
+    pub(crate) fn from_expiry(expires_at: Option<DateTime<Utc>>) -> Self {
+        match expires_at {
+            Some(expires_at) => Self::Stored { expires_at },
+            None => Self::Fenced,
+        }
+    }
+}
+
 /// Whether a fenced write took effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Finish {

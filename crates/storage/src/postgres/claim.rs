@@ -1,4 +1,6 @@
-//! Claiming a key: the one step that decides, atomically, which attempt may execute.
+//! The steps of a claim under the lock (`RecordRepository::claim_exclusive` in
+//! `records.rs`): the insert of a fresh key, the locking read, the takeover of an abandoned
+//! record and the replacement of an expired or failed one.
 
 use chrono::{DateTime, Utc};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
@@ -7,69 +9,21 @@ use uuid::Uuid;
 
 use super::{PgStore, secs};
 use crate::StoreError;
-use crate::model::{Claim, Claimed, TakenOver, Verdict, judge, processor_key_for};
+use crate::model::{Claimed, TakenOver, processor_key_for};
 use crate::rows::RecordRow;
 
 /// A row read under its lock, with the database's clock: all instances judge lock expiry by
 /// the same clock, never their own.
 #[derive(Debug, sqlx::FromRow)]
-struct LockedRecordRow {
+pub(super) struct LockedRecordRow {
     #[sqlx(flatten)]
-    row: RecordRow,
-    db_now: DateTime<Utc>,
+    pub(super) row: RecordRow,
+    pub(super) db_now: DateTime<Utc>,
 }
 
 impl PgStore {
-    /// Claims `key` for a request with `fingerprint`, under the lock (the lock-free read that
-    /// answers replays, 409s and 422s comes first, in `RecordRepository::claim`).
-    ///
-    /// A fresh key is claimed by a single `INSERT .. ON CONFLICT DO NOTHING`: the primary key
-    /// decides between concurrent duplicates, with no check-then-act window. Only when the key
-    /// exists does the claim read the record under `FOR UPDATE` and let [`decide`] judge it, in
-    /// one short transaction, so that two retries cannot both take over a stale record.
-    pub(crate) async fn claim_exclusive(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        request_body: &[u8],
-    ) -> Result<Claim, StoreError> {
-        // Two rounds at most: the record can vanish (reaped) between the failed insert and the
-        // locking read, and then the insert is tried once more.
-        for _ in 0..2 {
-            if let Some(claimed) = self
-                .insert_pending(scope, key, fingerprint, request_body)
-                .await?
-            {
-                return Ok(Claim::Owned(claimed));
-            }
-            let mut tx = self.begin().await?;
-            let Some(locked) = lock_record(&mut tx, scope, key).await? else {
-                continue;
-            };
-            let record = locked.row.into_record()?;
-            let outcome = match judge(&record, fingerprint, locked.db_now) {
-                Verdict::Answer(claim) => claim,
-                Verdict::Resume(from) => {
-                    let taken = self.take_over(&mut tx, scope, key).await?;
-                    Claim::Owned(Claimed::taken_over(taken, from, record.processor_charge_id))
-                }
-                Verdict::Replace => Claim::Owned(
-                    self.replace_expired(&mut tx, scope, key, fingerprint, request_body)
-                        .await?,
-                ),
-                // The record vanished in between: try the insert again.
-                Verdict::Absent => continue,
-            };
-            tx.commit().await?;
-            return Ok(outcome);
-        }
-        Err(StoreError::Corrupt(format!(
-            "key {key} neither inserts nor reads back"
-        )))
-    }
-
-    async fn insert_pending(
+    /// Inserts a fresh pending record, unless the key exists: `None` then.
+    pub(super) async fn insert_pending(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -105,7 +59,7 @@ impl PgStore {
 
     /// Gives a stale or failed record to this attempt, keeping its resource id, processor key
     /// and recovery point: the attempt resumes the same request, it does not start a new one.
-    async fn take_over(
+    pub(super) async fn take_over(
         &self,
         conn: &mut PgConnection,
         scope: &Scope,
@@ -129,7 +83,7 @@ impl PgStore {
     /// Reuses an expired or failed record's row for a new generation: a new resource id and
     /// processor key (a failed record's old key is tombstoned at the processor), `attempts`
     /// still counting. A straggler of the old generation can never pass the new one's fence.
-    async fn replace_expired(
+    pub(super) async fn replace_expired(
         &self,
         conn: &mut PgConnection,
         scope: &Scope,
@@ -163,30 +117,11 @@ impl PgStore {
         .await?;
         Ok(Claimed::replacing(attempts, resource_id, processor_key))
     }
-
-    /// Reads a record and the database clock, without locking.
-    pub(crate) async fn find_record(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<(payments_idempotency::IdempotencyRecord, DateTime<Utc>)>, StoreError> {
-        let row: Option<LockedRecordRow> = sqlx::query_as(
-            "SELECT r.*, now() AS db_now FROM idempotency_records r
-             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3",
-        )
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| Ok((r.row.into_record()?, r.db_now)))
-            .transpose()
-    }
 }
 
 /// Reads the record under a row lock (`FOR UPDATE`): concurrent claims of one existing key
 /// queue here, so exactly one of them can take a stale record over.
-async fn lock_record(
+pub(super) async fn lock_record(
     conn: &mut PgConnection,
     scope: &Scope,
     key: &IdempotencyKey,

@@ -6,9 +6,10 @@
 use async_trait::async_trait;
 use payments_domain::Charge;
 use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, Scope};
+use sqlx::QueryBuilder;
 use uuid::Uuid;
 
-use super::finish::{bind_charge_writes, charge_writes};
+use super::statements::push_charge_writes;
 use super::{PgStore, secs};
 use crate::StoreError;
 use crate::model::{Fence, processor_key_for};
@@ -16,14 +17,13 @@ use crate::repository::FloorRepository;
 
 #[async_trait]
 impl FloorRepository for PgStore {
-    /// The finish's very inserts (`charge_writes`) behind a gate that always yields its row:
-    /// one statement, one commit, no idempotency record at all.
+    /// The finish's very inserts (`push_charge_writes`) behind a gate that always yields its
+    /// row: one statement, one commit, no idempotency record at all.
     async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
-        let sql = format!(
-            "WITH gate AS (SELECT 1), {} SELECT count(*) FROM gate",
-            charge_writes(1)
-        );
-        bind_charge_writes(sqlx::query_scalar::<_, i64>(&sql), charge)?
+        let mut sql = QueryBuilder::new("WITH gate AS (SELECT 1), ");
+        push_charge_writes(&mut sql, charge)?;
+        sql.push(" SELECT count(*) FROM gate");
+        sql.build_query_scalar::<i64>()
             .fetch_one(&self.pool)
             .await?;
         Ok(())

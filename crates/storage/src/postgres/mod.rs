@@ -2,31 +2,29 @@
 //!
 //! Row locks (`FOR UPDATE`, `SKIP LOCKED`) serialise what must be serialised and let
 //! instances share the work of the background workers; the finish is one statement.
+//!
+//! The layout is the SQLite backend's: `records.rs` implements `RecordRepository` (with the
+//! claim's steps in `claim.rs` and the SQL of the fenced writes in `statements.rs`),
+//! `reads.rs` `ChargeRepository`, `workers.rs` `WorkerRepository`, `floors.rs` the bench
+//! floors, and this module the store itself.
 
-mod charges;
 mod claim;
-mod finish;
 #[cfg(feature = "bench")]
 mod floors;
-mod ledger;
-mod outbox;
-mod recovery;
+mod reads;
+mod records;
+mod statements;
+mod workers;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use payments_domain::{Charge, ChargeId, TenantId};
-use payments_idempotency::{
-    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
-};
+use payments_idempotency::IdempotencyPolicy;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
 
-use crate::model::{Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish};
-use crate::repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
-use crate::stream::{EventSink, RelayError};
+use crate::repository::{Backend, Store};
 use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
@@ -87,132 +85,6 @@ impl PgStore {
 /// Seconds as a PostgreSQL interval argument (`make_interval(secs => $n)` takes a double).
 fn secs(duration: Duration) -> f64 {
     duration.as_secs_f64()
-}
-
-// The trait methods forward to the inherent ones beside the SQL they run, module by module.
-
-#[async_trait]
-impl RecordRepository for PgStore {
-    async fn claim_exclusive(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        request_body: &[u8],
-    ) -> Result<Claim, StoreError> {
-        PgStore::claim_exclusive(self, scope, key, fingerprint, request_body).await
-    }
-
-    async fn find_record(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError> {
-        PgStore::find_record(self, scope, key).await
-    }
-
-    async fn record_charged(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-        processor_charge_id: &str,
-    ) -> Result<Finish, StoreError> {
-        PgStore::record_charged(self, scope, key, fence, processor_charge_id).await
-    }
-
-    async fn mark_failed(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-    ) -> Result<Finish, StoreError> {
-        PgStore::mark_failed(self, scope, key, fence).await
-    }
-
-    async fn release_lock(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-    ) -> Result<Finish, StoreError> {
-        PgStore::release_lock(self, scope, key, fence).await
-    }
-
-    async fn finish_without_charge(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
-        PgStore::finish_without_charge(self, scope, key, fence, response).await
-    }
-
-    async fn finish_charge(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-        charge: &Charge,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
-        PgStore::finish_charge(self, scope, key, fence, charge, response).await
-    }
-}
-
-#[async_trait]
-impl ChargeRepository for PgStore {
-    async fn get_charge(
-        &self,
-        tenant: &TenantId,
-        id: ChargeId,
-    ) -> Result<Option<Charge>, StoreError> {
-        PgStore::get_charge(self, tenant, id).await
-    }
-
-    async fn charges_after(
-        &self,
-        tenant: &TenantId,
-        cursor: Option<&Charge>,
-        limit: u32,
-    ) -> Result<ChargePage, StoreError> {
-        PgStore::charges_after(self, tenant, cursor, limit).await
-    }
-
-    async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
-        PgStore::balances(self, tenant).await
-    }
-}
-
-#[async_trait]
-impl WorkerRepository for PgStore {
-    async fn take_over_abandoned(
-        &self,
-        settle_after: Duration,
-    ) -> Result<Option<Abandoned>, StoreError> {
-        PgStore::take_over_abandoned(self, settle_after).await
-    }
-
-    async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
-        PgStore::reap_expired(self, batch).await
-    }
-
-    async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {
-        PgStore::relay_outbox(self, batch, sink).await
-    }
-
-    async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
-        PgStore::outbox_backlog(self).await
-    }
-
-    async fn prune_published_events(
-        &self,
-        retention: Duration,
-        batch: i64,
-    ) -> Result<u64, StoreError> {
-        PgStore::prune_published_events(self, retention, batch).await
-    }
 }
 
 #[async_trait]

@@ -359,9 +359,6 @@ impl SqliteStore {
             .bind(offset(self.policy.ttl))
             .fetch_optional(conn)
             .await?;
-        Ok(match stored {
-            Some(expires_at) => Completion::Stored { expires_at },
-            None => Completion::Fenced,
-        })
+        Ok(Completion::from_expiry(stored))
     }
 }

@@ -1,18 +1,21 @@
-//! Reading charges back, always within one tenant.
+//! Reading charges and ledger balances back, always within one tenant.
 
+use async_trait::async_trait;
 use payments_domain::{Charge, ChargeId, TenantId};
 
 use super::PgStore;
 use crate::StoreError;
-use crate::model::ChargePage;
-use crate::rows::{ChargeRow, charge_page};
+use crate::model::{Balance, ChargePage};
+use crate::repository::ChargeRepository;
+use crate::rows::{ChargeRow, balance_from_row, charge_page};
 
 const CHARGE_COLUMNS: &str =
     "id, tenant_id, amount, currency, source, description, processor_charge_id, created_at";
 
-impl PgStore {
+#[async_trait]
+impl ChargeRepository for PgStore {
     /// The tenant's charge with this id; another tenant's charge is simply not found.
-    pub(crate) async fn get_charge(
+    async fn get_charge(
         &self,
         tenant: &TenantId,
         id: ChargeId,
@@ -26,7 +29,7 @@ impl PgStore {
         row.map(ChargeRow::into_charge).transpose()
     }
 
-    pub(crate) async fn charges_after(
+    async fn charges_after(
         &self,
         tenant: &TenantId,
         cursor: Option<&Charge>,
@@ -47,5 +50,21 @@ impl PgStore {
             .fetch_all(&self.pool)
             .await?;
         charge_page(rows, limit)
+    }
+
+    /// The tenant's balances, ordered by currency then account.
+    async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
+        // sum(bigint) is numeric in PostgreSQL; it is cast back because a tenant's balance is
+        // bounded far below i64 by the charge amount limit.
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT account, currency, sum(amount)::bigint FROM ledger_entries
+             WHERE tenant_id = $1
+             GROUP BY account, currency
+             ORDER BY currency, account",
+        )
+        .bind(tenant.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(balance_from_row).collect()
     }
 }

@@ -1,13 +1,21 @@
-//! What the background workers need: abandoned records to complete, expired ones to delete.
+//! What the background workers need: abandoned records to settle, expired ones to delete,
+//! and the outbox relay, which publishes unpublished `outbox_events` rows at least once and
+//! prunes published ones after their retention.
 
 use std::time::Duration;
 
+use async_trait::async_trait;
+use uuid::Uuid;
+
 use super::{PgStore, secs};
 use crate::StoreError;
-use crate::model::Abandoned;
+use crate::model::{Abandoned, Backlog};
+use crate::repository::WorkerRepository;
 use crate::rows::AbandonedRow;
+use crate::stream::{EventSink, OutboxEvent, RelayError};
 
-impl PgStore {
+#[async_trait]
+impl WorkerRepository for PgStore {
     /// Takes over the pending record whose lock ended longest ago, if it ended at least
     /// `settle_after` ago, in one statement.
     ///
@@ -16,7 +24,7 @@ impl PgStore {
     /// instance run a completer at once: each takes a different row, and none waits for
     /// another. The takeover bumps `attempts`, so the original attempt, if it is merely slow
     /// rather than dead, is fenced off.
-    pub(crate) async fn take_over_abandoned(
+    async fn take_over_abandoned(
         &self,
         settle_after: Duration,
     ) -> Result<Option<Abandoned>, StoreError> {
@@ -62,7 +70,7 @@ impl PgStore {
     /// which reads the whole `charges` table (it is never reaped) into a hash for every batch
     /// when it expects many expired rows: 41 of a batch's 49 ms at 100,000 charges. A scalar
     /// subquery is always a probe of `charges_processor_charge_unique` for each row taken.
-    pub(crate) async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
+    async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
         let done = sqlx::query(
             "DELETE FROM idempotency_records
              WHERE (tenant_id, operation, idempotency_key) IN (
@@ -75,6 +83,81 @@ impl PgStore {
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED)",
         )
+        .bind(batch)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Publishes up to `batch` unpublished events and marks them published; returns how many.
+    ///
+    /// The rows are locked with `FOR UPDATE SKIP LOCKED` for the round, so relays on several
+    /// instances take disjoint rows and never publish one row twice between them. The rows are
+    /// marked only after the stream accepted them, in the same transaction: if Redis fails they
+    /// stay unpublished for the next round; if the commit fails after the XADD, the next round
+    /// publishes them again (at least once, never lost).
+    async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {
+        let mut tx = self.begin().await?;
+        let events: Vec<OutboxEvent> = sqlx::query_as(
+            "SELECT id, event_type, payload::text AS payload FROM outbox_events
+             WHERE published_at IS NULL
+             ORDER BY created_at
+             LIMIT $1
+             FOR UPDATE SKIP LOCKED",
+        )
+        .bind(batch)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::from)?;
+        if events.is_empty() {
+            return Ok(0);
+        }
+        sink.publish(&events).await?;
+        let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
+        sqlx::query("UPDATE outbox_events SET published_at = now() WHERE id = ANY($1)")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::from)?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(events.len())
+    }
+
+    /// The size and age of the unpublished backlog.
+    async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
+        let (unpublished, oldest_age_secs): (i64, Option<f64>) = sqlx::query_as(
+            "SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
+             FROM outbox_events WHERE published_at IS NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Backlog {
+            unpublished,
+            oldest_age_secs: oldest_age_secs.unwrap_or(0.0),
+        })
+    }
+
+    /// Deletes up to `batch` rows published more than `retention` ago and returns how many.
+    ///
+    /// `published_at IS NOT NULL` is spelled out although the comparison implies it: an
+    /// unpublished row must never go, however old. `SKIP LOCKED` keeps the reapers of several
+    /// instances on disjoint rows; the index `outbox_events_published` finds the old rows
+    /// without reading the whole table.
+    async fn prune_published_events(
+        &self,
+        retention: Duration,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM outbox_events
+             WHERE id IN (
+                 SELECT id FROM outbox_events
+                 WHERE published_at IS NOT NULL
+                   AND published_at < now() - make_interval(secs => $1)
+                 LIMIT $2
+                 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(secs(retention))
         .bind(batch)
         .execute(&self.pool)
         .await?;
