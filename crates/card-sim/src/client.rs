@@ -166,7 +166,10 @@ impl CardProcessor for HttpCardProcessor {
         }
     }
 
-    async fn cancel(&self, idempotency_key: &str) -> Result<CancelOutcome, ProcessorError> {
+    async fn cancel(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
         let response = self
             .http
             .post(self.cancel_url.clone())
@@ -176,7 +179,7 @@ impl CardProcessor for HttpCardProcessor {
             .map_err(|e| self.unreachable(&e))?;
         match response.status() {
             StatusCode::OK => match self.read(response).await? {
-                CancelView::Charged(charge) => reported_charge(charge).map(CancelOutcome::Charged),
+                CancelView::Charged(charge) => reported_charge(charge).map(CancelOutcome::Exists),
                 CancelView::Canceled(view) if view.status == CANCELED => {
                     Ok(CancelOutcome::Canceled)
                 }

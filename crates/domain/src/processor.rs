@@ -92,15 +92,18 @@ impl ProcessorCharge {
     }
 }
 
-/// The processor's definitive answer about a key, from [`CardProcessor::cancel`].
+/// The processor's definitive answer about a key, from [`CardProcessor::cancel`]. Generic
+/// over what exists under the key, because every kind of key the processor deduplicates
+/// settles by the same protocol; only what a call under it makes differs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CancelOutcome {
-    /// A charge exists under the key: it was made, and must be recorded.
-    Charged(ProcessorCharge),
+pub enum CancelOutcome<T> {
+    /// It exists under the key (for a charge key, the charge): it was made, and must be
+    /// recorded.
+    Exists(T),
     /// A call under the key is still being processed: ask again later.
     StillProcessing,
-    /// No charge exists under the key, and the key is now tombstoned: no call under it can
-    /// ever charge.
+    /// Nothing exists under the key, and the key is now tombstoned: no call under it can ever
+    /// move money.
     Canceled,
 }
 
@@ -139,7 +142,10 @@ pub trait CardProcessor: Send + Sync + std::fmt::Debug + 'static {
     /// Settles `idempotency_key` for good: returns its charge if one exists, says so if a call
     /// is still processing, and otherwise tombstones the key so that nothing can ever be
     /// charged under it.
-    async fn cancel(&self, idempotency_key: &str) -> Result<CancelOutcome, ProcessorError>;
+    async fn cancel(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError>;
 }
 
 #[cfg(test)]

@@ -67,7 +67,7 @@ async fn settle(state: &AppState, record: &Abandoned) -> Result<(), String> {
     let processor_charge_id = match (record.recovery_point, &record.processor_charge_id) {
         (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => id.clone(),
         _ => match state.processor.cancel(&record.processor_key).await {
-            Ok(CancelOutcome::Charged(charge)) => {
+            Ok(CancelOutcome::Exists(charge)) => {
                 if let Some(request) = &request
                     && !confirms(&charge, request.money)
                 {

@@ -71,7 +71,7 @@ pub(crate) async fn cancel_charge(
 ) -> Result<Json<CancelView>, SimError> {
     let idempotency_key = idempotency_key(&headers)?;
     match sim.cancel_key(&idempotency_key) {
-        CancelOutcome::Charged(charge) => Ok(Json(CancelView::Charged(view(&charge)))),
+        CancelOutcome::Exists(charge) => Ok(Json(CancelView::Charged(view(&charge)))),
         CancelOutcome::StillProcessing => Err(SimError::Processing),
         CancelOutcome::Canceled => {
             tracing::info!(charge.outcome = "canceled", "cancel");

@@ -128,10 +128,10 @@ impl Book {
 
     /// Settles `key` for good: its charge, or "still processing", or a tombstone for every
     /// other case (unknown, declined, failed, already canceled).
-    pub(crate) fn cancel(&mut self, key: &str) -> CancelOutcome {
+    pub(crate) fn cancel(&mut self, key: &str) -> CancelOutcome<ProcessorCharge> {
         match self.keys.get(key) {
             Some(KeyState::Done(Outcome::Charged(charge))) => {
-                CancelOutcome::Charged(charge.clone())
+                CancelOutcome::Exists(charge.clone())
             }
             Some(KeyState::Processing) => CancelOutcome::StillProcessing,
             _ => {

@@ -77,7 +77,7 @@ impl InMemoryCardProcessor {
     }
 
     /// Settles a key for good; synchronous, since it never waits.
-    pub(crate) fn cancel_key(&self, idempotency_key: &str) -> CancelOutcome {
+    pub(crate) fn cancel_key(&self, idempotency_key: &str) -> CancelOutcome<ProcessorCharge> {
         lock(&self.book).cancel(idempotency_key)
     }
 }
@@ -103,7 +103,10 @@ impl CardProcessor for InMemoryCardProcessor {
         Ok(lock(&self.book).find(idempotency_key))
     }
 
-    async fn cancel(&self, idempotency_key: &str) -> Result<CancelOutcome, ProcessorError> {
+    async fn cancel(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
         Ok(self.cancel_key(idempotency_key))
     }
 }

@@ -202,7 +202,7 @@ async fn cancel_of_a_charged_key_returns_the_charge_and_keeps_it() {
 
     assert_eq!(
         sim.cancel("k").await,
-        Ok(CancelOutcome::Charged(charge.clone()))
+        Ok(CancelOutcome::Exists(charge.clone()))
     );
     assert_eq!(sim.charge(request("k", "tok_visa")).await, Ok(charge));
     assert_eq!(sim.charges_created(), 1);
@@ -265,7 +265,7 @@ async fn cancel_racing_a_charge_is_atomic() {
             (ChargeAnswer::Settled(Outcome::Charged(_)), CancelOutcome::StillProcessing) => {
                 charged += 1;
             }
-            (ChargeAnswer::Settled(Outcome::Charged(made)), CancelOutcome::Charged(seen)) => {
+            (ChargeAnswer::Settled(Outcome::Charged(made)), CancelOutcome::Exists(seen)) => {
                 assert_eq!(made, seen);
                 charged += 1;
             }

@@ -73,7 +73,7 @@ async fn http_card_processor_cancel_maps_each_answer() {
 
     assert_eq!(
         processor.cancel("paid").await,
-        Ok(CancelOutcome::Charged(charge))
+        Ok(CancelOutcome::Exists(charge))
     );
     assert_eq!(processing, Ok(CancelOutcome::StillProcessing));
     assert_eq!(
@@ -107,7 +107,7 @@ async fn http_card_processor_cancel_maps_any_other_answer_to_unavailable() {
         .expect("client")
         .cancel("k")
         .await;
-    let Ok(CancelOutcome::Charged(charge)) = reported else {
+    let Ok(CancelOutcome::Exists(charge)) = reported else {
         panic!("{reported:?}");
     };
     assert_eq!(charge.status, ProcessorChargeStatus::Pending);
