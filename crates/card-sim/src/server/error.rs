@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use payments_domain::ProcessorError;
 
 use crate::wire::{ConflictCode, ErrorDetail, ErrorEnvelope};
 
@@ -34,6 +35,23 @@ pub(crate) enum SimError {
     /// 409 `idempotency_key_canceled`: the key was canceled, so nothing can be charged under it.
     #[error("This Idempotency-Key was canceled; no charge can be made under it.")]
     KeyCanceled,
+}
+
+/// A settled outcome that made nothing: a decline stays a decline, and a transient failure is
+/// a 500 that a retry under the same key may turn into a success.
+impl From<ProcessorError> for SimError {
+    fn from(error: ProcessorError) -> Self {
+        match error {
+            ProcessorError::Declined {
+                decline_code,
+                message,
+            } => Self::Declined {
+                decline_code,
+                message,
+            },
+            ProcessorError::Unavailable { reason } => Self::Transient { reason },
+        }
+    }
 }
 
 impl SimError {
@@ -73,12 +91,16 @@ impl SimError {
 
 impl IntoResponse for SimError {
     fn into_response(self) -> Response {
-        if let Self::Transient { reason } = &self {
-            // The body stays generic; the detail is logged here, once.
-            tracing::warn!(error.reason = %reason, "charge failed transiently");
-        }
         let decline_code = match &self {
-            Self::Declined { decline_code, .. } => Some(decline_code.clone()),
+            Self::Transient { reason } => {
+                // The body stays generic; the detail is logged here, once.
+                tracing::warn!(error.reason = %reason, "charge failed transiently");
+                None
+            }
+            Self::Declined { decline_code, .. } => {
+                tracing::info!(error.decline_code = %decline_code, "declined");
+                Some(decline_code.clone())
+            }
             _ => None,
         };
         let body = ErrorEnvelope {

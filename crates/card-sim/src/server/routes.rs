@@ -14,7 +14,7 @@ use payments_domain::{
 
 use super::error::SimError;
 use crate::InMemoryCardProcessor;
-use crate::simulator::{ChargeAnswer, Outcome};
+use crate::simulator::Answer;
 use crate::wire::{
     CANCELED, CancelView, CanceledView, ChargeBody, ChargeView, FindQuery, IDEMPOTENCY_KEY,
     StatsView,
@@ -40,27 +40,9 @@ pub(crate) async fn create_charge(
         source: PaymentSource::new(body.source)
             .map_err(|e| SimError::InvalidRequest(e.to_string()))?,
     };
-    match sim.submit(request).await {
-        ChargeAnswer::Settled(Outcome::Charged(charge)) => {
-            tracing::info!(charge.id = %charge.id, charge.outcome = "succeeded", "charge");
-            Ok(Json(view(&charge)))
-        }
-        ChargeAnswer::Settled(Outcome::Declined {
-            decline_code,
-            message,
-        }) => {
-            tracing::info!(charge.outcome = "declined", charge.decline_code = %decline_code, "charge");
-            Err(SimError::Declined {
-                decline_code,
-                message,
-            })
-        }
-        ChargeAnswer::Settled(Outcome::FailedTransiently { reason }) => {
-            Err(SimError::Transient { reason })
-        }
-        ChargeAnswer::Processing => Err(SimError::Processing),
-        ChargeAnswer::KeyCanceled => Err(SimError::KeyCanceled),
-    }
+    let charge = answered(sim.submit(request).await)?;
+    tracing::info!(charge.id = %charge.id, charge.outcome = "succeeded", "charge");
+    Ok(Json(view(&charge)))
 }
 
 /// `POST /v1/charges/cancel`: the charge made under the key; or 409 while a call under it is
@@ -116,6 +98,16 @@ pub(crate) async fn healthz() -> &'static str {
 /// Any other path: the same JSON error shape as everything else.
 pub(crate) async fn not_found() -> SimError {
     SimError::NotFound("No such resource.".into())
+}
+
+/// A call's answer as HTTP: what it made, or the error that says why it made nothing. The
+/// conflicts keep their own codes, which the port folds into `Unavailable`.
+fn answered<T>(answer: Answer<T>) -> Result<T, SimError> {
+    match answer {
+        Answer::Settled(outcome) => outcome.into_result().map_err(SimError::from),
+        Answer::Processing => Err(SimError::Processing),
+        Answer::KeyCanceled => Err(SimError::KeyCanceled),
+    }
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<String, SimError> {

@@ -3,6 +3,7 @@
 //! latency has passed, whether or not the caller is still waiting.
 
 mod book;
+mod charges;
 #[cfg(test)]
 mod tests;
 
@@ -14,10 +15,13 @@ use payments_domain::{
     CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorError,
 };
 
-pub(crate) use book::{ChargeAnswer, Outcome};
+pub(crate) use book::{Answer, Book, Outcome};
 
 use crate::TestToken;
-use book::{Begin, Book};
+use book::Begin;
+
+/// The answer to a charge call.
+pub(crate) type ChargeAnswer = Answer<ProcessorCharge>;
 
 /// A processor that lives in the service's memory. It forgets everything when the service
 /// restarts, so it cannot show exactly-once across crashes; a processor in its own process,
@@ -25,8 +29,27 @@ use book::{Begin, Book};
 #[derive(Debug, Default)]
 pub struct InMemoryCardProcessor {
     /// Shared with the tasks that finish calls whose callers may have gone.
-    book: Arc<Mutex<Book>>,
+    state: Arc<Mutex<State>>,
     latency: Duration,
+}
+
+/// Everything the simulator remembers, under one mutex, so that each key's transitions are
+/// atomic.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    charges: Book<ProcessorCharge>,
+}
+
+/// What a key of each kind settles to, and where its book is: so that a cancel is written once
+/// for every kind.
+pub(crate) trait Kept: Clone + Sized {
+    fn book(state: &mut State) -> &mut Book<Self>;
+}
+
+impl Kept for ProcessorCharge {
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.charges
+    }
 }
 
 impl InMemoryCardProcessor {
@@ -40,7 +63,7 @@ impl InMemoryCardProcessor {
 
     /// The number of distinct charges ever created.
     pub fn charges_created(&self) -> u64 {
-        lock(&self.book).charges_created()
+        lock(&self.state).charges.created()
     }
 
     /// How long a new call with `token` processes: the configured latency, plus
@@ -52,39 +75,57 @@ impl InMemoryCardProcessor {
         }
     }
 
-    /// A charge call, answered in full. The key is registered before the first await; the
-    /// wait and the recording of the outcome run on their own task, so a caller that goes
-    /// away (an HTTP client that timed out drops its handler) does not stop the charge from
-    /// coming into existence, as it would not at a real processor.
+    /// A charge call, answered in full.
     pub(crate) async fn submit(&self, request: ProcessorChargeRequest) -> ChargeAnswer {
         let token = TestToken::from_source(request.source.as_str());
-        let outcome = match lock(&self.book).begin(&request.idempotency_key, token, request.money) {
+        let key = request.idempotency_key;
+        let begun = lock(&self.state).charges.begin(&key, |first_attempt| {
+            charges::decide(token, request.money, first_attempt)
+        });
+        self.process(begun, self.latency_for(token), move |state, outcome| {
+            state.charges.settle(key, outcome)
+        })
+        .await
+    }
+
+    /// The rest of a call that [`Book::begin`] started: the key was registered before the
+    /// first await; the wait and `settle` run on their own task, so a caller that goes away
+    /// (an HTTP client that timed out drops its handler) does not stop the charge from coming
+    /// into existence, as it would not at a real processor.
+    async fn process<T: Send + 'static>(
+        &self,
+        begun: Begin<T>,
+        latency: Duration,
+        settle: impl FnOnce(&mut State, Outcome<T>) -> Answer<T> + Send + 'static,
+    ) -> Answer<T> {
+        let outcome = match begun {
             Begin::Answered(answer) => return answer,
             Begin::Started(outcome) => outcome,
         };
-        let latency = self.latency_for(token);
-        let book = Arc::clone(&self.book);
-        let key = request.idempotency_key;
+        let state = Arc::clone(&self.state);
         let processing = tokio::spawn(async move {
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
             }
-            lock(&book).settle(key, outcome)
+            settle(&mut lock(&state), outcome)
         });
         // Dropping this future drops only the handle; the task runs on. It can fail only if
         // the runtime is shutting down, and then the key does stay processing.
-        processing.await.unwrap_or(ChargeAnswer::Processing)
+        processing.await.unwrap_or(Answer::Processing)
     }
 
     /// Settles a key for good; synchronous, since it never waits.
-    pub(crate) fn cancel_key(&self, idempotency_key: &str) -> CancelOutcome<ProcessorCharge> {
-        lock(&self.book).cancel(idempotency_key)
+    pub(crate) fn cancel_key<T: Kept>(&self, idempotency_key: &str) -> CancelOutcome<T> {
+        T::book(&mut lock(&self.state)).cancel(idempotency_key)
     }
 }
 
-/// The state stays consistent even if a holder panicked: every transition is one insert.
-fn lock(book: &Mutex<Book>) -> MutexGuard<'_, Book> {
-    book.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The state stays consistent even if a holder panicked: every transition is made of inserts
+/// that do not fail.
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[async_trait]
@@ -100,7 +141,7 @@ impl CardProcessor for InMemoryCardProcessor {
         &self,
         idempotency_key: &str,
     ) -> Result<Option<ProcessorCharge>, ProcessorError> {
-        Ok(lock(&self.book).find(idempotency_key))
+        Ok(lock(&self.state).charges.find(idempotency_key))
     }
 
     async fn cancel(

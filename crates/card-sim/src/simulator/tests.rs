@@ -245,7 +245,7 @@ async fn cancel_racing_a_charge_is_atomic() {
         let (charging, canceling) = (Arc::clone(&sim), Arc::clone(&sim));
         let charge_key = key.clone();
         let charge = async move { charging.submit(request(&charge_key, "tok_visa")).await };
-        let cancel = async move { canceling.cancel_key(&key) };
+        let cancel = async move { canceling.cancel_key::<ProcessorCharge>(&key) };
         // Either may be spawned first, so that each can win.
         let race = if i % 2 == 0 {
             let cancel = tokio::spawn(cancel);
@@ -262,10 +262,10 @@ async fn cancel_racing_a_charge_is_atomic() {
         let cancel = cancel.await.unwrap_or_else(|e| panic!("{e}"));
         match (&charge, &cancel) {
             (ChargeAnswer::KeyCanceled, CancelOutcome::Canceled) => {}
-            (ChargeAnswer::Settled(Outcome::Charged(_)), CancelOutcome::StillProcessing) => {
+            (ChargeAnswer::Settled(Outcome::Succeeded(_)), CancelOutcome::StillProcessing) => {
                 charged += 1;
             }
-            (ChargeAnswer::Settled(Outcome::Charged(made)), CancelOutcome::Exists(seen)) => {
+            (ChargeAnswer::Settled(Outcome::Succeeded(made)), CancelOutcome::Exists(seen)) => {
                 assert_eq!(made, seen);
                 charged += 1;
             }
