@@ -58,37 +58,60 @@ pub struct ProcessorCharge {
     pub status: ProcessorChargeStatus,
 }
 
-/// Why a charge the processor reported is not the one the request asked for.
+/// Why a charge or a refund the processor reported is not the one the request asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessorMismatch {
-    #[error("processor charge {id} has status {status}, not succeeded")]
+    #[error("the processor reported {id} as {status}, not succeeded")]
     NotSucceeded { id: String, status: &'static str },
-    #[error("processor charge {id} is for {reported}, the request was for {requested}")]
+    #[error("the processor reported {id} for {reported}, the request was for {requested}")]
     Money {
         id: String,
         reported: Money,
         requested: Money,
     },
+    /// A refund of another charge than the one the request named.
+    #[error(
+        "the processor reported refund {id} of charge {reported}, the request was for {requested}"
+    )]
+    Charge {
+        id: String,
+        reported: String,
+        requested: String,
+    },
+}
+
+impl ProcessorMismatch {
+    /// The check charges and refunds share: `id` succeeded for exactly the `requested` money.
+    /// The status comes first: the money of a charge or refund that did not succeed means
+    /// nothing.
+    pub(crate) fn check(
+        id: &str,
+        status: ProcessorChargeStatus,
+        reported: Money,
+        requested: Money,
+    ) -> Result<(), Self> {
+        if status != ProcessorChargeStatus::Succeeded {
+            return Err(Self::NotSucceeded {
+                id: id.to_owned(),
+                status: status.as_str(),
+            });
+        }
+        if reported != requested {
+            return Err(Self::Money {
+                id: id.to_owned(),
+                reported,
+                requested,
+            });
+        }
+        Ok(())
+    }
 }
 
 impl ProcessorCharge {
     /// Accepts the charge as the one `requested` made only if it succeeded for exactly that
     /// amount and currency. Anything else must never reach the ledger.
     pub fn confirms(&self, requested: Money) -> Result<(), ProcessorMismatch> {
-        if self.status != ProcessorChargeStatus::Succeeded {
-            return Err(ProcessorMismatch::NotSucceeded {
-                id: self.id.clone(),
-                status: self.status.as_str(),
-            });
-        }
-        if self.money != requested {
-            return Err(ProcessorMismatch::Money {
-                id: self.id.clone(),
-                reported: self.money,
-                requested,
-            });
-        }
-        Ok(())
+        ProcessorMismatch::check(&self.id, self.status, self.money, requested)
     }
 }
 
@@ -107,11 +130,12 @@ pub enum CancelOutcome<T> {
     Canceled,
 }
 
-/// The ways a charge does not succeed, which the service treats very differently.
+/// The ways a charge or a refund does not succeed, which the service treats very differently.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessorError {
-    /// A definitive business outcome: stored and replayed like a success.
-    #[error("card declined ({decline_code}): {message}")]
+    /// A definitive business outcome (a card decline, a refund the processor refuses): stored
+    /// and replayed like a success.
+    #[error("declined ({decline_code}): {message}")]
     Declined {
         decline_code: String,
         message: String,
