@@ -2,14 +2,16 @@
 //! what happened to a call whose answer it never received.
 //!
 //! Implementations live outside the domain (an in-process simulator, an HTTP client). The
-//! contract every implementation keeps: the same `idempotency_key` never creates a second
-//! charge; a timeout is [`ProcessorError::Unavailable`], never a success or a decline; and only
-//! [`CardProcessor::cancel`] can say "there is no charge under this key, and there never will
-//! be". A lookup that finds nothing is not that answer: a call may still be in flight.
+//! contract every implementation keeps, for charges and refunds alike: the same
+//! `idempotency_key` never creates a second charge or refund; a timeout is
+//! [`ProcessorError::Unavailable`], never a success or a decline; and only a cancel
+//! ([`CardProcessor::cancel`], [`CardProcessor::cancel_refund`]) can say "there is nothing
+//! under this key, and there never will be". A lookup that finds nothing is not that answer: a
+//! call may still be in flight.
 
 use async_trait::async_trait;
 
-use crate::{Money, PaymentSource};
+use crate::{Money, PaymentSource, ProcessorRefund, ProcessorRefundRequest};
 
 /// A charge to create at the processor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +117,8 @@ impl ProcessorCharge {
     }
 }
 
-/// The processor's definitive answer about a key, from [`CardProcessor::cancel`]. Generic
+/// The processor's definitive answer about a key, from [`CardProcessor::cancel`] (`T` is a
+/// [`ProcessorCharge`]) or [`CardProcessor::cancel_refund`] (a [`ProcessorRefund`]). Generic
 /// over what exists under the key, because every kind of key the processor deduplicates
 /// settles by the same protocol; only what a call under it makes differs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +173,28 @@ pub trait CardProcessor: Send + Sync + std::fmt::Debug + 'static {
         &self,
         idempotency_key: &str,
     ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError>;
+
+    /// Refunds part or all of a charge, or returns the refund already made under the same
+    /// idempotency key. A refund the processor refuses for good is
+    /// [`ProcessorError::Declined`], kept and replayed like a card decline.
+    async fn refund(
+        &self,
+        request: ProcessorRefundRequest,
+    ) -> Result<ProcessorRefund, ProcessorError>;
+
+    /// Looks up the refund made under `idempotency_key` without ever making one. `None` is not
+    /// definitive: a call under the key may still be processing.
+    async fn find_refund(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorRefund>, ProcessorError>;
+
+    /// Settles a refund key for good, as [`CardProcessor::cancel`] does a charge key: its
+    /// refund, "still processing", or a tombstone so that nothing can ever be refunded under it.
+    async fn cancel_refund(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError>;
 }
 
 #[cfg(test)]

@@ -50,10 +50,10 @@ pub(crate) async fn create_charge(
 pub(crate) async fn cancel_charge(
     State(sim): State<Sim>,
     headers: HeaderMap,
-) -> Result<Json<CancelView>, SimError> {
+) -> Result<Json<CancelView<ChargeView>>, SimError> {
     let idempotency_key = idempotency_key(&headers)?;
     match sim.cancel_key(&idempotency_key) {
-        CancelOutcome::Exists(charge) => Ok(Json(CancelView::Charged(view(&charge)))),
+        CancelOutcome::Exists(charge) => Ok(Json(CancelView::Exists(view(&charge)))),
         CancelOutcome::StillProcessing => Err(SimError::Processing),
         CancelOutcome::Canceled => {
             tracing::info!(charge.outcome = "canceled", "cancel");
@@ -87,6 +87,7 @@ pub(crate) async fn find_charge(
 pub(crate) async fn stats(State(sim): State<Sim>) -> Json<StatsView> {
     Json(StatsView {
         charges_created: sim.charges_created(),
+        refunds_created: sim.refunds_created(),
     })
 }
 

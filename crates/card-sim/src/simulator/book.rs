@@ -1,6 +1,6 @@
 //! What the simulator remembers about each idempotency key, and every transition between those
-//! states, generic over what a key settles to, so that every kind of call the simulator
-//! deduplicates keeps exactly the same protocol. All of it is synchronous and runs under the
+//! states. One book per kind of call (charges, refunds), generic over what a key settles to, so
+//! that both keep exactly the same protocol. All of it is synchronous and runs under the
 //! simulator's one mutex, so each transition is atomic: a cancel racing a call sees the key
 //! either before the call registered it or after, never in between.
 

@@ -28,9 +28,10 @@ pub(super) fn decide(
         TestToken::Declined => declined("generic_decline", "The card was declined."),
         TestToken::Unknown => declined("invalid_token", "The card token is not recognised."),
         TestToken::ReportsWrongAmount => charged(off_by_one_unit(money)),
-        TestToken::Succeeds | TestToken::SucceedsSlowly | TestToken::FailsOnceThenSucceeds => {
-            charged(money)
-        }
+        TestToken::Succeeds
+        | TestToken::SucceedsSlowly
+        | TestToken::FailsOnceThenSucceeds
+        | TestToken::DeclinesRefunds => charged(money),
     }
 }
 
