@@ -10,30 +10,31 @@ use crate::wire::{ConflictCode, ErrorDetail, ErrorEnvelope};
 /// What a request to the simulator can fail with.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SimError {
-    /// 400: a charge or a cancel without an `Idempotency-Key`.
+    /// 400: a charge, a refund or a cancel without an `Idempotency-Key`.
     #[error("The Idempotency-Key header is required.")]
     MissingIdempotencyKey,
     /// 400: a malformed key, body or query.
     #[error("{0}")]
     InvalidRequest(String),
-    /// 404: no charge under the key, or no such route.
+    /// 404: no charge or refund under the key, or no such route.
     #[error("{0}")]
     NotFound(String),
-    /// 402: the card was declined; the same key keeps answering this.
+    /// 402: the card or the refund was declined; the same key keeps answering this.
     #[error("{message}")]
     Declined {
         decline_code: String,
         message: String,
     },
-    /// 500: a transient failure; nothing was charged, a retry with the same key may succeed.
-    #[error("The processor could not complete the charge. Retry with the same Idempotency-Key.")]
+    /// 500: a transient failure; nothing was made, a retry with the same key may succeed.
+    #[error("The processor could not complete the request. Retry with the same Idempotency-Key.")]
     Transient { reason: String },
     /// 409 `processing`: a call under the key is still in flight; its outcome does not exist
     /// yet. Ask again later.
     #[error("A request with this Idempotency-Key is still being processed. Retry later.")]
     Processing,
-    /// 409 `idempotency_key_canceled`: the key was canceled, so nothing can be charged under it.
-    #[error("This Idempotency-Key was canceled; no charge can be made under it.")]
+    /// 409 `idempotency_key_canceled`: the key was canceled, so nothing can be charged or
+    /// refunded under it.
+    #[error("This Idempotency-Key was canceled; nothing can be made under it.")]
     KeyCanceled,
 }
 
@@ -94,7 +95,7 @@ impl IntoResponse for SimError {
         let decline_code = match &self {
             Self::Transient { reason } => {
                 // The body stays generic; the detail is logged here, once.
-                tracing::warn!(error.reason = %reason, "charge failed transiently");
+                tracing::warn!(error.reason = %reason, "call failed transiently");
                 None
             }
             Self::Declined { decline_code, .. } => {
