@@ -11,7 +11,9 @@
 //! key with the charge it already made, so that a retry of the service can never charge twice.
 //! Like a slow one, it makes a charge exist only once its latency has passed, and until then
 //! says only that the key is processing; a cancel under a key without a charge tombstones it,
-//! which is the one answer that no charge will ever exist under that key.
+//! which is the one answer that no charge will ever exist under that key. Refunds, under keys
+//! of their own, keep exactly the same protocol, and never give back more than their charge
+//! took, however many race.
 //! The test tokens choose the outcome (see [`TestToken`]); the token rules live only in the
 //! simulator, which the server wraps. This crate depends only on the domain among the
 //! workspace's crates; it must not import the service's storage or API.

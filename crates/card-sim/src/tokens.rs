@@ -1,4 +1,4 @@
-//! The test card tokens and the outcome each one produces.
+//! The test card tokens and the outcome each one produces, for the charge and for its refunds.
 
 use std::time::Duration;
 
@@ -21,6 +21,9 @@ pub enum TestToken {
     /// amount one minor unit larger than requested (one smaller at the maximum amount), like a
     /// misbehaving processor. The service must never post such a charge.
     ReportsWrongAmount,
+    /// `tok_refundDeclined`: the charge succeeds, and every refund of it is declined
+    /// (`refund_declined`), like a processor that will not give back this charge's money.
+    DeclinesRefunds,
     /// Any other token: declined as unknown.
     Unknown,
 }
@@ -38,6 +41,7 @@ impl TestToken {
             "tok_processingError" => Self::FailsTransiently,
             "tok_processingErrorOnce" => Self::FailsOnceThenSucceeds,
             "tok_amountMismatch" => Self::ReportsWrongAmount,
+            "tok_refundDeclined" => Self::DeclinesRefunds,
             _ => Self::Unknown,
         }
     }

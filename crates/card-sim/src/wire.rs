@@ -28,15 +28,39 @@ pub(crate) struct ChargeView {
     pub status: String,
 }
 
-/// The 200 body of `POST /v1/charges/cancel`: the charge made under the key, or the tombstone.
+/// The body of `POST /v1/refunds`: `charge` is the processor's id of the charge to refund.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct RefundBody {
+    pub charge: String,
+    pub amount: i64,
+    pub currency: String,
+}
+
+/// A refund as the server shows it (200 on create, on lookup and on cancel). `object` is
+/// always [`REFUND_OBJECT`]; `status`, as for a charge, is only ever `succeeded`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct RefundView {
+    pub id: String,
+    pub object: String,
+    pub charge: String,
+    pub amount: i64,
+    pub currency: String,
+    pub status: String,
+}
+
+/// The `object` of a [`RefundView`].
+pub(crate) const REFUND_OBJECT: &str = "refund";
+
+/// The 200 body of `POST /v1/charges/cancel` (`T` is a [`ChargeView`]) and of
+/// `POST /v1/refunds/cancel` (a [`RefundView`]): what was made under the key, or the tombstone.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
-pub(crate) enum CancelView {
-    Charged(ChargeView),
+pub(crate) enum CancelView<T> {
+    Exists(T),
     Canceled(CanceledView),
 }
 
-/// `{"status": "canceled"}`: no charge exists under the key, and none ever will.
+/// `{"status": "canceled"}`: nothing exists under the key, and nothing ever will.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct CanceledView {
     pub status: String,
@@ -45,7 +69,7 @@ pub(crate) struct CanceledView {
 /// The `status` of a [`CanceledView`].
 pub(crate) const CANCELED: &str = "canceled";
 
-/// The query of `GET /v1/charges`.
+/// The query of `GET /v1/charges` and `GET /v1/refunds`.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct FindQuery {
     pub idempotency_key: String,
@@ -55,6 +79,8 @@ pub(crate) struct FindQuery {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct StatsView {
     pub charges_created: u64,
+    /// Refunds that succeeded, each key once.
+    pub refunds_created: u64,
 }
 
 /// Every error body: `{"error": {...}}`, in the shape card processors commonly use.
@@ -82,7 +108,7 @@ pub(crate) struct ErrorDetail {
 pub(crate) enum ConflictCode {
     /// A call under the key is still within its latency: its outcome does not exist yet.
     Processing,
-    /// The key was canceled: nothing can ever be charged under it.
+    /// The key was canceled: nothing can ever be charged or refunded under it.
     IdempotencyKeyCanceled,
 }
 

@@ -1,5 +1,5 @@
 //! Pure payment types and rules: money, currencies, tenants, charges, the double-entry ledger,
-//! the `payment.completed` event and the [`CardProcessor`] port.
+//! the `payment.completed` event and the [`CardProcessor`] port, with its refunds.
 //!
 //! This crate owns the invariants that must hold whatever stores or serves them: an amount is
 //! never zero or negative, a ledger transaction always balances. It performs no I/O and must not
@@ -11,6 +11,7 @@ mod ids;
 mod ledger;
 mod money;
 mod processor;
+mod refund;
 
 pub use charge::{
     Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError,
@@ -23,3 +24,4 @@ pub use processor::{
     CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorChargeStatus,
     ProcessorError, ProcessorMismatch,
 };
+pub use refund::{ProcessorRefund, ProcessorRefundRequest, ProcessorRefundStatus};

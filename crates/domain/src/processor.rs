@@ -2,14 +2,16 @@
 //! what happened to a call whose answer it never received.
 //!
 //! Implementations live outside the domain (an in-process simulator, an HTTP client). The
-//! contract every implementation keeps: the same `idempotency_key` never creates a second
-//! charge; a timeout is [`ProcessorError::Unavailable`], never a success or a decline; and only
-//! [`CardProcessor::cancel`] can say "there is no charge under this key, and there never will
-//! be". A lookup that finds nothing is not that answer: a call may still be in flight.
+//! contract every implementation keeps, for charges and refunds alike: the same
+//! `idempotency_key` never creates a second charge or refund; a timeout is
+//! [`ProcessorError::Unavailable`], never a success or a decline; and only a cancel
+//! ([`CardProcessor::cancel`], [`CardProcessor::cancel_refund`]) can say "there is nothing
+//! under this key, and there never will be". A lookup that finds nothing is not that answer: a
+//! call may still be in flight.
 
 use async_trait::async_trait;
 
-use crate::{Money, PaymentSource};
+use crate::{Money, PaymentSource, ProcessorRefund, ProcessorRefundRequest};
 
 /// A charge to create at the processor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,33 +60,48 @@ pub struct ProcessorCharge {
     pub status: ProcessorChargeStatus,
 }
 
-/// Why a charge the processor reported is not the one the request asked for.
+/// Why a charge or a refund the processor reported is not the one the request asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessorMismatch {
-    #[error("processor charge {id} has status {status}, not succeeded")]
+    #[error("the processor reported {id} as {status}, not succeeded")]
     NotSucceeded { id: String, status: &'static str },
-    #[error("processor charge {id} is for {reported}, the request was for {requested}")]
+    #[error("the processor reported {id} for {reported}, the request was for {requested}")]
     Money {
         id: String,
         reported: Money,
         requested: Money,
     },
+    /// A refund of another charge than the one the request named.
+    #[error(
+        "the processor reported refund {id} of charge {reported}, the request was for {requested}"
+    )]
+    Charge {
+        id: String,
+        reported: String,
+        requested: String,
+    },
 }
 
-impl ProcessorCharge {
-    /// Accepts the charge as the one `requested` made only if it succeeded for exactly that
-    /// amount and currency. Anything else must never reach the ledger.
-    pub fn confirms(&self, requested: Money) -> Result<(), ProcessorMismatch> {
-        if self.status != ProcessorChargeStatus::Succeeded {
-            return Err(ProcessorMismatch::NotSucceeded {
-                id: self.id.clone(),
-                status: self.status.as_str(),
+impl ProcessorMismatch {
+    /// The check charges and refunds share: `id` succeeded for exactly the `requested` money.
+    /// The status comes first: the money of a charge or refund that did not succeed means
+    /// nothing.
+    pub(crate) fn check(
+        id: &str,
+        status: ProcessorChargeStatus,
+        reported: Money,
+        requested: Money,
+    ) -> Result<(), Self> {
+        if status != ProcessorChargeStatus::Succeeded {
+            return Err(Self::NotSucceeded {
+                id: id.to_owned(),
+                status: status.as_str(),
             });
         }
-        if self.money != requested {
-            return Err(ProcessorMismatch::Money {
-                id: self.id.clone(),
-                reported: self.money,
+        if reported != requested {
+            return Err(Self::Money {
+                id: id.to_owned(),
+                reported,
                 requested,
             });
         }
@@ -92,23 +109,36 @@ impl ProcessorCharge {
     }
 }
 
-/// The processor's definitive answer about a key, from [`CardProcessor::cancel`].
+impl ProcessorCharge {
+    /// Accepts the charge as the one `requested` made only if it succeeded for exactly that
+    /// amount and currency. Anything else must never reach the ledger.
+    pub fn confirms(&self, requested: Money) -> Result<(), ProcessorMismatch> {
+        ProcessorMismatch::check(&self.id, self.status, self.money, requested)
+    }
+}
+
+/// The processor's definitive answer about a key, from [`CardProcessor::cancel`] (`T` is a
+/// [`ProcessorCharge`]) or [`CardProcessor::cancel_refund`] (a [`ProcessorRefund`]). Generic
+/// over what exists under the key, because every kind of key the processor deduplicates
+/// settles by the same protocol; only what a call under it makes differs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CancelOutcome {
-    /// A charge exists under the key: it was made, and must be recorded.
-    Charged(ProcessorCharge),
+pub enum CancelOutcome<T> {
+    /// It exists under the key (for a charge key, the charge): it was made, and must be
+    /// recorded.
+    Exists(T),
     /// A call under the key is still being processed: ask again later.
     StillProcessing,
-    /// No charge exists under the key, and the key is now tombstoned: no call under it can
-    /// ever charge.
+    /// Nothing exists under the key, and the key is now tombstoned: no call under it can ever
+    /// move money.
     Canceled,
 }
 
-/// The ways a charge does not succeed, which the service treats very differently.
+/// The ways a charge or a refund does not succeed, which the service treats very differently.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessorError {
-    /// A definitive business outcome: stored and replayed like a success.
-    #[error("card declined ({decline_code}): {message}")]
+    /// A definitive business outcome (a card decline, a refund the processor refuses): stored
+    /// and replayed like a success.
+    #[error("declined ({decline_code}): {message}")]
     Declined {
         decline_code: String,
         message: String,
@@ -139,7 +169,32 @@ pub trait CardProcessor: Send + Sync + std::fmt::Debug + 'static {
     /// Settles `idempotency_key` for good: returns its charge if one exists, says so if a call
     /// is still processing, and otherwise tombstones the key so that nothing can ever be
     /// charged under it.
-    async fn cancel(&self, idempotency_key: &str) -> Result<CancelOutcome, ProcessorError>;
+    async fn cancel(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError>;
+
+    /// Refunds part or all of a charge, or returns the refund already made under the same
+    /// idempotency key. A refund the processor refuses for good is
+    /// [`ProcessorError::Declined`], kept and replayed like a card decline.
+    async fn refund(
+        &self,
+        request: ProcessorRefundRequest,
+    ) -> Result<ProcessorRefund, ProcessorError>;
+
+    /// Looks up the refund made under `idempotency_key` without ever making one. `None` is not
+    /// definitive: a call under the key may still be processing.
+    async fn find_refund(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorRefund>, ProcessorError>;
+
+    /// Settles a refund key for good, as [`CardProcessor::cancel`] does a charge key: its
+    /// refund, "still processing", or a tombstone so that nothing can ever be refunded under it.
+    async fn cancel_refund(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError>;
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use payments_storage::{Completion, Store, StoreError};
 use crate::ApiError;
 use crate::failpoint::{self, Failure};
 use crate::metrics::ProcessorCall;
-use crate::protocol::{Operation, Owner, ProtocolError, Settled};
+use crate::protocol::{Operation, Owner, ProtocolError};
 use crate::views::{ChargeView, CreateChargeBody};
 
 /// Creating a charge.
@@ -61,12 +61,8 @@ impl Operation for CreateCharge {
         &self,
         processor: &dyn CardProcessor,
         processor_key: &str,
-    ) -> Result<Settled<ProcessorCharge>, ProcessorError> {
-        Ok(match processor.cancel(processor_key).await? {
-            CancelOutcome::Charged(charge) => Settled::Exists(charge),
-            CancelOutcome::StillProcessing => Settled::StillProcessing,
-            CancelOutcome::Canceled => Settled::Canceled,
-        })
+    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
+        processor.cancel(processor_key).await
     }
 
     fn effect_id(charge: &ProcessorCharge) -> String {

@@ -33,7 +33,7 @@ use payments_idempotency::{
 use payments_storage::{Claim, Claimed, Completion, Finish, ReplayCache, Store};
 
 pub use error::ProtocolError;
-pub use operation::{Operation, Owner, Settled};
+pub use operation::{Operation, Owner};
 
 use crate::completions::Completions;
 use crate::failpoint::{self, Failpoint};

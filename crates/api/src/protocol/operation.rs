@@ -3,7 +3,7 @@
 //! cache, the completer's settle) is the protocol's, the same for every operation.
 
 use async_trait::async_trait;
-use payments_domain::{CardProcessor, ProcessorError, TenantId};
+use payments_domain::{CancelOutcome, CardProcessor, ProcessorError, TenantId};
 use payments_idempotency::{IdempotencyKey, RecentDurations, Scope, StoredResponse};
 use payments_storage::{Completion, Fence, Store};
 
@@ -23,17 +23,6 @@ impl Owner<'_> {
     pub fn tenant(&self) -> TenantId {
         TenantId::new(self.scope.tenant.clone())
     }
-}
-
-/// The processor's definitive answer about a processor key.
-#[derive(Debug)]
-pub enum Settled<E> {
-    /// The effect exists under the key: it was made, and must be recorded.
-    Exists(E),
-    /// A call under the key is still being processed: ask again later.
-    StillProcessing,
-    /// Nothing exists under the key, and the key is tombstoned: nothing ever will.
-    Canceled,
 }
 
 /// One idempotent operation, such as creating a charge.
@@ -77,7 +66,7 @@ pub trait Operation: Send + Sync + 'static {
         &self,
         processor: &dyn CardProcessor,
         processor_key: &str,
-    ) -> Result<Settled<Self::Effect>, ProcessorError>;
+    ) -> Result<CancelOutcome<Self::Effect>, ProcessorError>;
 
     /// The processor's id of the effect, kept by the `charged` recovery point.
     fn effect_id(effect: &Self::Effect) -> String;

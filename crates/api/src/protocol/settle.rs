@@ -14,10 +14,11 @@
 //!
 //! "I could not find an effect" is never read as "there is no effect".
 
+use payments_domain::CancelOutcome;
 use payments_idempotency::RecoveryPoint;
 use payments_storage::{Abandoned, Completion};
 
-use super::{Engine, Operation, Owner, ProtocolError, Settled, confirms, release};
+use super::{Engine, Operation, Owner, ProtocolError, confirms, release};
 use crate::metrics::{self, Outcome};
 
 /// Settles `record` of operation `op`.
@@ -39,7 +40,7 @@ pub async fn settle<O: Operation>(
     let effect_id = match (record.recovery_point, &record.processor_charge_id) {
         (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => id.clone(),
         _ => match op.settle(engine.processor, &record.processor_key).await {
-            Ok(Settled::Exists(effect)) => {
+            Ok(CancelOutcome::Exists(effect)) => {
                 if let Some(request) = &request
                     && !confirms::<O>(&effect, request)
                 {
@@ -47,11 +48,11 @@ pub async fn settle<O: Operation>(
                 }
                 O::effect_id(&effect)
             }
-            Ok(Settled::StillProcessing) => {
+            Ok(CancelOutcome::StillProcessing) => {
                 tracing::info!(idempotency.key = %key, "completer: the processor is still processing; asking again later");
                 return release(engine, owner).await;
             }
-            Ok(Settled::Canceled) => {
+            Ok(CancelOutcome::Canceled) => {
                 engine
                     .store
                     .mark_failed(owner.scope, key, owner.fence)

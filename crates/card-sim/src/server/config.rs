@@ -15,9 +15,9 @@ pub const USAGE: &str = "usage: card-sim [--bind <ip:port>]  \
 pub struct ServerConfig {
     /// The address to listen on; port 0 picks a free port (the chosen one is printed).
     pub bind: SocketAddr,
-    /// How long every new charge processes before its outcome exists, whether or not the
-    /// client waits: a client that gives up early sees a timeout, and the charge appears
-    /// later, as with a real processor.
+    /// How long every new charge or refund processes before its outcome exists, whether or
+    /// not the client waits: a client that gives up early sees a timeout, and the charge or
+    /// refund appears later, as with a real processor.
     pub latency: Duration,
 }
 

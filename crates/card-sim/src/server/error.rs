@@ -3,37 +3,56 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use payments_domain::ProcessorError;
 
 use crate::wire::{ConflictCode, ErrorDetail, ErrorEnvelope};
 
 /// What a request to the simulator can fail with.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SimError {
-    /// 400: a charge or a cancel without an `Idempotency-Key`.
+    /// 400: a charge, a refund or a cancel without an `Idempotency-Key`.
     #[error("The Idempotency-Key header is required.")]
     MissingIdempotencyKey,
     /// 400: a malformed key, body or query.
     #[error("{0}")]
     InvalidRequest(String),
-    /// 404: no charge under the key, or no such route.
+    /// 404: no charge or refund under the key, or no such route.
     #[error("{0}")]
     NotFound(String),
-    /// 402: the card was declined; the same key keeps answering this.
+    /// 402: the card or the refund was declined; the same key keeps answering this.
     #[error("{message}")]
     Declined {
         decline_code: String,
         message: String,
     },
-    /// 500: a transient failure; nothing was charged, a retry with the same key may succeed.
-    #[error("The processor could not complete the charge. Retry with the same Idempotency-Key.")]
+    /// 500: a transient failure; nothing was made, a retry with the same key may succeed.
+    #[error("The processor could not complete the request. Retry with the same Idempotency-Key.")]
     Transient { reason: String },
     /// 409 `processing`: a call under the key is still in flight; its outcome does not exist
     /// yet. Ask again later.
     #[error("A request with this Idempotency-Key is still being processed. Retry later.")]
     Processing,
-    /// 409 `idempotency_key_canceled`: the key was canceled, so nothing can be charged under it.
-    #[error("This Idempotency-Key was canceled; no charge can be made under it.")]
+    /// 409 `idempotency_key_canceled`: the key was canceled, so nothing can be charged or
+    /// refunded under it.
+    #[error("This Idempotency-Key was canceled; nothing can be made under it.")]
     KeyCanceled,
+}
+
+/// A settled outcome that made nothing: a decline stays a decline, and a transient failure is
+/// a 500 that a retry under the same key may turn into a success.
+impl From<ProcessorError> for SimError {
+    fn from(error: ProcessorError) -> Self {
+        match error {
+            ProcessorError::Declined {
+                decline_code,
+                message,
+            } => Self::Declined {
+                decline_code,
+                message,
+            },
+            ProcessorError::Unavailable { reason } => Self::Transient { reason },
+        }
+    }
 }
 
 impl SimError {
@@ -73,12 +92,16 @@ impl SimError {
 
 impl IntoResponse for SimError {
     fn into_response(self) -> Response {
-        if let Self::Transient { reason } = &self {
-            // The body stays generic; the detail is logged here, once.
-            tracing::warn!(error.reason = %reason, "charge failed transiently");
-        }
         let decline_code = match &self {
-            Self::Declined { decline_code, .. } => Some(decline_code.clone()),
+            Self::Transient { reason } => {
+                // The body stays generic; the detail is logged here, once.
+                tracing::warn!(error.reason = %reason, "call failed transiently");
+                None
+            }
+            Self::Declined { decline_code, .. } => {
+                tracing::info!(error.decline_code = %decline_code, "declined");
+                Some(decline_code.clone())
+            }
             _ => None,
         };
         let body = ErrorEnvelope {

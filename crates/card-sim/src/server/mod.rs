@@ -6,11 +6,15 @@
 //! | `POST /v1/charges` (`Idempotency-Key` required) | 200 charge, 402 `card_error`, 500 `api_error`, 409 `processing` while a call under the key is in flight, 409 `idempotency_key_canceled`, 400 |
 //! | `GET /v1/charges?idempotency_key=K` | 200 charge made under K, or 404 (also while processing); never creates |
 //! | `POST /v1/charges/cancel` (`Idempotency-Key` required) | 200 charge made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
-//! | `GET /v1/stats` | `{"charges_created": N}` |
+//! | `POST /v1/refunds` (`Idempotency-Key` required; body `charge`, `amount`, `currency`) | 200 refund, 402 `card_error` with `decline_code` `no_such_charge`, `refund_declined`, `amount_too_large` or `currency_mismatch`, 409 `processing`, 409 `idempotency_key_canceled`, 400 |
+//! | `GET /v1/refunds?idempotency_key=K` | 200 refund made under K, or 404 (also while processing); never refunds |
+//! | `POST /v1/refunds/cancel` (`Idempotency-Key` required) | 200 refund made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
+//! | `GET /v1/stats` | `{"charges_created": N, "refunds_created": M}` |
 //! | `GET /healthz` | 200 |
 
 mod config;
 mod error;
+mod refunds;
 mod routes;
 
 use std::io::Write;
@@ -18,25 +22,33 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
+use payments_domain::{ProcessorCharge, ProcessorRefund};
 use tokio::net::TcpListener;
 
 pub use config::{ConfigError, DEFAULT_BIND, ServerConfig, USAGE};
 
 use crate::InMemoryCardProcessor;
+use routes::{Served, Sim};
 
 /// The router over one simulator. Tests and the binary build the same one.
 pub fn app(processor: Arc<InMemoryCardProcessor>) -> Router {
-    Router::new()
-        .route(
-            "/v1/charges",
-            get(routes::find_charge).post(routes::create_charge),
-        )
-        .route("/v1/charges/cancel", post(routes::cancel_charge))
+    let router = Router::new();
+    let router = keyed::<ProcessorCharge>(router, "/v1/charges", post(routes::create_charge));
+    let router = keyed::<ProcessorRefund>(router, "/v1/refunds", post(refunds::create_refund));
+    router
         .route("/v1/stats", get(routes::stats))
         .route("/healthz", get(routes::healthz))
         .fallback(routes::not_found)
         .with_state(processor)
+}
+
+/// The routes of one kind of call the simulator keeps keys for: `path` makes (with `create`)
+/// and looks up, `path/cancel` cancels; the lookup and the cancel are the shared handlers.
+fn keyed<T: Served>(router: Router<Sim>, path: &str, create: MethodRouter<Sim>) -> Router<Sim> {
+    router
+        .route(path, create.get(routes::find::<T>))
+        .route(&format!("{path}/cancel"), post(routes::cancel::<T>))
 }
 
 /// Why the server stopped with an error.

@@ -1,5 +1,6 @@
-//! The handlers: HTTP in, [`InMemoryCardProcessor`] calls, HTTP out. No outcome is decided
-//! here; the simulator owns the token rules and the idempotency.
+//! The charge handlers and what every handler shares: HTTP in, [`InMemoryCardProcessor`]
+//! calls, HTTP out. No outcome is decided here; the simulator owns the token rules, the refund
+//! rules and the idempotency.
 
 use std::sync::Arc;
 
@@ -8,13 +9,14 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use payments_domain::{
-    Amount, CancelOutcome, CardProcessor, Currency, CurrencyError, Money, PaymentSource,
-    ProcessorCharge, ProcessorChargeRequest,
+    Amount, CancelOutcome, Currency, CurrencyError, Money, PaymentSource, ProcessorCharge,
+    ProcessorChargeRequest,
 };
+use serde::Serialize;
 
 use super::error::SimError;
 use crate::InMemoryCardProcessor;
-use crate::simulator::{ChargeAnswer, Outcome};
+use crate::simulator::{Answer, Kept};
 use crate::wire::{
     CANCELED, CancelView, CanceledView, ChargeBody, ChargeView, FindQuery, IDEMPOTENCY_KEY,
     StatsView,
@@ -40,41 +42,61 @@ pub(crate) async fn create_charge(
         source: PaymentSource::new(body.source)
             .map_err(|e| SimError::InvalidRequest(e.to_string()))?,
     };
-    match sim.submit(request).await {
-        ChargeAnswer::Settled(Outcome::Charged(charge)) => {
-            tracing::info!(charge.id = %charge.id, charge.outcome = "succeeded", "charge");
-            Ok(Json(view(&charge)))
+    let charge = answered(sim.submit(request).await)?;
+    tracing::info!(charge.id = %charge.id, charge.outcome = "succeeded", "charge");
+    Ok(Json(charge.view()))
+}
+
+/// What the server needs of each kind of call the simulator keeps keys for (charges,
+/// refunds), so that one lookup handler and one cancel handler serve them all alike.
+pub(crate) trait Served: Kept + Send + 'static {
+    type View: Serialize;
+    /// The 404 message of a lookup that finds nothing.
+    const MISSING: &'static str;
+    fn view(&self) -> Self::View;
+}
+
+impl Served for ProcessorCharge {
+    type View = ChargeView;
+    const MISSING: &'static str = "No charge was created under this idempotency key.";
+
+    fn view(&self) -> ChargeView {
+        ChargeView {
+            id: self.id.clone(),
+            amount: self.money.amount.minor_units(),
+            currency: self.money.currency.code().to_owned(),
+            status: self.status.as_str().to_owned(),
         }
-        ChargeAnswer::Settled(Outcome::Declined {
-            decline_code,
-            message,
-        }) => {
-            tracing::info!(charge.outcome = "declined", charge.decline_code = %decline_code, "charge");
-            Err(SimError::Declined {
-                decline_code,
-                message,
-            })
-        }
-        ChargeAnswer::Settled(Outcome::FailedTransiently { reason }) => {
-            Err(SimError::Transient { reason })
-        }
-        ChargeAnswer::Processing => Err(SimError::Processing),
-        ChargeAnswer::KeyCanceled => Err(SimError::KeyCanceled),
     }
 }
 
-/// `POST /v1/charges/cancel`: the charge made under the key; or 409 while a call under it is
-/// processing; or else the key is tombstoned, and no charge can ever be made under it.
-pub(crate) async fn cancel_charge(
+/// `GET /v1/charges?idempotency_key=K` and `GET /v1/refunds?idempotency_key=K`: what was made
+/// under K, or 404 (also while a call under K is processing). Never makes anything.
+pub(crate) async fn find<T: Served>(
+    State(sim): State<Sim>,
+    query: Result<Query<FindQuery>, QueryRejection>,
+) -> Result<Json<T::View>, SimError> {
+    let Query(query) =
+        query.map_err(|rejection| SimError::InvalidRequest(rejection.body_text()))?;
+    match sim.find_key::<T>(&query.idempotency_key) {
+        Some(made) => Ok(Json(made.view())),
+        None => Err(SimError::NotFound(T::MISSING.to_owned())),
+    }
+}
+
+/// `POST /v1/charges/cancel` and `POST /v1/refunds/cancel`: what was made under the key; or
+/// 409 while a call under it is processing; or else the key is tombstoned, and nothing can
+/// ever be made under it.
+pub(crate) async fn cancel<T: Served>(
     State(sim): State<Sim>,
     headers: HeaderMap,
-) -> Result<Json<CancelView>, SimError> {
+) -> Result<Json<CancelView<T::View>>, SimError> {
     let idempotency_key = idempotency_key(&headers)?;
-    match sim.cancel_key(&idempotency_key) {
-        CancelOutcome::Charged(charge) => Ok(Json(CancelView::Charged(view(&charge)))),
+    match sim.cancel_key::<T>(&idempotency_key) {
+        CancelOutcome::Exists(made) => Ok(Json(CancelView::Exists(made.view()))),
         CancelOutcome::StillProcessing => Err(SimError::Processing),
         CancelOutcome::Canceled => {
-            tracing::info!(charge.outcome = "canceled", "cancel");
+            tracing::info!(idempotency.outcome = "canceled", "cancel");
             Ok(Json(CancelView::Canceled(CanceledView {
                 status: CANCELED.to_owned(),
             })))
@@ -82,29 +104,11 @@ pub(crate) async fn cancel_charge(
     }
 }
 
-/// `GET /v1/charges?idempotency_key=K`: the charge made under K. Never creates one.
-pub(crate) async fn find_charge(
-    State(sim): State<Sim>,
-    query: Result<Query<FindQuery>, QueryRejection>,
-) -> Result<Json<ChargeView>, SimError> {
-    let Query(query) =
-        query.map_err(|rejection| SimError::InvalidRequest(rejection.body_text()))?;
-    match sim.find_charge(&query.idempotency_key).await {
-        Ok(Some(charge)) => Ok(Json(view(&charge))),
-        Ok(None) => Err(SimError::NotFound(
-            "No charge was created under this idempotency key.".into(),
-        )),
-        // The in-memory lookup cannot fail today; map it anyway rather than panic.
-        Err(error) => Err(SimError::Transient {
-            reason: error.to_string(),
-        }),
-    }
-}
-
 /// `GET /v1/stats`: what tests count to prove "exactly once" at the processor.
 pub(crate) async fn stats(State(sim): State<Sim>) -> Json<StatsView> {
     Json(StatsView {
         charges_created: sim.charges_created(),
+        refunds_created: sim.refunds_created(),
     })
 }
 
@@ -118,7 +122,17 @@ pub(crate) async fn not_found() -> SimError {
     SimError::NotFound("No such resource.".into())
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<String, SimError> {
+/// A call's answer as HTTP: what it made, or the error that says why it made nothing. The
+/// conflicts keep their own codes, which the port folds into `Unavailable`.
+pub(super) fn answered<T>(answer: Answer<T>) -> Result<T, SimError> {
+    match answer {
+        Answer::Settled(outcome) => outcome.into_result().map_err(SimError::from),
+        Answer::Processing => Err(SimError::Processing),
+        Answer::KeyCanceled => Err(SimError::KeyCanceled),
+    }
+}
+
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<String, SimError> {
     let value = headers
         .get(IDEMPOTENCY_KEY)
         .ok_or(SimError::MissingIdempotencyKey)?;
@@ -130,19 +144,10 @@ fn idempotency_key(headers: &HeaderMap) -> Result<String, SimError> {
     }
 }
 
-fn money(amount: i64, currency: &str) -> Result<Money, SimError> {
+pub(super) fn money(amount: i64, currency: &str) -> Result<Money, SimError> {
     let amount = Amount::new(amount).map_err(|e| SimError::InvalidRequest(e.to_string()))?;
     let currency: Currency = currency
         .parse()
         .map_err(|e: CurrencyError| SimError::InvalidRequest(e.to_string()))?;
     Ok(Money::new(amount, currency))
-}
-
-fn view(charge: &ProcessorCharge) -> ChargeView {
-    ChargeView {
-        id: charge.id.clone(),
-        amount: charge.money.amount.minor_units(),
-        currency: charge.money.currency.code().to_owned(),
-        status: charge.status.as_str().to_owned(),
-    }
 }

@@ -1,8 +1,11 @@
 //! The in-process simulator the service uses by default, modelled on a slow processor: a call
 //! under a new key registers the key as processing, and its outcome exists only once the
-//! latency has passed, whether or not the caller is still waiting.
+//! latency has passed, whether or not the caller is still waiting. Charges and refunds keep
+//! their keys in two books of the same kind, so both follow exactly this protocol.
 
 mod book;
+mod charges;
+mod refunds;
 #[cfg(test)]
 mod tests;
 
@@ -12,12 +15,20 @@ use std::time::Duration;
 use async_trait::async_trait;
 use payments_domain::{
     CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorError,
+    ProcessorRefund, ProcessorRefundRequest,
 };
 
-pub(crate) use book::{ChargeAnswer, Outcome};
+pub(crate) use book::{Answer, Book, Outcome};
 
 use crate::TestToken;
-use book::{Begin, Book};
+use book::Begin;
+use refunds::Refundable;
+
+/// The answer to a charge call.
+pub(crate) type ChargeAnswer = Answer<ProcessorCharge>;
+
+/// The answer to a refund call.
+pub(crate) type RefundAnswer = Answer<ProcessorRefund>;
 
 /// A processor that lives in the service's memory. It forgets everything when the service
 /// restarts, so it cannot show exactly-once across crashes; a processor in its own process,
@@ -25,12 +36,39 @@ use book::{Begin, Book};
 #[derive(Debug, Default)]
 pub struct InMemoryCardProcessor {
     /// Shared with the tasks that finish calls whose callers may have gone.
-    book: Arc<Mutex<Book>>,
+    state: Arc<Mutex<State>>,
     latency: Duration,
 }
 
+/// Everything the simulator remembers, under one mutex: each key's transitions are atomic,
+/// and so is a refund's check of its charge together with its reservation.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    charges: Book<ProcessorCharge>,
+    refunds: Book<ProcessorRefund>,
+    refundable: Refundable,
+}
+
+/// What a key of each kind settles to (a charge, a refund), and where its book is: so that a
+/// lookup and a cancel are written once for every kind.
+pub(crate) trait Kept: Clone + Sized {
+    fn book(state: &mut State) -> &mut Book<Self>;
+}
+
+impl Kept for ProcessorCharge {
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.charges
+    }
+}
+
+impl Kept for ProcessorRefund {
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.refunds
+    }
+}
+
 impl InMemoryCardProcessor {
-    /// A simulator whose every new charge takes `latency` to come into existence.
+    /// A simulator whose every new charge or refund takes `latency` to come into existence.
     pub fn with_latency(latency: Duration) -> Self {
         Self {
             latency,
@@ -40,7 +78,12 @@ impl InMemoryCardProcessor {
 
     /// The number of distinct charges ever created.
     pub fn charges_created(&self) -> u64 {
-        lock(&self.book).charges_created()
+        lock(&self.state).charges.created()
+    }
+
+    /// The number of distinct refunds that ever succeeded.
+    pub fn refunds_created(&self) -> u64 {
+        lock(&self.state).refunds.created()
     }
 
     /// How long a new call with `token` processes: the configured latency, plus
@@ -52,39 +95,89 @@ impl InMemoryCardProcessor {
         }
     }
 
-    /// A charge call, answered in full. The key is registered before the first await; the
-    /// wait and the recording of the outcome run on their own task, so a caller that goes
-    /// away (an HTTP client that timed out drops its handler) does not stop the charge from
-    /// coming into existence, as it would not at a real processor.
+    /// A charge call, answered in full. A charge that comes into existence becomes refundable
+    /// at the same moment.
     pub(crate) async fn submit(&self, request: ProcessorChargeRequest) -> ChargeAnswer {
         let token = TestToken::from_source(request.source.as_str());
-        let outcome = match lock(&self.book).begin(&request.idempotency_key, token, request.money) {
+        let key = request.idempotency_key;
+        let begun = lock(&self.state).charges.begin(&key, |first_attempt| {
+            charges::decide(token, request.money, first_attempt)
+        });
+        self.process(begun, self.latency_for(token), move |state, outcome| {
+            if let Outcome::Succeeded(charge) = &outcome {
+                state.refundable.add(charge, token);
+            }
+            state.charges.settle(key, outcome)
+        })
+        .await
+    }
+
+    /// A refund call, answered in full. It processes as long as a call with its charge's token
+    /// (a refund of an unknown charge, for the configured latency), and settles its
+    /// reservation when it ends.
+    pub(crate) async fn submit_refund(&self, request: ProcessorRefundRequest) -> RefundAnswer {
+        let (begun, token) = {
+            let mut state = lock(&self.state);
+            let State {
+                refunds,
+                refundable,
+                ..
+            } = &mut *state;
+            let begun = refunds.begin(&request.idempotency_key, |_| refundable.begin(&request));
+            (begun, refundable.token_of(&request.processor_charge_id))
+        };
+        let latency = token.map_or(self.latency, |token| self.latency_for(token));
+        let key = request.idempotency_key;
+        self.process(begun, latency, move |state, outcome| {
+            state.refundable.settle(&key, &outcome);
+            state.refunds.settle(key, outcome)
+        })
+        .await
+    }
+
+    /// The rest of a call that [`Book::begin`] started: the key was registered before the
+    /// first await; the wait and `settle` run on their own task, so a caller that goes away
+    /// (an HTTP client that timed out drops its handler) does not stop the charge or refund
+    /// from coming into existence, as it would not at a real processor.
+    async fn process<T: Send + 'static>(
+        &self,
+        begun: Begin<T>,
+        latency: Duration,
+        settle: impl FnOnce(&mut State, Outcome<T>) -> Answer<T> + Send + 'static,
+    ) -> Answer<T> {
+        let outcome = match begun {
             Begin::Answered(answer) => return answer,
             Begin::Started(outcome) => outcome,
         };
-        let latency = self.latency_for(token);
-        let book = Arc::clone(&self.book);
-        let key = request.idempotency_key;
+        let state = Arc::clone(&self.state);
         let processing = tokio::spawn(async move {
             if !latency.is_zero() {
                 tokio::time::sleep(latency).await;
             }
-            lock(&book).settle(key, outcome)
+            settle(&mut lock(&state), outcome)
         });
         // Dropping this future drops only the handle; the task runs on. It can fail only if
         // the runtime is shutting down, and then the key does stay processing.
-        processing.await.unwrap_or(ChargeAnswer::Processing)
+        processing.await.unwrap_or(Answer::Processing)
+    }
+
+    /// What was made under a key, if it exists yet; synchronous, since it never waits.
+    pub(crate) fn find_key<T: Kept>(&self, idempotency_key: &str) -> Option<T> {
+        T::book(&mut lock(&self.state)).find(idempotency_key)
     }
 
     /// Settles a key for good; synchronous, since it never waits.
-    pub(crate) fn cancel_key(&self, idempotency_key: &str) -> CancelOutcome {
-        lock(&self.book).cancel(idempotency_key)
+    pub(crate) fn cancel_key<T: Kept>(&self, idempotency_key: &str) -> CancelOutcome<T> {
+        T::book(&mut lock(&self.state)).cancel(idempotency_key)
     }
 }
 
-/// The state stays consistent even if a holder panicked: every transition is one insert.
-fn lock(book: &Mutex<Book>) -> MutexGuard<'_, Book> {
-    book.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The state stays consistent even if a holder panicked: every transition is made of inserts
+/// that do not fail.
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[async_trait]
@@ -100,10 +193,36 @@ impl CardProcessor for InMemoryCardProcessor {
         &self,
         idempotency_key: &str,
     ) -> Result<Option<ProcessorCharge>, ProcessorError> {
-        Ok(lock(&self.book).find(idempotency_key))
+        Ok(lock(&self.state).charges.find(idempotency_key))
     }
 
-    async fn cancel(&self, idempotency_key: &str) -> Result<CancelOutcome, ProcessorError> {
+    async fn cancel(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
         Ok(self.cancel_key(idempotency_key))
+    }
+
+    async fn refund(
+        &self,
+        request: ProcessorRefundRequest,
+    ) -> Result<ProcessorRefund, ProcessorError> {
+        let answer = self.submit_refund(request).await;
+        answer.into_result()
+    }
+
+    async fn find_refund(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorRefund>, ProcessorError> {
+        Ok(self.find_key::<ProcessorRefund>(idempotency_key))
+    }
+
+    async fn cancel_refund(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError> {
+        let mut state = lock(&self.state);
+        Ok(state.refunds.cancel(idempotency_key))
     }
 }

@@ -1,6 +1,9 @@
-//! One test per rule of the simulator. Latencies are real but short (the workspace's tokio has
-//! no paused clock); a call is started by polling it once, which registers its key
-//! deterministically, instead of by sleeping.
+//! One test per rule of the simulator, the charge rules here and the refund rules in
+//! [`refunds`]. Latencies are real but short (the workspace's tokio has no paused clock); a call
+//! is started by polling it once, which registers its key deterministically, instead of by
+//! sleeping.
+
+mod refunds;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -202,7 +205,7 @@ async fn cancel_of_a_charged_key_returns_the_charge_and_keeps_it() {
 
     assert_eq!(
         sim.cancel("k").await,
-        Ok(CancelOutcome::Charged(charge.clone()))
+        Ok(CancelOutcome::Exists(charge.clone()))
     );
     assert_eq!(sim.charge(request("k", "tok_visa")).await, Ok(charge));
     assert_eq!(sim.charges_created(), 1);
@@ -245,7 +248,7 @@ async fn cancel_racing_a_charge_is_atomic() {
         let (charging, canceling) = (Arc::clone(&sim), Arc::clone(&sim));
         let charge_key = key.clone();
         let charge = async move { charging.submit(request(&charge_key, "tok_visa")).await };
-        let cancel = async move { canceling.cancel_key(&key) };
+        let cancel = async move { canceling.cancel_key::<ProcessorCharge>(&key) };
         // Either may be spawned first, so that each can win.
         let race = if i % 2 == 0 {
             let cancel = tokio::spawn(cancel);
@@ -262,10 +265,10 @@ async fn cancel_racing_a_charge_is_atomic() {
         let cancel = cancel.await.unwrap_or_else(|e| panic!("{e}"));
         match (&charge, &cancel) {
             (ChargeAnswer::KeyCanceled, CancelOutcome::Canceled) => {}
-            (ChargeAnswer::Settled(Outcome::Charged(_)), CancelOutcome::StillProcessing) => {
+            (ChargeAnswer::Settled(Outcome::Succeeded(_)), CancelOutcome::StillProcessing) => {
                 charged += 1;
             }
-            (ChargeAnswer::Settled(Outcome::Charged(made)), CancelOutcome::Charged(seen)) => {
+            (ChargeAnswer::Settled(Outcome::Succeeded(made)), CancelOutcome::Exists(seen)) => {
                 assert_eq!(made, seen);
                 charged += 1;
             }

@@ -1,47 +1,73 @@
-//! `POST /v1/charges/cancel` and `HttpCardProcessor::cancel`: the one answer that says a key
-//! has no charge and never will.
+//! `POST /v1/charges/cancel`, `POST /v1/refunds/cancel` and `HttpCardProcessor::cancel`: the
+//! one answer that says a key has nothing under it and never will.
 
 use axum::http::StatusCode;
 use payments_card_sim::HttpCardProcessor;
 use payments_domain::{CancelOutcome, CardProcessor, ProcessorChargeStatus, ProcessorError};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::helpers::{
-    PATIENT, REACH, charge_body, request, spawn_fake_processor, spawn_sim, spawn_slow_sim, usd,
+    CHARGES, Kind, PATIENT, REACH, REFUNDS, TestSim, charge_body, refund_body, request,
+    spawn_fake_processor, spawn_sim, spawn_slow_sim, usd,
 };
 
 #[tokio::test]
 async fn cancel_of_an_unknown_key_tombstones_it_and_a_later_charge_is_refused() {
     let sim = spawn_sim().await;
-
-    let canceled = sim.post_cancel(Some("k")).await;
-    let charge = sim.post_charge(Some("k"), &charge_body("tok_visa")).await;
-
-    assert_eq!(canceled, (StatusCode::OK, json!({"status": "canceled"})));
-    assert_eq!(charge.0, StatusCode::CONFLICT, "{}", charge.1);
-    assert_eq!(charge.1["error"]["type"], "invalid_request_error");
-    assert_eq!(charge.1["error"]["code"], "idempotency_key_canceled");
-    assert_eq!(sim.lookup("k").await.0, StatusCode::NOT_FOUND);
-    // Canceling again answers the same; the tombstone stays.
-    assert_eq!(sim.post_cancel(Some("k")).await, canceled);
-    assert_eq!(sim.charges_created().await, 0);
+    cancel_of_an_unused_key_tombstones_it(&sim, CHARGES, &charge_body("tok_visa")).await;
 }
 
 #[tokio::test]
 async fn cancel_of_a_charged_key_returns_the_charge_and_keeps_it() {
     let sim = spawn_sim().await;
-    let (status, charge) = sim.post_charge(Some("k"), &charge_body("tok_visa")).await;
-    assert_eq!(status, StatusCode::OK, "{charge}");
+    cancel_of_a_used_key_returns_what_was_made(&sim, CHARGES, &charge_body("tok_visa")).await;
+}
+
+#[tokio::test]
+async fn cancel_of_an_unused_refund_key_tombstones_it_and_a_later_refund_is_refused() {
+    let sim = spawn_sim().await;
+    let (_, charge) = sim.charged(usd(1999)).await;
+    cancel_of_an_unused_key_tombstones_it(&sim, REFUNDS, &refund_body(&charge.id, 500)).await;
+}
+
+#[tokio::test]
+async fn cancel_of_a_refunded_key_returns_the_refund_and_keeps_it() {
+    let sim = spawn_sim().await;
+    let (_, charge) = sim.charged(usd(1999)).await;
+    let refund = refund_body(&charge.id, 500);
+    cancel_of_a_used_key_returns_what_was_made(&sim, REFUNDS, &refund).await;
+}
+
+/// A cancel under a key never used tombstones it: a later call under it with `body` is
+/// refused with 409 `idempotency_key_canceled` and makes nothing, and the tombstone stays.
+async fn cancel_of_an_unused_key_tombstones_it(sim: &TestSim, kind: Kind, body: &Value) {
+    let canceled = sim.cancel(kind, Some("k")).await;
+    let (status, refused) = sim.create(kind, Some("k"), body).await;
+
+    assert_eq!(canceled, (StatusCode::OK, json!({"status": "canceled"})));
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["type"], "invalid_request_error");
+    assert_eq!(refused["error"]["code"], "idempotency_key_canceled");
+    assert_eq!(sim.find(kind, "k").await.0, StatusCode::NOT_FOUND);
+    // Canceling again answers the same; the tombstone stays.
+    assert_eq!(sim.cancel(kind, Some("k")).await, canceled);
+    assert_eq!(sim.created(kind).await, 0);
+}
+
+/// A cancel under a key that made something answers with it, and leaves it as it is.
+async fn cancel_of_a_used_key_returns_what_was_made(sim: &TestSim, kind: Kind, body: &Value) {
+    let (status, made) = sim.create(kind, Some("k"), body).await;
+    assert_eq!(status, StatusCode::OK, "{made}");
 
     assert_eq!(
-        sim.post_cancel(Some("k")).await,
-        (StatusCode::OK, charge.clone())
+        sim.cancel(kind, Some("k")).await,
+        (StatusCode::OK, made.clone())
     );
     assert_eq!(
-        sim.post_charge(Some("k"), &charge_body("tok_visa")).await,
-        (StatusCode::OK, charge)
+        sim.create(kind, Some("k"), body).await,
+        (StatusCode::OK, made)
     );
-    assert_eq!(sim.charges_created().await, 1);
+    assert_eq!(sim.created(kind).await, 1);
 }
 
 #[tokio::test]
@@ -73,7 +99,7 @@ async fn http_card_processor_cancel_maps_each_answer() {
 
     assert_eq!(
         processor.cancel("paid").await,
-        Ok(CancelOutcome::Charged(charge))
+        Ok(CancelOutcome::Exists(charge))
     );
     assert_eq!(processing, Ok(CancelOutcome::StillProcessing));
     assert_eq!(
@@ -107,7 +133,7 @@ async fn http_card_processor_cancel_maps_any_other_answer_to_unavailable() {
         .expect("client")
         .cancel("k")
         .await;
-    let Ok(CancelOutcome::Charged(charge)) = reported else {
+    let Ok(CancelOutcome::Exists(charge)) = reported else {
         panic!("{reported:?}");
     };
     assert_eq!(charge.status, ProcessorChargeStatus::Pending);

@@ -7,6 +7,7 @@ use axum::http::{StatusCode, header};
 use payments_card_sim::HttpCardProcessor;
 use payments_domain::{
     Amount, CardProcessor, Currency, Money, PaymentSource, ProcessorCharge, ProcessorChargeRequest,
+    ProcessorError, ProcessorRefund, ProcessorRefundRequest,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -21,6 +22,30 @@ pub const LATENCY: Duration = Duration::from_millis(1500);
 /// How long a request on the loopback is given to reach the simulator before a test probes
 /// the key it registered. Far below [`LATENCY`], so the probes still find it processing.
 pub const REACH: Duration = Duration::from_millis(300);
+
+/// One kind of call the processor deduplicates by key, named as in its paths: the tests of the
+/// protocol every kind keeps are written once and run on each.
+#[derive(Debug, Clone, Copy)]
+pub struct Kind(&'static str);
+
+pub const CHARGES: Kind = Kind("charges");
+pub const REFUNDS: Kind = Kind("refunds");
+
+impl Kind {
+    /// `POST` makes one, `GET ?idempotency_key=K` looks it up.
+    pub fn path(self) -> String {
+        format!("/v1/{}", self.0)
+    }
+
+    pub fn cancel_path(self) -> String {
+        format!("/v1/{}/cancel", self.0)
+    }
+
+    /// Its count in `GET /v1/stats`.
+    pub fn created_stat(self) -> String {
+        format!("{}_created", self.0)
+    }
+}
 
 /// A running `card-sim`; the process is killed when this is dropped.
 pub struct TestSim {
@@ -104,35 +129,76 @@ impl TestSim {
         &self.http
     }
 
+    /// A patient client, and a `tok_visa` charge of `money` made through it.
+    pub async fn charged(&self, money: Money) -> (HttpCardProcessor, ProcessorCharge) {
+        let processor = self.processor(PATIENT);
+        let request = ProcessorChargeRequest {
+            money,
+            ..request("order-1", "tok_visa")
+        };
+        let charge = processor.charge(request).await.expect("charge");
+        (processor, charge)
+    }
+
+    /// `POST` to the path that makes `kind`, with the `Idempotency-Key` if given: the status
+    /// and the JSON body.
+    pub async fn create(&self, kind: Kind, key: Option<&str>, body: &Value) -> (StatusCode, Value) {
+        self.post(&kind.path(), key, Some(body)).await
+    }
+
+    /// `POST` to the cancel path of `kind`, with the `Idempotency-Key` if given.
+    pub async fn cancel(&self, kind: Kind, key: Option<&str>) -> (StatusCode, Value) {
+        self.post(&kind.cancel_path(), key, None).await
+    }
+
+    /// `GET` the lookup path of `kind` with `?idempotency_key=K`.
+    pub async fn find(&self, kind: Kind, key: &str) -> (StatusCode, Value) {
+        let request = self
+            .http
+            .get(self.url(&kind.path()))
+            .query(&[("idempotency_key", key)]);
+        answer(request.send().await.expect("GET by idempotency key")).await
+    }
+
+    /// `GET /v1/stats`: how many of `kind` the processor ever made.
+    pub async fn created(&self, kind: Kind) -> u64 {
+        self.stat(&kind.created_stat()).await
+    }
+
     /// `POST /v1/charges`, with the `Idempotency-Key` if given: the status and the JSON body.
     pub async fn post_charge(&self, key: Option<&str>, body: &Value) -> (StatusCode, Value) {
-        let mut request = self.http.post(self.url("/v1/charges")).json(body);
-        if let Some(key) = key {
-            request = request.header("Idempotency-Key", key);
-        }
-        answer(request.send().await.expect("POST /v1/charges")).await
+        self.create(CHARGES, key, body).await
     }
 
     /// `POST /v1/charges/cancel`, with the `Idempotency-Key` if given.
     pub async fn post_cancel(&self, key: Option<&str>) -> (StatusCode, Value) {
-        let mut request = self.http.post(self.url("/v1/charges/cancel"));
-        if let Some(key) = key {
-            request = request.header("Idempotency-Key", key);
-        }
-        answer(request.send().await.expect("POST /v1/charges/cancel")).await
-    }
-
-    /// `GET /v1/charges?idempotency_key=K`.
-    pub async fn lookup(&self, key: &str) -> (StatusCode, Value) {
-        let request = self
-            .http
-            .get(self.url("/v1/charges"))
-            .query(&[("idempotency_key", key)]);
-        answer(request.send().await.expect("GET /v1/charges")).await
+        self.cancel(CHARGES, key).await
     }
 
     /// `GET /v1/stats`: distinct charges the processor ever created.
     pub async fn charges_created(&self) -> u64 {
+        self.created(CHARGES).await
+    }
+
+    /// `POST path`, with the `Idempotency-Key` and the JSON body if given.
+    async fn post(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self.http.post(self.url(path));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await;
+        answer(response.unwrap_or_else(|e| panic!("POST {path}: {e}"))).await
+    }
+
+    async fn stat(&self, name: &str) -> u64 {
         let stats: serde_json::Value = self
             .http
             .get(self.url("/v1/stats"))
@@ -142,9 +208,9 @@ impl TestSim {
             .json()
             .await
             .expect("stats JSON");
-        stats["charges_created"]
+        stats[name]
             .as_u64()
-            .unwrap_or_else(|| panic!("no charges_created in {stats}"))
+            .unwrap_or_else(|| panic!("no {name} in {stats}"))
     }
 }
 
@@ -152,17 +218,29 @@ impl TestSim {
 /// has passed, whether or not its caller still waits. Polls with `find_charge`, which never
 /// creates, and gives up after ten seconds.
 pub async fn charge_appears(processor: &impl CardProcessor, key: &str) -> ProcessorCharge {
+    appears(key, || processor.find_charge(key)).await
+}
+
+/// [`charge_appears`] for a refund, polling with `find_refund`.
+pub async fn refund_appears(processor: &impl CardProcessor, key: &str) -> ProcessorRefund {
+    appears(key, || processor.find_refund(key)).await
+}
+
+async fn appears<T, F>(key: &str, find: impl Fn() -> F) -> T
+where
+    F: Future<Output = Result<Option<T>, ProcessorError>>,
+{
     let poll = async {
         loop {
-            if let Ok(Some(charge)) = processor.find_charge(key).await {
-                return charge;
+            if let Ok(Some(found)) = find().await {
+                return found;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(10), poll)
         .await
-        .unwrap_or_else(|_| panic!("no charge under {key:?} at the processor"))
+        .unwrap_or_else(|_| panic!("nothing under {key:?} at the processor"))
 }
 
 /// A 19.99 USD charge of `token` under `key`.
@@ -184,6 +262,20 @@ pub fn usd(minor_units: i64) -> Money {
 /// The body of `POST /v1/charges` for 19.99 USD with `source`.
 pub fn charge_body(source: &str) -> Value {
     json!({"amount": 1999, "currency": "USD", "source": source})
+}
+
+/// A refund of `money` of the processor's charge `charge_id` under `key`.
+pub fn refund_request(key: &str, charge_id: &str, money: Money) -> ProcessorRefundRequest {
+    ProcessorRefundRequest {
+        idempotency_key: key.to_owned(),
+        processor_charge_id: charge_id.to_owned(),
+        money,
+    }
+}
+
+/// The body of `POST /v1/refunds` for `amount` USD cents of the processor's charge `charge_id`.
+pub fn refund_body(charge_id: &str, amount: i64) -> Value {
+    json!({"charge": charge_id, "amount": amount, "currency": "USD"})
 }
 
 async fn answer(response: reqwest::Response) -> (StatusCode, Value) {

@@ -8,4 +8,6 @@ mod helpers;
 mod lookup;
 mod processing;
 mod protocol;
+mod refund_client;
+mod refunds;
 mod server;

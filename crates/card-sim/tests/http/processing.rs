@@ -1,28 +1,51 @@
-//! A slow processor, over raw HTTP: a charge comes into existence only once its latency has
-//! passed; until then its key is processing, and nothing about it is definitive.
+//! A slow processor, over raw HTTP: a charge or a refund comes into existence only once its
+//! latency has passed; until then its key is processing, and nothing about it is definitive.
 
 use std::time::Instant;
 
 use reqwest::StatusCode;
+use serde_json::Value;
 
-use crate::helpers::{LATENCY, REACH, charge_body, spawn_slow_sim};
+use crate::helpers::{
+    CHARGES, Kind, LATENCY, REACH, REFUNDS, TestSim, charge_body, refund_body, spawn_slow_sim, usd,
+};
+
+#[tokio::test]
+async fn a_refund_does_not_exist_until_its_latency_has_passed() {
+    let sim = spawn_slow_sim().await;
+    let (_, charge) = sim.charged(usd(1999)).await;
+    let body = refund_body(&charge.id, 500);
+
+    let refund = exists_only_after_its_latency(&sim, REFUNDS, &body).await;
+    assert_eq!(refund["object"], "refund");
+    assert_eq!(refund["charge"], charge.id.as_str());
+    assert_eq!(refund["amount"], 500);
+    assert_eq!(refund["currency"], "USD");
+}
 
 #[tokio::test]
 async fn a_charge_does_not_exist_until_its_latency_has_passed() {
     let sim = spawn_slow_sim().await;
-    let visa = charge_body("tok_visa");
+    exists_only_after_its_latency(&sim, CHARGES, &charge_body("tok_visa")).await;
+}
+
+/// The first call under a key processes for the simulator's latency. Meanwhile a lookup finds
+/// nothing, a cancel and a second call under the key answer 409 `processing`, and nothing is
+/// counted; then the call answers 200 `succeeded`, and a lookup and a repeat answer the same.
+/// Returns that body.
+async fn exists_only_after_its_latency(sim: &TestSim, kind: Kind, body: &Value) -> Value {
     let began = Instant::now();
     let probes = async {
         tokio::time::sleep(REACH).await;
-        let lookup = sim.lookup("k").await;
-        let cancel = sim.post_cancel(Some("k")).await;
-        let second = sim.post_charge(Some("k"), &visa).await;
-        let created = sim.charges_created().await;
+        let lookup = sim.find(kind, "k").await;
+        let cancel = sim.cancel(kind, Some("k")).await;
+        let second = sim.create(kind, Some("k"), body).await;
+        let created = sim.created(kind).await;
         (lookup, cancel, second, created, began.elapsed())
     };
-    // `join!` polls the first charge first, so it is the call that registers the key.
+    // `join!` polls the first call first, so it is the call that registers the key.
     let ((status, first), (lookup, cancel, second, created, probed_after)) =
-        tokio::join!(sim.post_charge(Some("k"), &visa), probes);
+        tokio::join!(sim.create(kind, Some("k"), body), probes);
 
     assert!(probed_after < LATENCY, "probes took {probed_after:?}");
     assert_eq!(lookup.0, StatusCode::NOT_FOUND, "{}", lookup.1);
@@ -36,10 +59,11 @@ async fn a_charge_does_not_exist_until_its_latency_has_passed() {
     assert_eq!(status, StatusCode::OK, "{first}");
     assert!(began.elapsed() >= LATENCY, "{:?}", began.elapsed());
     assert_eq!(first["status"], "succeeded");
-    assert_eq!(sim.lookup("k").await, (StatusCode::OK, first.clone()));
+    assert_eq!(sim.find(kind, "k").await, (StatusCode::OK, first.clone()));
     assert_eq!(
-        sim.post_charge(Some("k"), &visa).await,
-        (StatusCode::OK, first)
+        sim.create(kind, Some("k"), body).await,
+        (StatusCode::OK, first.clone())
     );
-    assert_eq!(sim.charges_created().await, 1);
+    assert_eq!(sim.created(kind).await, 1);
+    first
 }

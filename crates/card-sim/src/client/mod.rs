@@ -1,26 +1,31 @@
 //! [`HttpCardProcessor`]: the [`CardProcessor`] port over HTTP, talking to a `card-sim` server
 //! (or anything that speaks the same small protocol).
 //!
-//! The mapping keeps the port's contract: only a 200 is a charge and only a 402 is a decline.
-//! Everything else (a 409 while a call under the key is processing or after it was canceled,
-//! a 5xx, a refused connection, a timeout, a body that cannot be read) is
-//! [`ProcessorError::Unavailable`], because the caller learns nothing definitive about money
-//! from it; only the same idempotency key, which the processor deduplicates, can tell. A charge
-//! is returned as the processor reported it (amount, currency, status), never as requested.
+//! The mapping keeps the port's contract, for charges and refunds alike: only a 200 is a charge
+//! or a refund and only a 402 is a decline. Everything else (a 409 while a call under the key
+//! is processing or after it was canceled, a 5xx, a refused connection, a timeout, a body that
+//! cannot be read) is [`ProcessorError::Unavailable`], because the caller learns nothing
+//! definitive about money from it; only the same idempotency key, which the processor
+//! deduplicates, can tell. A charge or a refund is returned as the processor reported it
+//! (charge, amount, currency, status), never as requested.
+
+mod reported;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use payments_domain::{
-    Amount, CancelOutcome, CardProcessor, Currency, CurrencyError, Money, ProcessorCharge,
-    ProcessorChargeRequest, ProcessorChargeStatus, ProcessorError,
+    CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorError,
+    ProcessorRefund, ProcessorRefundRequest,
 };
 use reqwest::{StatusCode, Url};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::wire::{
-    CANCELED, CancelView, ChargeBody, ChargeView, ConflictCode, ErrorEnvelope, IDEMPOTENCY_KEY,
+    CANCELED, CancelView, ChargeBody, ConflictCode, ErrorEnvelope, IDEMPOTENCY_KEY, RefundBody,
 };
+use reported::{reported, reported_charge, reported_refund};
 
 /// A card processor reached over HTTP.
 #[derive(Debug, Clone)]
@@ -28,6 +33,8 @@ pub struct HttpCardProcessor {
     http: reqwest::Client,
     charges_url: Url,
     cancel_url: Url,
+    refunds_url: Url,
+    refund_cancel_url: Url,
     timeout: Duration,
 }
 
@@ -63,11 +70,15 @@ impl HttpCardProcessor {
         let join = |path: &str| base.join(path).map_err(|e| invalid(e.to_string()));
         let charges_url = join("v1/charges")?;
         let cancel_url = join("v1/charges/cancel")?;
+        let refunds_url = join("v1/refunds")?;
+        let refund_cancel_url = join("v1/refunds/cancel")?;
         let http = reqwest::Client::builder().timeout(timeout).build()?;
         Ok(Self {
             http,
             charges_url,
             cancel_url,
+            refunds_url,
+            refund_cancel_url,
             timeout,
         })
     }
@@ -75,7 +86,7 @@ impl HttpCardProcessor {
     /// A transport failure: the request may or may not have reached the processor.
     fn unreachable(&self, error: &reqwest::Error) -> ProcessorError {
         let reason = if error.is_timeout() {
-            // The charge may well exist: only a retry with the same key can tell.
+            // The charge or refund may well exist: only a retry with the same key can tell.
             format!(
                 "no answer within {} ms; the outcome is unknown",
                 self.timeout.as_millis()
@@ -99,30 +110,26 @@ impl HttpCardProcessor {
         let envelope = self.read::<ErrorEnvelope>(response).await.ok()?;
         envelope.error.code
     }
-}
 
-#[async_trait]
-impl CardProcessor for HttpCardProcessor {
-    async fn charge(
+    /// `POST url` with the key and `body`: what the processor made (or had made under the
+    /// key), as its view, or the port's error.
+    async fn create<V: DeserializeOwned>(
         &self,
-        request: ProcessorChargeRequest,
-    ) -> Result<ProcessorCharge, ProcessorError> {
-        let body = ChargeBody {
-            amount: request.money.amount.minor_units(),
-            currency: request.money.currency.code().to_owned(),
-            source: request.source.as_str().to_owned(),
-        };
+        url: &Url,
+        idempotency_key: &str,
+        body: &impl Serialize,
+    ) -> Result<V, ProcessorError> {
         let response = self
             .http
-            .post(self.charges_url.clone())
-            .header(IDEMPOTENCY_KEY, &request.idempotency_key)
-            .json(&body)
+            .post(url.clone())
+            .header(IDEMPOTENCY_KEY, idempotency_key)
+            .json(body)
             .send()
             .await
             .map_err(|e| self.unreachable(&e))?;
         match response.status() {
             // As the processor reports it: the caller checks it against the request.
-            StatusCode::OK => reported_charge(self.read(response).await?),
+            StatusCode::OK => self.read(response).await,
             // The status is the decision; the body only explains it, so an unreadable body
             // still makes a decline (retrying would only be declined again).
             StatusCode::PAYMENT_REQUIRED => {
@@ -133,24 +140,25 @@ impl CardProcessor for HttpCardProcessor {
                     .map(|envelope| envelope.error);
                 let (decline_code, message) = match detail {
                     Some(detail) => (detail.decline_code, detail.message),
-                    None => (None, "The card was declined.".to_owned()),
+                    None => (None, "The processor declined.".to_owned()),
                 };
                 Err(ProcessorError::Declined {
                     decline_code: decline_code.unwrap_or_else(|| "unknown".to_owned()),
                     message,
                 })
             }
-            // Still processing, or the key was canceled: either way this call charged nothing.
+            // Still processing, or the key was canceled: either way this call made nothing.
             StatusCode::CONFLICT => Err(conflict(self.error_code(response).await)),
             status => Err(unexpected(status)),
         }
     }
 
-    async fn find_charge(
+    /// `GET url?idempotency_key=K`: the view of what was made under K, or `None` on a 404.
+    async fn find<V: DeserializeOwned>(
         &self,
+        mut url: Url,
         idempotency_key: &str,
-    ) -> Result<Option<ProcessorCharge>, ProcessorError> {
-        let mut url = self.charges_url.clone();
+    ) -> Result<Option<V>, ProcessorError> {
         url.query_pairs_mut()
             .append_pair("idempotency_key", idempotency_key);
         let response = self
@@ -160,23 +168,29 @@ impl CardProcessor for HttpCardProcessor {
             .await
             .map_err(|e| self.unreachable(&e))?;
         match response.status() {
-            StatusCode::OK => reported_charge(self.read(response).await?).map(Some),
+            StatusCode::OK => self.read(response).await.map(Some),
             StatusCode::NOT_FOUND => Ok(None),
             status => Err(unexpected(status)),
         }
     }
 
-    async fn cancel(&self, idempotency_key: &str) -> Result<CancelOutcome, ProcessorError> {
+    /// `POST url` with the key: the processor's definitive answer about it, with what exists
+    /// under it still as its view.
+    async fn cancel_key<V: DeserializeOwned>(
+        &self,
+        url: &Url,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<V>, ProcessorError> {
         let response = self
             .http
-            .post(self.cancel_url.clone())
+            .post(url.clone())
             .header(IDEMPOTENCY_KEY, idempotency_key)
             .send()
             .await
             .map_err(|e| self.unreachable(&e))?;
         match response.status() {
             StatusCode::OK => match self.read(response).await? {
-                CancelView::Charged(charge) => reported_charge(charge).map(CancelOutcome::Charged),
+                CancelView::Exists(view) => Ok(CancelOutcome::Exists(view)),
                 CancelView::Canceled(view) if view.status == CANCELED => {
                     Ok(CancelOutcome::Canceled)
                 }
@@ -197,26 +211,79 @@ impl CardProcessor for HttpCardProcessor {
     }
 }
 
-/// A charge as the processor reported it, with its own amount, currency and status: the
-/// caller decides whether it is the charge it asked for. A field this side cannot read is
-/// `Unavailable`, never a guess.
-fn reported_charge(view: ChargeView) -> Result<ProcessorCharge, ProcessorError> {
-    let amount = Amount::new(view.amount).map_err(|e| unavailable(e.to_string()))?;
-    let currency: Currency = view
-        .currency
-        .parse()
-        .map_err(|e: CurrencyError| unavailable(e.to_string()))?;
-    let status = ProcessorChargeStatus::parse(&view.status).ok_or_else(|| {
-        unavailable(format!(
-            "charge {} has unknown status {:?}",
-            view.id, view.status
-        ))
-    })?;
-    Ok(ProcessorCharge {
-        id: view.id,
-        money: Money::new(amount, currency),
-        status,
-    })
+#[async_trait]
+impl CardProcessor for HttpCardProcessor {
+    async fn charge(
+        &self,
+        request: ProcessorChargeRequest,
+    ) -> Result<ProcessorCharge, ProcessorError> {
+        let body = ChargeBody {
+            amount: request.money.amount.minor_units(),
+            currency: request.money.currency.code().to_owned(),
+            source: request.source.as_str().to_owned(),
+        };
+        let view = self
+            .create(&self.charges_url, &request.idempotency_key, &body)
+            .await?;
+        reported_charge(view)
+    }
+
+    async fn find_charge(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorCharge>, ProcessorError> {
+        let view = self.find(self.charges_url.clone(), idempotency_key).await?;
+        view.map(reported_charge).transpose()
+    }
+
+    async fn cancel(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
+        let outcome = self.cancel_key(&self.cancel_url, idempotency_key).await?;
+        reported(outcome, reported_charge)
+    }
+
+    async fn refund(
+        &self,
+        request: ProcessorRefundRequest,
+    ) -> Result<ProcessorRefund, ProcessorError> {
+        let ProcessorRefundRequest {
+            idempotency_key,
+            processor_charge_id,
+            money,
+        } = request;
+        let body = RefundBody {
+            charge: processor_charge_id,
+            amount: money.amount.minor_units(),
+            currency: money.currency.code().to_owned(),
+        };
+        reported_refund(
+            self.create(&self.refunds_url, &idempotency_key, &body)
+                .await?,
+        )
+    }
+
+    async fn find_refund(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorRefund>, ProcessorError> {
+        self.find(self.refunds_url.clone(), idempotency_key)
+            .await?
+            .map(reported_refund)
+            .transpose()
+    }
+
+    async fn cancel_refund(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError> {
+        let url = &self.refund_cancel_url;
+        reported(
+            self.cancel_key(url, idempotency_key).await?,
+            reported_refund,
+        )
+    }
 }
 
 fn unavailable(reason: String) -> ProcessorError {
@@ -273,40 +340,17 @@ mod tests {
         );
     }
 
-    fn view(amount: i64, currency: &str, status: &str) -> ChargeView {
-        ChargeView {
-            id: "ch_1".into(),
-            amount,
-            currency: currency.into(),
-            status: status.into(),
-        }
-    }
-
     #[test]
-    fn a_charge_is_read_as_reported_and_never_guessed() {
-        let pending = reported_charge(view(2000, "EUR", "pending"));
+    fn the_refund_urls_append_to_the_base_path() {
+        let client = HttpCardProcessor::new("http://sim.local/prefix", Duration::from_secs(1));
+        let urls = client.map(|c| (c.refunds_url.to_string(), c.refund_cancel_url.to_string()));
         assert_eq!(
-            pending,
-            Ok(ProcessorCharge {
-                id: "ch_1".into(),
-                money: Money::new(
-                    Amount::new(2000).unwrap_or_else(|e| panic!("{e}")),
-                    Currency::Eur
-                ),
-                status: ProcessorChargeStatus::Pending,
-            })
+            urls.ok(),
+            Some((
+                "http://sim.local/prefix/v1/refunds".to_owned(),
+                "http://sim.local/prefix/v1/refunds/cancel".to_owned()
+            ))
         );
-        for unreadable in [
-            view(2000, "EUR", "refunded"),
-            view(0, "EUR", "succeeded"),
-            view(2000, "XXX", "succeeded"),
-        ] {
-            let result = reported_charge(unreadable);
-            assert!(
-                matches!(result, Err(ProcessorError::Unavailable { .. })),
-                "{result:?}"
-            );
-        }
     }
 
     #[test]
