@@ -9,7 +9,9 @@
 //! cache, the event stream) is only ever an accelerator and a transport: nothing here treats it
 //! as a source of truth.
 
+mod claiming;
 mod error;
+mod fenced;
 mod model;
 mod postgres;
 mod redis_link;

@@ -57,11 +57,11 @@ pub struct Claimed {
 
 impl Claimed {
     /// A new request under the key: it starts from the beginning.
-    pub(crate) fn fresh(attempt: i32, resource_id: Uuid, processor_key: String) -> Self {
+    pub(crate) fn fresh(attempt: i32, generation: Generation) -> Self {
         Self {
             attempt: Attempt(attempt),
-            resource_id,
-            processor_key,
+            resource_id: generation.resource_id,
+            processor_key: generation.processor_key,
             resume_from: RecoveryPoint::Started,
             processor_charge_id: None,
             took_over: false,
@@ -70,10 +70,10 @@ impl Claimed {
     }
 
     /// A new generation in the row of an expired or failed record.
-    pub(crate) fn replacing(attempt: i32, resource_id: Uuid, processor_key: String) -> Self {
+    pub(crate) fn replacing(attempt: i32, generation: Generation) -> Self {
         Self {
             replaced: true,
-            ..Self::fresh(attempt, resource_id, processor_key)
+            ..Self::fresh(attempt, generation)
         }
     }
 
@@ -241,4 +241,22 @@ pub struct Backlog {
 /// the same on every attempt and unique across tenants and expiry generations.
 pub(crate) fn processor_key_for(resource_id: Uuid) -> String {
     format!("pay_{}", resource_id.simple())
+}
+
+/// A claim's new generation of a record: the id of the resource it creates (half of its
+/// fence) and the key it sends to the processor.
+#[derive(Debug, Clone)]
+pub(crate) struct Generation {
+    pub resource_id: Uuid,
+    pub processor_key: String,
+}
+
+impl Generation {
+    pub(crate) fn new() -> Self {
+        let resource_id = Uuid::new_v4();
+        Self {
+            resource_id,
+            processor_key: processor_key_for(resource_id),
+        }
+    }
 }

@@ -134,6 +134,21 @@ pub(crate) fn stored_status(response: &StoredResponse) -> Result<i16, StoreError
         .map_err(|_| StoreError::Corrupt(format!("status {} out of range", response.status)))
 }
 
+/// A record and the database's clock, read in one statement (`claiming::read_record`): all
+/// instances judge lock expiry by the same clock, never their own.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RecordWithClock {
+    #[sqlx(flatten)]
+    pub row: RecordRow,
+    pub db_now: DateTime<Utc>,
+}
+
+impl RecordWithClock {
+    pub(crate) fn into_record(self) -> Result<(IdempotencyRecord, DateTime<Utc>), StoreError> {
+        Ok((self.row.into_record()?, self.db_now))
+    }
+}
+
 /// A record taken over by the completer, as the takeover statement returns it.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct AbandonedRow {

@@ -1,25 +1,14 @@
 //! The steps of a claim under the lock (`RecordRepository::claim_exclusive` in
-//! `records.rs`): the insert of a fresh key, the locking read, the takeover of an abandoned
-//! record and the replacement of an expired or failed one.
+//! `records.rs`), running the statements both backends share (`crate::claiming`).
 
-use chrono::{DateTime, Utc};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
-use sqlx::PgConnection;
-use uuid::Uuid;
+use sqlx::{PgConnection, Postgres};
 
-use super::{PgStore, secs};
+use super::PgStore;
 use crate::StoreError;
-use crate::model::{Claimed, TakenOver, processor_key_for};
-use crate::rows::RecordRow;
-
-/// A row read under its lock, with the database's clock: all instances judge lock expiry by
-/// the same clock, never their own.
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct LockedRecordRow {
-    #[sqlx(flatten)]
-    pub(super) row: RecordRow,
-    pub(super) db_now: DateTime<Utc>,
-}
+use crate::claiming;
+use crate::model::{Claimed, Generation, TakenOver};
+use crate::rows::RecordWithClock;
 
 impl PgStore {
     /// Inserts a fresh pending record, unless the key exists: `None` then.
@@ -30,59 +19,32 @@ impl PgStore {
         fingerprint: &Fingerprint,
         request_body: &[u8],
     ) -> Result<Option<Claimed>, StoreError> {
-        let resource_id = Uuid::new_v4();
-        let processor_key = processor_key_for(resource_id);
-        let inserted: Option<i32> = sqlx::query_scalar(
-            "INSERT INTO idempotency_records
-                 (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
-                  locked_until, attempts, resource_id, processor_key, created_at, expires_at,
-                  request_body)
-             VALUES ($1, $2, $3, $4, 'pending', 'started',
-                     now() + make_interval(secs => $5), 1, $6, $7, now(), now() + make_interval(secs => $8),
-                     $9)
-             ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-             RETURNING attempts",
-        )
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .bind(fingerprint.as_bytes().as_slice())
-        .bind(secs(self.policy.lock_timeout))
-        .bind(resource_id)
-        .bind(&processor_key)
-        .bind(secs(self.policy.ttl))
-        .bind(request_body)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(inserted.map(|attempts| Claimed::fresh(attempts, resource_id, processor_key)))
+        let new = Generation::new();
+        let mut sql = claiming::insert_pending::<Postgres>(
+            scope,
+            key,
+            fingerprint,
+            request_body,
+            &new,
+            self.policy,
+        );
+        let inserted: Option<i32> = sql.build_query_scalar().fetch_optional(&self.pool).await?;
+        Ok(inserted.map(|attempts| Claimed::fresh(attempts, new)))
     }
 
-    /// Gives a stale or failed record to this attempt, keeping its resource id, processor key
-    /// and recovery point: the attempt resumes the same request, it does not start a new one.
+    /// Takes a stale or failed record over (see [`claiming::take_over`]).
     pub(super) async fn take_over(
         &self,
         conn: &mut PgConnection,
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<TakenOver, StoreError> {
-        Ok(sqlx::query_as(
-            "UPDATE idempotency_records
-             SET state = 'pending', attempts = attempts + 1,
-                 locked_until = now() + make_interval(secs => $4), updated_at = now()
-             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-             RETURNING attempts, resource_id, processor_key",
-        )
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .bind(secs(self.policy.lock_timeout))
-        .fetch_one(conn)
-        .await?)
+        let mut sql = claiming::take_over::<Postgres>(scope, key, self.policy.lock_timeout);
+        Ok(sql.build_query_as().fetch_one(conn).await?)
     }
 
-    /// Reuses an expired or failed record's row for a new generation: a new resource id and
-    /// processor key (a failed record's old key is tombstoned at the processor), `attempts`
-    /// still counting. A straggler of the old generation can never pass the new one's fence.
+    /// Starts a new generation in an expired or failed record's row (see
+    /// [`claiming::replace`]).
     pub(super) async fn replace_expired(
         &self,
         conn: &mut PgConnection,
@@ -91,31 +53,11 @@ impl PgStore {
         fingerprint: &Fingerprint,
         request_body: &[u8],
     ) -> Result<Claimed, StoreError> {
-        let resource_id = Uuid::new_v4();
-        let processor_key = processor_key_for(resource_id);
-        let attempts: i32 = sqlx::query_scalar(
-            "UPDATE idempotency_records
-             SET fingerprint = $4, state = 'pending', recovery_point = 'started',
-                 attempts = attempts + 1, locked_until = now() + make_interval(secs => $5),
-                 resource_id = $6, processor_key = $7, processor_charge_id = NULL,
-                 response_status = NULL, response_headers = NULL, response_body = NULL,
-                 created_at = now(), expires_at = now() + make_interval(secs => $8), updated_at = now(),
-                 request_body = $9
-             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-             RETURNING attempts",
-        )
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .bind(fingerprint.as_bytes().as_slice())
-        .bind(secs(self.policy.lock_timeout))
-        .bind(resource_id)
-        .bind(&processor_key)
-        .bind(secs(self.policy.ttl))
-        .bind(request_body)
-        .fetch_one(conn)
-        .await?;
-        Ok(Claimed::replacing(attempts, resource_id, processor_key))
+        let new = Generation::new();
+        let mut sql =
+            claiming::replace::<Postgres>(scope, key, fingerprint, request_body, &new, self.policy);
+        let attempts: i32 = sql.build_query_scalar().fetch_one(conn).await?;
+        Ok(Claimed::replacing(attempts, new))
     }
 }
 
@@ -125,15 +67,7 @@ pub(super) async fn lock_record(
     conn: &mut PgConnection,
     scope: &Scope,
     key: &IdempotencyKey,
-) -> Result<Option<LockedRecordRow>, StoreError> {
-    Ok(sqlx::query_as(
-        "SELECT r.*, now() AS db_now FROM idempotency_records r
-         WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-         FOR UPDATE",
-    )
-    .bind(&scope.tenant)
-    .bind(&scope.operation)
-    .bind(key.as_str())
-    .fetch_optional(conn)
-    .await?)
+) -> Result<Option<RecordWithClock>, StoreError> {
+    let mut sql = claiming::read_record::<Postgres>(scope, key, true);
+    Ok(sql.build_query_as().fetch_optional(conn).await?)
 }

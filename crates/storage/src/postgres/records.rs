@@ -6,14 +6,16 @@ use chrono::{DateTime, Utc};
 use payments_domain::Charge;
 use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse};
 
-use sqlx::QueryBuilder;
+use sqlx::{Postgres, QueryBuilder};
 
-use super::claim::{LockedRecordRow, lock_record};
-use super::statements::{push_charge_writes, push_completion, push_fence};
-use super::{PgStore, secs};
+use super::PgStore;
+use super::claim::lock_record;
+use super::statements::push_charge_writes;
 use crate::StoreError;
 use crate::model::{Claim, Claimed, Completion, Fence, Finish, Verdict, judge};
 use crate::repository::RecordRepository;
+use crate::rows::RecordWithClock;
+use crate::{claiming, fenced};
 
 #[async_trait]
 impl RecordRepository for PgStore {
@@ -72,20 +74,11 @@ impl RecordRepository for PgStore {
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError> {
-        let row: Option<LockedRecordRow> = sqlx::query_as(
-            "SELECT r.*, now() AS db_now FROM idempotency_records r
-             WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3",
-        )
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| Ok((r.row.into_record()?, r.db_now)))
-            .transpose()
+        let mut sql = claiming::read_record::<Postgres>(scope, key, false);
+        let row: Option<RecordWithClock> = sql.build_query_as().fetch_optional(&self.pool).await?;
+        row.map(RecordWithClock::into_record).transpose()
     }
 
-    /// Records that the processor confirmed the charge, so that a takeover resumes from here.
     async fn record_charged(
         &self,
         scope: &Scope,
@@ -93,55 +86,33 @@ impl RecordRepository for PgStore {
         fence: Fence,
         processor_charge_id: &str,
     ) -> Result<Finish, StoreError> {
-        let mut sql = QueryBuilder::new(
-            "UPDATE idempotency_records SET recovery_point = 'charged', processor_charge_id = ",
-        );
-        sql.push_bind(processor_charge_id)
-            .push(", updated_at = now() WHERE ");
-        push_fence(&mut sql, scope, key, fence);
+        let mut sql = fenced::record_charged(scope, key, fence, processor_charge_id);
         let done = sql.build().execute(&self.pool).await?;
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
-    /// Marks the record failed after the processor tombstoned its key. A record that holds a
-    /// processor charge id is never failed: the charge must reach the ledger.
     async fn mark_failed(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fence: Fence,
     ) -> Result<Finish, StoreError> {
-        let mut sql = QueryBuilder::new(
-            "UPDATE idempotency_records SET state = 'failed', locked_until = NULL,
-                 expires_at = now() + make_interval(secs => ",
-        );
-        sql.push_bind(secs(self.policy.ttl))
-            .push("), updated_at = now() WHERE ");
-        push_fence(&mut sql, scope, key, fence);
-        sql.push(" AND processor_charge_id IS NULL");
+        let mut sql = fenced::mark_failed(scope, key, fence, self.policy.ttl);
         let done = sql.build().execute(&self.pool).await?;
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
-    /// Gives up the lock after an unknown outcome (the processor timed out or was unreachable):
-    /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
-    /// nobody retries, the completer asks the processor whether the charge happened. Marking it
-    /// failed instead would leave a charge the processor did make unrecorded.
     async fn release_lock(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fence: Fence,
     ) -> Result<Finish, StoreError> {
-        let mut sql = QueryBuilder::new(
-            "UPDATE idempotency_records SET locked_until = now(), updated_at = now() WHERE ",
-        );
-        push_fence(&mut sql, scope, key, fence);
+        let mut sql = fenced::release_lock(scope, key, fence);
         let done = sql.build().execute(&self.pool).await?;
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
-    /// Completes the record with a response that created nothing (a decline).
     async fn finish_without_charge(
         &self,
         scope: &Scope,
@@ -149,11 +120,7 @@ impl RecordRepository for PgStore {
         fence: Fence,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError> {
-        let mut sql = QueryBuilder::new("UPDATE idempotency_records SET ");
-        push_completion(&mut sql, response, secs(self.policy.ttl))?;
-        sql.push(" WHERE ");
-        push_fence(&mut sql, scope, key, fence);
-        sql.push(" RETURNING expires_at");
+        let mut sql = fenced::complete(scope, key, fence, response, self.policy.ttl)?;
         let stored: Option<DateTime<Utc>> =
             sql.build_query_scalar().fetch_optional(&self.pool).await?;
         Ok(Completion::from_expiry(stored))
@@ -174,11 +141,9 @@ impl RecordRepository for PgStore {
         charge: &Charge,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError> {
-        let mut sql = QueryBuilder::new("WITH gate AS (UPDATE idempotency_records SET ");
-        push_completion(&mut sql, response, secs(self.policy.ttl))?;
-        sql.push(" WHERE ");
-        push_fence(&mut sql, scope, key, fence);
-        sql.push(" RETURNING expires_at), ");
+        let mut sql = QueryBuilder::new("WITH gate AS (");
+        fenced::push_complete(&mut sql, scope, key, fence, response, self.policy.ttl)?;
+        sql.push("), ");
         push_charge_writes(&mut sql, charge)?;
         sql.push(" SELECT expires_at FROM gate");
         let stored: Option<DateTime<Utc>> =

@@ -1,57 +1,11 @@
-//! The SQL of the fenced writes (`records.rs`) and of the finish, built with `QueryBuilder`:
-//! each fragment binds its own values where it names them, so no statement depends on
-//! parameter numbers kept in step elsewhere. The text is the same on every call, so each
-//! statement is prepared once per connection and then comes from sqlx's statement cache.
+//! The inserts of the one-statement finish on PostgreSQL, built with `QueryBuilder` like the
+//! fenced writes they hang on (`crate::fenced`): each fragment binds its own values where it
+//! names them, and the text is the same on every call.
 
 use payments_domain::{Charge, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted};
-use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
 use sqlx::{Postgres, QueryBuilder};
 
 use crate::StoreError;
-use crate::model::Fence;
-use crate::rows::{headers_to_json, stored_status};
-
-/// The condition every fenced write carries: the record is still pending and still holds the
-/// generation (resource id) and attempt number this attempt claimed with.
-pub(super) fn push_fence<'a>(
-    sql: &mut QueryBuilder<'a, Postgres>,
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
-) {
-    sql.push("tenant_id = ")
-        .push_bind(scope.tenant.as_str())
-        .push(" AND operation = ")
-        .push_bind(scope.operation.as_str())
-        .push(" AND idempotency_key = ")
-        .push_bind(key.as_str())
-        .push(" AND attempts = ")
-        .push_bind(fence.attempt.0)
-        .push(" AND resource_id = ")
-        .push_bind(fence.resource_id)
-        .push(" AND state = 'pending'");
-}
-
-/// The assignments that complete a record with `response`. Retention is counted from the
-/// completion (`ttl_secs` from now), never from the claim, so a record completed late in its
-/// life is still replayed for the whole TTL.
-pub(super) fn push_completion<'a>(
-    sql: &mut QueryBuilder<'a, Postgres>,
-    response: &'a StoredResponse,
-    ttl_secs: f64,
-) -> Result<(), StoreError> {
-    sql.push("state = 'completed', recovery_point = 'finished', locked_until = NULL")
-        .push(", response_status = ")
-        .push_bind(stored_status(response)?)
-        .push(", response_headers = ")
-        .push_bind(headers_to_json(&response.headers))
-        .push(", response_body = ")
-        .push_bind(response.body.as_slice())
-        .push(", expires_at = now() + make_interval(secs => ")
-        .push_bind(ttl_secs)
-        .push("), updated_at = now()");
-    Ok(())
-}
 
 /// The inserts of a charge, its balanced ledger transaction and its event, as CTEs chained
 /// from a CTE named `gate` that the caller wrote before: the charge selects from `gate`,

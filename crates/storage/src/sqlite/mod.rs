@@ -29,6 +29,7 @@ use sqlx::sqlite::{
 use sqlx::{Sqlite, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 
+use crate::fenced::Dialect;
 use crate::repository::{Backend, Store};
 use crate::{PoolSettings, StoreError};
 
@@ -36,7 +37,7 @@ use crate::{PoolSettings, StoreError};
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
 /// The database's clock, in the one text format every time column uses.
-const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+const NOW: &str = <sqlx::Sqlite as Dialect>::NOW;
 
 /// The database's clock plus the modifier bound at `param` (see [`offset`]).
 fn now_plus(param: &str) -> String {

@@ -4,72 +4,28 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::Charge;
 use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse};
-use sqlx::SqliteConnection;
-use uuid::Uuid;
+use sqlx::{QueryBuilder, Sqlite, SqliteConnection};
 
+use super::SqliteStore;
 use super::reads::insert_charge_writes;
-use super::{NOW, SqliteStore, now_plus, offset};
 use crate::StoreError;
 use crate::model::{
-    Claim, Claimed, Completion, Fence, Finish, TakenOver, Verdict, judge, processor_key_for,
+    Claim, Claimed, Completion, Fence, Finish, Generation, TakenOver, Verdict, judge,
 };
 use crate::repository::RecordRepository;
-use crate::rows::{RecordRow, headers_to_json, stored_status};
-
-/// A record and the database's clock, read in one statement.
-#[derive(Debug, sqlx::FromRow)]
-struct RecordWithClock {
-    #[sqlx(flatten)]
-    row: RecordRow,
-    db_now: DateTime<Utc>,
-}
-
-// Every fenced statement carries this condition: the record is still pending and still holds
-// the generation (resource id) and attempt number this attempt claimed with.
-const FENCE: &str = "tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-                     AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'";
-
-fn fenced_sql(set: &str) -> String {
-    format!("UPDATE idempotency_records SET {set}, updated_at = {NOW} WHERE {FENCE}")
-}
-
-type FencedQuery<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
-
-/// The fenced update `sql` with the fence's five parameters bound; `set` may use `?6` on.
-fn fenced_update<'q>(
-    sql: &'q str,
-    scope: &'q Scope,
-    key: &'q IdempotencyKey,
-    fence: Fence,
-) -> FencedQuery<'q> {
-    sqlx::query(sql)
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .bind(fence.attempt.0)
-        .bind(fence.resource_id)
-}
+use crate::rows::RecordWithClock;
+use crate::{claiming, fenced};
 
 impl SqliteStore {
-    /// Runs one fenced single-statement update.
-    async fn fenced(
-        &self,
-        sql: &str,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-        extra: Option<&str>,
-    ) -> Result<Finish, StoreError> {
-        let mut query = fenced_update(sql, scope, key, fence);
-        if let Some(value) = extra {
-            query = query.bind(value);
-        }
+    /// Runs one fenced single-statement update in a write transaction of its own.
+    async fn run_fenced(&self, mut sql: QueryBuilder<'_, Sqlite>) -> Result<Finish, StoreError> {
         let mut write = self.begin_write().await?;
-        let done = query.execute(&mut *write.tx).await?;
+        let done = sql.build().execute(&mut *write.tx).await?;
         write.commit().await?;
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
+    /// Inserts a fresh pending record, unless the key exists: `None` then.
     async fn insert_pending(
         &self,
         conn: &mut SqliteConnection,
@@ -78,61 +34,32 @@ impl SqliteStore {
         fingerprint: &Fingerprint,
         request_body: &[u8],
     ) -> Result<Option<Claimed>, StoreError> {
-        let resource_id = Uuid::new_v4();
-        let processor_key = processor_key_for(resource_id);
-        let sql = format!(
-            "INSERT INTO idempotency_records
-                 (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
-                  locked_until, attempts, resource_id, processor_key, created_at, expires_at,
-                  updated_at, request_body)
-             VALUES (?1, ?2, ?3, ?4, 'pending', 'started', {}, 1, ?6, ?7, {NOW}, {}, {NOW}, ?9)
-             ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-             RETURNING attempts",
-            now_plus("?5"),
-            now_plus("?8"),
+        let new = Generation::new();
+        let mut sql = claiming::insert_pending::<Sqlite>(
+            scope,
+            key,
+            fingerprint,
+            request_body,
+            &new,
+            self.policy,
         );
-        let inserted: Option<i32> = sqlx::query_scalar(&sql)
-            .bind(&scope.tenant)
-            .bind(&scope.operation)
-            .bind(key.as_str())
-            .bind(fingerprint.as_bytes().as_slice())
-            .bind(offset(self.policy.lock_timeout))
-            .bind(resource_id)
-            .bind(&processor_key)
-            .bind(offset(self.policy.ttl))
-            .bind(request_body)
-            .fetch_optional(conn)
-            .await?;
-        Ok(inserted.map(|attempts| Claimed::fresh(attempts, resource_id, processor_key)))
+        let inserted: Option<i32> = sql.build_query_scalar().fetch_optional(conn).await?;
+        Ok(inserted.map(|attempts| Claimed::fresh(attempts, new)))
     }
 
-    /// Gives a stale or failed record to this attempt, keeping its resource id, processor key
-    /// and recovery point: the attempt resumes the same request, it does not start a new one.
+    /// Takes a stale or failed record over (see [`claiming::take_over`]).
     async fn take_over(
         &self,
         conn: &mut SqliteConnection,
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<TakenOver, StoreError> {
-        let sql = format!(
-            "UPDATE idempotency_records
-             SET state = 'pending', attempts = attempts + 1, locked_until = {}, updated_at = {NOW}
-             WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-             RETURNING attempts, resource_id, processor_key",
-            now_plus("?4"),
-        );
-        Ok(sqlx::query_as(&sql)
-            .bind(&scope.tenant)
-            .bind(&scope.operation)
-            .bind(key.as_str())
-            .bind(offset(self.policy.lock_timeout))
-            .fetch_one(conn)
-            .await?)
+        let mut sql = claiming::take_over::<Sqlite>(scope, key, self.policy.lock_timeout);
+        Ok(sql.build_query_as().fetch_one(conn).await?)
     }
 
-    /// Reuses an expired or failed record's row for a new generation: a new resource id and
-    /// processor key (a failed record's old key is tombstoned at the processor), `attempts`
-    /// still counting. A straggler of the old generation can never pass the new one's fence.
+    /// Starts a new generation in an expired or failed record's row (see
+    /// [`claiming::replace`]).
     async fn replace_expired(
         &self,
         conn: &mut SqliteConnection,
@@ -141,33 +68,11 @@ impl SqliteStore {
         fingerprint: &Fingerprint,
         request_body: &[u8],
     ) -> Result<Claimed, StoreError> {
-        let resource_id = Uuid::new_v4();
-        let processor_key = processor_key_for(resource_id);
-        let sql = format!(
-            "UPDATE idempotency_records
-             SET fingerprint = ?4, state = 'pending', recovery_point = 'started',
-                 attempts = attempts + 1, locked_until = {}, resource_id = ?6,
-                 processor_key = ?7, processor_charge_id = NULL, response_status = NULL,
-                 response_headers = NULL, response_body = NULL, created_at = {NOW},
-                 expires_at = {}, updated_at = {NOW}, request_body = ?9
-             WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-             RETURNING attempts",
-            now_plus("?5"),
-            now_plus("?8"),
-        );
-        let attempts: i32 = sqlx::query_scalar(&sql)
-            .bind(&scope.tenant)
-            .bind(&scope.operation)
-            .bind(key.as_str())
-            .bind(fingerprint.as_bytes().as_slice())
-            .bind(offset(self.policy.lock_timeout))
-            .bind(resource_id)
-            .bind(&processor_key)
-            .bind(offset(self.policy.ttl))
-            .bind(request_body)
-            .fetch_one(conn)
-            .await?;
-        Ok(Claimed::replacing(attempts, resource_id, processor_key))
+        let new = Generation::new();
+        let mut sql =
+            claiming::replace::<Sqlite>(scope, key, fingerprint, request_body, &new, self.policy);
+        let attempts: i32 = sql.build_query_scalar().fetch_one(conn).await?;
+        Ok(Claimed::replacing(attempts, new))
     }
 }
 
@@ -176,16 +81,8 @@ async fn read_record(
     scope: &Scope,
     key: &IdempotencyKey,
 ) -> Result<Option<RecordWithClock>, StoreError> {
-    let sql = format!(
-        "SELECT r.*, {NOW} AS db_now FROM idempotency_records r
-         WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3"
-    );
-    Ok(sqlx::query_as(&sql)
-        .bind(&scope.tenant)
-        .bind(&scope.operation)
-        .bind(key.as_str())
-        .fetch_optional(conn)
-        .await?)
+    let mut sql = claiming::read_record::<Sqlite>(scope, key, false);
+    Ok(sql.build_query_as().fetch_optional(conn).await?)
 }
 
 #[async_trait]
@@ -245,7 +142,7 @@ impl RecordRepository for SqliteStore {
         let mut conn = self.pool.acquire().await?;
         read_record(&mut conn, scope, key)
             .await?
-            .map(|found| Ok((found.row.into_record()?, found.db_now)))
+            .map(RecordWithClock::into_record)
             .transpose()
     }
 
@@ -256,27 +153,23 @@ impl RecordRepository for SqliteStore {
         fence: Fence,
         processor_charge_id: &str,
     ) -> Result<Finish, StoreError> {
-        let sql = fenced_sql("recovery_point = 'charged', processor_charge_id = ?6");
-        self.fenced(&sql, scope, key, fence, Some(processor_charge_id))
-            .await
+        self.run_fenced(fenced::record_charged(
+            scope,
+            key,
+            fence,
+            processor_charge_id,
+        ))
+        .await
     }
 
-    /// A record that holds a processor charge id is never failed: the charge must reach the
-    /// ledger. Retention counts from the failure.
     async fn mark_failed(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fence: Fence,
     ) -> Result<Finish, StoreError> {
-        let sql = format!(
-            "UPDATE idempotency_records
-             SET state = 'failed', locked_until = NULL, expires_at = {}, updated_at = {NOW}
-             WHERE {FENCE} AND processor_charge_id IS NULL",
-            now_plus("?6"),
-        );
-        let ttl = offset(self.policy.ttl);
-        self.fenced(&sql, scope, key, fence, Some(&ttl)).await
+        self.run_fenced(fenced::mark_failed(scope, key, fence, self.policy.ttl))
+            .await
     }
 
     async fn release_lock(
@@ -285,8 +178,8 @@ impl RecordRepository for SqliteStore {
         key: &IdempotencyKey,
         fence: Fence,
     ) -> Result<Finish, StoreError> {
-        let sql = fenced_sql(&format!("locked_until = {NOW}"));
-        self.fenced(&sql, scope, key, fence, None).await
+        self.run_fenced(fenced::release_lock(scope, key, fence))
+            .await
     }
 
     async fn finish_without_charge(
@@ -328,8 +221,7 @@ impl RecordRepository for SqliteStore {
 }
 
 impl SqliteStore {
-    /// The fenced completion of a record. Retention is counted from the completion, never
-    /// from the claim, so a record completed late in its life is replayed for the whole TTL.
+    /// The fenced completion of a record, on the caller's write transaction.
     async fn complete_record(
         &self,
         conn: &mut SqliteConnection,
@@ -338,27 +230,8 @@ impl SqliteStore {
         fence: Fence,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError> {
-        let sql = format!(
-            "UPDATE idempotency_records
-             SET state = 'completed', recovery_point = 'finished', locked_until = NULL,
-                 response_status = ?6, response_headers = ?7, response_body = ?8,
-                 expires_at = {}, updated_at = {NOW}
-             WHERE {FENCE}
-             RETURNING expires_at",
-            now_plus("?9"),
-        );
-        let stored: Option<DateTime<Utc>> = sqlx::query_scalar(&sql)
-            .bind(&scope.tenant)
-            .bind(&scope.operation)
-            .bind(key.as_str())
-            .bind(fence.attempt.0)
-            .bind(fence.resource_id)
-            .bind(stored_status(response)?)
-            .bind(headers_to_json(&response.headers))
-            .bind(&response.body)
-            .bind(offset(self.policy.ttl))
-            .fetch_optional(conn)
-            .await?;
+        let mut sql = fenced::complete(scope, key, fence, response, self.policy.ttl)?;
+        let stored: Option<DateTime<Utc>> = sql.build_query_scalar().fetch_optional(conn).await?;
         Ok(Completion::from_expiry(stored))
     }
 }

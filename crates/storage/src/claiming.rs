@@ -1,0 +1,171 @@
+//! The statements of a claim, written once for both backends: the insert of a fresh key, the
+//! read of a record with the database's clock, the takeover of an abandoned record and the
+//! replacement of an expired or failed one. Only the clock and the row lock differ between
+//! the backends ([`Dialect`]); each backend runs these in its own claim, under its own lock
+//! (PostgreSQL: a short transaction and `FOR UPDATE`; SQLite: `BEGIN IMMEDIATE`).
+
+use std::time::Duration;
+
+use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyPolicy, Scope};
+use sqlx::{Database, Encode, QueryBuilder, Type};
+use uuid::Uuid;
+
+use crate::fenced::Dialect;
+use crate::model::Generation;
+
+/// `INSERT .. ON CONFLICT DO NOTHING RETURNING attempts`: a pending record at `started`,
+/// attempt 1, locked for the lock timeout. The primary key decides between concurrent
+/// duplicates: of any number of them, exactly one inserts, and the others get no row.
+pub(crate) fn insert_pending<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    request_body: &'a [u8],
+    generation: &'a Generation,
+    policy: IdempotencyPolicy,
+) -> QueryBuilder<'a, DB>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    &'a [u8]: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+{
+    let mut sql = QueryBuilder::new(
+        "INSERT INTO idempotency_records
+             (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
+              locked_until, attempts, resource_id, processor_key, created_at, expires_at,
+              updated_at, request_body)
+         VALUES (",
+    );
+    sql.push_bind(scope.tenant.as_str())
+        .push(", ")
+        .push_bind(scope.operation.as_str())
+        .push(", ")
+        .push_bind(key.as_str())
+        .push(", ")
+        .push_bind(fingerprint.as_bytes().as_slice())
+        .push(", 'pending', 'started', ");
+    DB::push_now_plus(&mut sql, policy.lock_timeout);
+    sql.push(", 1, ")
+        .push_bind(generation.resource_id)
+        .push(", ")
+        .push_bind(generation.processor_key.as_str())
+        .push(", ")
+        .push(DB::NOW)
+        .push(", ");
+    // Provisional: a pending record never expires; its completion sets the real expiry.
+    DB::push_now_plus(&mut sql, policy.ttl);
+    sql.push(", ")
+        .push(DB::NOW)
+        .push(", ")
+        .push_bind(request_body)
+        .push(
+            ") ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+             RETURNING attempts",
+        );
+    sql
+}
+
+/// The record under `key` with the database's clock (`db_now`): all instances judge lock
+/// expiry by the same clock, never their own. With `lock`, the row is read under the
+/// backend's row lock, where it has one ([`Dialect::LOCK_ROW`]).
+pub(crate) fn read_record<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    lock: bool,
+) -> QueryBuilder<'a, DB>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+{
+    let mut sql = QueryBuilder::new("SELECT r.*, ");
+    sql.push(DB::NOW)
+        .push(" AS db_now FROM idempotency_records r");
+    push_where_key(&mut sql, scope, key);
+    if lock {
+        sql.push(DB::LOCK_ROW);
+    }
+    sql
+}
+
+/// Gives a stale or failed record to this attempt, keeping its resource id, processor key and
+/// recovery point: the attempt resumes the same request, it does not start a new one.
+/// `attempts + 1` fences off the attempt it takes over.
+pub(crate) fn take_over<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    lock_timeout: Duration,
+) -> QueryBuilder<'a, DB>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+{
+    let mut sql = QueryBuilder::new(
+        "UPDATE idempotency_records SET state = 'pending', attempts = attempts + 1, locked_until = ",
+    );
+    DB::push_now_plus(&mut sql, lock_timeout);
+    sql.push(", updated_at = ").push(DB::NOW);
+    push_where_key(&mut sql, scope, key);
+    sql.push(" RETURNING attempts, resource_id, processor_key");
+    sql
+}
+
+/// Reuses an expired or failed record's row for a new generation: a new resource id and
+/// processor key (a failed record's old key is tombstoned at the processor), `attempts` still
+/// counting. A straggler of the old generation can never pass the new one's fence.
+pub(crate) fn replace<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    request_body: &'a [u8],
+    generation: &'a Generation,
+    policy: IdempotencyPolicy,
+) -> QueryBuilder<'a, DB>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    &'a [u8]: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+{
+    let mut sql = QueryBuilder::new("UPDATE idempotency_records SET fingerprint = ");
+    sql.push_bind(fingerprint.as_bytes().as_slice()).push(
+        ", state = 'pending', recovery_point = 'started', attempts = attempts + 1,
+             locked_until = ",
+    );
+    DB::push_now_plus(&mut sql, policy.lock_timeout);
+    sql.push(", resource_id = ")
+        .push_bind(generation.resource_id)
+        .push(", processor_key = ")
+        .push_bind(generation.processor_key.as_str())
+        .push(
+            ", processor_charge_id = NULL, response_status = NULL, response_headers = NULL,
+             response_body = NULL, created_at = ",
+        )
+        .push(DB::NOW)
+        .push(", expires_at = ");
+    DB::push_now_plus(&mut sql, policy.ttl);
+    sql.push(", updated_at = ")
+        .push(DB::NOW)
+        .push(", request_body = ")
+        .push_bind(request_body);
+    push_where_key(&mut sql, scope, key);
+    sql.push(" RETURNING attempts");
+    sql
+}
+
+fn push_where_key<'a, DB>(sql: &mut QueryBuilder<'a, DB>, scope: &'a Scope, key: &'a IdempotencyKey)
+where
+    DB: Database,
+    &'a str: Encode<'a, DB> + Type<DB>,
+{
+    sql.push(" WHERE tenant_id = ")
+        .push_bind(scope.tenant.as_str())
+        .push(" AND operation = ")
+        .push_bind(scope.operation.as_str())
+        .push(" AND idempotency_key = ")
+        .push_bind(key.as_str());
+}

@@ -1,0 +1,218 @@
+//! The fenced writes of the attempt that owns a record, written once for both backends.
+//!
+//! Every statement here is the same SQL on PostgreSQL and SQLite but for the database's clock,
+//! which each backend supplies through [`Dialect`]. A backend runs the statements on its own
+//! connection (PostgreSQL: the pool; SQLite: a write transaction) and reads the outcome with
+//! [`Finish::from_rows`] or [`Completion::from_expiry`].
+//!
+//! Each fragment binds its values where it names them (`QueryBuilder`), so no statement
+//! depends on parameter numbers kept in step elsewhere. The text is the same on every call,
+//! so each statement is prepared once per connection and then comes from sqlx's cache.
+
+use std::time::Duration;
+
+use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
+use sqlx::{Database, Encode, QueryBuilder, Type};
+use uuid::Uuid;
+
+use crate::StoreError;
+use crate::model::Fence;
+use crate::rows::{headers_to_json, stored_status};
+
+/// What differs between the backends in the statements they share (here and in
+/// `claiming.rs`): how the database tells the time, and how a row is read under a lock.
+pub(crate) trait Dialect: Database {
+    /// The database's clock, as an expression of the type of the time columns.
+    const NOW: &'static str;
+
+    /// Appended to a `SELECT` of one record to read it under a row lock.
+    const LOCK_ROW: &'static str;
+
+    /// Pushes the database's clock plus `after`, binding what the expression needs.
+    fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration);
+}
+
+impl Dialect for sqlx::Postgres {
+    const NOW: &'static str = "now()";
+    // Concurrent claims of one existing key queue here, so exactly one of them can take a
+    // stale record over.
+    const LOCK_ROW: &'static str = " FOR UPDATE";
+
+    fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
+        // make_interval takes its seconds as a double.
+        sql.push("now() + make_interval(secs => ")
+            .push_bind(after.as_secs_f64())
+            .push(")");
+    }
+}
+
+impl Dialect for sqlx::Sqlite {
+    // Every time column holds this one text format, so that text order is time order.
+    const NOW: &'static str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+    // No row locks: a claim runs in a `BEGIN IMMEDIATE` transaction, whose write lock keeps
+    // every other writer out from its first statement on.
+    const LOCK_ROW: &'static str = "";
+
+    fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
+        sql.push("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ")
+            .push_bind(format!("+{:.3} seconds", after.as_secs_f64()))
+            .push(")");
+    }
+}
+
+/// `UPDATE idempotency_records SET recovery_point = 'charged' ..`: the processor confirmed
+/// the charge, so that a takeover resumes from here without calling it again.
+pub(crate) fn record_charged<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fence: Fence,
+    processor_charge_id: &'a str,
+) -> QueryBuilder<'a, DB>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    i32: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+{
+    let mut sql = QueryBuilder::new(
+        "UPDATE idempotency_records SET recovery_point = 'charged', processor_charge_id = ",
+    );
+    sql.push_bind(processor_charge_id);
+    push_touched_where_fenced(&mut sql, scope, key, fence);
+    sql
+}
+
+/// Fails the record after the processor tombstoned its key. Its retention counts from now. A
+/// record that holds a processor charge id is never failed: the charge must reach the ledger.
+pub(crate) fn mark_failed<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fence: Fence,
+    ttl: Duration,
+) -> QueryBuilder<'a, DB>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    i32: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+{
+    let mut sql = QueryBuilder::new(
+        "UPDATE idempotency_records SET state = 'failed', locked_until = NULL, expires_at = ",
+    );
+    DB::push_now_plus(&mut sql, ttl);
+    push_touched_where_fenced(&mut sql, scope, key, fence);
+    sql.push(" AND processor_charge_id IS NULL");
+    sql
+}
+
+/// Gives up the lock after an unknown outcome: the record stays pending and is stale at once,
+/// so the next retry resumes it, and the completer settles it once the settle grace has
+/// passed. Failing it instead would leave a charge the processor did make unrecorded.
+pub(crate) fn release_lock<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fence: Fence,
+) -> QueryBuilder<'a, DB>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    i32: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+{
+    let mut sql = QueryBuilder::new("UPDATE idempotency_records SET locked_until = ");
+    sql.push(DB::NOW);
+    push_touched_where_fenced(&mut sql, scope, key, fence);
+    sql
+}
+
+/// Completes the record with `response`, `RETURNING expires_at`. Retention is counted from
+/// the completion, never from the claim, so a record completed late in its life is still
+/// replayed for the whole TTL.
+pub(crate) fn complete<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fence: Fence,
+    response: &'a StoredResponse,
+    ttl: Duration,
+) -> Result<QueryBuilder<'a, DB>, StoreError>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    &'a [u8]: Encode<'a, DB> + Type<DB>,
+    i16: Encode<'a, DB> + Type<DB>,
+    i32: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+    serde_json::Value: Encode<'a, DB> + Type<DB>,
+{
+    let mut sql = QueryBuilder::new("");
+    push_complete(&mut sql, scope, key, fence, response, ttl)?;
+    Ok(sql)
+}
+
+/// Pushes the statement of [`complete`] into `sql`, where it can be the gate of a statement
+/// of the caller's (PostgreSQL's one-statement finish).
+pub(crate) fn push_complete<'a, DB>(
+    sql: &mut QueryBuilder<'a, DB>,
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fence: Fence,
+    response: &'a StoredResponse,
+    ttl: Duration,
+) -> Result<(), StoreError>
+where
+    DB: Dialect,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    &'a [u8]: Encode<'a, DB> + Type<DB>,
+    i16: Encode<'a, DB> + Type<DB>,
+    i32: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+    serde_json::Value: Encode<'a, DB> + Type<DB>,
+{
+    sql.push(
+        "UPDATE idempotency_records SET state = 'completed', recovery_point = 'finished',
+             locked_until = NULL, response_status = ",
+    )
+    .push_bind(stored_status(response)?)
+    .push(", response_headers = ")
+    .push_bind(headers_to_json(&response.headers))
+    .push(", response_body = ")
+    .push_bind(response.body.as_slice())
+    .push(", expires_at = ");
+    DB::push_now_plus(sql, ttl);
+    push_touched_where_fenced(sql, scope, key, fence);
+    sql.push(" RETURNING expires_at");
+    Ok(())
+}
+
+/// `, updated_at = <now> WHERE <fence>`: every fenced statement matches only while the record
+/// is still pending and still holds the generation (resource id) and attempt number this
+/// attempt claimed with.
+fn push_touched_where_fenced<'a, DB>(
+    sql: &mut QueryBuilder<'a, DB>,
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fence: Fence,
+) where
+    DB: Dialect,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    i32: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+{
+    sql.push(", updated_at = ")
+        .push(DB::NOW)
+        .push(" WHERE tenant_id = ")
+        .push_bind(scope.tenant.as_str())
+        .push(" AND operation = ")
+        .push_bind(scope.operation.as_str())
+        .push(" AND idempotency_key = ")
+        .push_bind(key.as_str())
+        .push(" AND attempts = ")
+        .push_bind(fence.attempt.0)
+        .push(" AND resource_id = ")
+        .push_bind(fence.resource_id)
+        .push(" AND state = 'pending'");
+}
