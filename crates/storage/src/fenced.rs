@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
 use sqlx::{Database, Encode, QueryBuilder, Type};
 use uuid::Uuid;
@@ -30,6 +32,9 @@ pub(crate) trait Dialect: Database {
 
     /// Pushes the database's clock plus `after`, binding what the expression needs.
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration);
+
+    /// Binds a time the service wrote (a charge's creation), as its time columns hold it.
+    fn push_time(sql: &mut QueryBuilder<'_, Self>, time: DateTime<Utc>);
 }
 
 impl Dialect for sqlx::Postgres {
@@ -44,6 +49,10 @@ impl Dialect for sqlx::Postgres {
             .push_bind(after.as_secs_f64())
             .push(")");
     }
+
+    fn push_time(sql: &mut QueryBuilder<'_, Self>, time: DateTime<Utc>) {
+        sql.push_bind(time);
+    }
 }
 
 impl Dialect for sqlx::Sqlite {
@@ -57,6 +66,10 @@ impl Dialect for sqlx::Sqlite {
         sql.push("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ")
             .push_bind(format!("+{:.3} seconds", after.as_secs_f64()))
             .push(")");
+    }
+
+    fn push_time(sql: &mut QueryBuilder<'_, Self>, time: DateTime<Utc>) {
+        sql.push_bind(crate::sqlite::stored_time(time));
     }
 }
 

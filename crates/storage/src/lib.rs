@@ -14,6 +14,7 @@ mod error;
 mod fenced;
 mod model;
 mod postgres;
+mod reading;
 mod redis_link;
 mod replay_cache;
 mod repository;

@@ -56,7 +56,7 @@ fn ago(duration: Duration) -> String {
 
 /// A time written by the service (a charge's creation), at microseconds like PostgreSQL: one
 /// fixed width per column, so that text order is time order.
-fn stored_time(time: DateTime<Utc>) -> String {
+pub(crate) fn stored_time(time: DateTime<Utc>) -> String {
     time.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 

@@ -1,19 +1,11 @@
 //! Charges and the ledger on SQLite: the reads, and the inserts one charge makes.
 
-use async_trait::async_trait;
-use payments_domain::{
-    Charge, ChargeId, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted, TenantId,
-};
+use payments_domain::{Charge, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted};
 use sqlx::SqliteConnection;
 
 use super::{NOW, SqliteStore, stored_time};
 use crate::StoreError;
-use crate::model::{Balance, ChargePage};
-use crate::repository::ChargeRepository;
-use crate::rows::{ChargeRow, balance_from_row, charge_page};
-
-const CHARGE_COLUMNS: &str =
-    "id, tenant_id, amount, currency, source, description, processor_charge_id, created_at";
+use crate::reading::impl_charge_repository;
 
 /// Inserts a charge, its ledger transaction and its `payment.completed` event on `conn`, which
 /// must be inside the caller's transaction. The entries go in before the transaction row:
@@ -79,55 +71,4 @@ pub(super) async fn insert_charge_writes(
     Ok(())
 }
 
-#[async_trait]
-impl ChargeRepository for SqliteStore {
-    async fn get_charge(
-        &self,
-        tenant: &TenantId,
-        id: ChargeId,
-    ) -> Result<Option<Charge>, StoreError> {
-        let sql = format!("SELECT {CHARGE_COLUMNS} FROM charges WHERE tenant_id = ?1 AND id = ?2");
-        let row: Option<ChargeRow> = sqlx::query_as(&sql)
-            .bind(tenant.as_str())
-            .bind(id.as_uuid())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(ChargeRow::into_charge).transpose()
-    }
-
-    async fn charges_after(
-        &self,
-        tenant: &TenantId,
-        cursor: Option<&Charge>,
-        limit: u32,
-    ) -> Result<ChargePage, StoreError> {
-        // One row more than asked tells whether another page exists.
-        let sql = format!(
-            "SELECT {CHARGE_COLUMNS} FROM charges
-             WHERE tenant_id = ?1 AND (?2 IS NULL OR (created_at, id) < (?2, ?3))
-             ORDER BY created_at DESC, id DESC
-             LIMIT ?4"
-        );
-        let rows: Vec<ChargeRow> = sqlx::query_as(&sql)
-            .bind(tenant.as_str())
-            .bind(cursor.map(|c| stored_time(c.created_at)))
-            .bind(cursor.map(|c| c.id.as_uuid()))
-            .bind(i64::from(limit) + 1)
-            .fetch_all(&self.pool)
-            .await?;
-        charge_page(rows, limit)
-    }
-
-    async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT account, currency, sum(amount) FROM ledger_entries
-             WHERE tenant_id = ?1
-             GROUP BY account, currency
-             ORDER BY currency, account",
-        )
-        .bind(tenant.as_str())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter().map(balance_from_row).collect()
-    }
-}
+impl_charge_repository!(SqliteStore, sqlx::Sqlite);
