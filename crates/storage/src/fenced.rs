@@ -229,3 +229,129 @@ fn push_touched_where_fenced<'a, DB>(
         .push_bind(fence.resource_id)
         .push(" AND state = 'pending'");
 }
+
+#[cfg(test)]
+mod tests {
+    use payments_idempotency::{Attempt, Fingerprint, IdempotencyPolicy};
+    use serde_json::json;
+    use sqlx::{Postgres, Sqlite};
+
+    use super::*;
+    use crate::claiming;
+    use crate::model::Generation;
+
+    fn scope(tenant: &str) -> Scope {
+        Scope {
+            tenant: tenant.into(),
+            operation: "charges.create.v1".into(),
+        }
+    }
+
+    fn key(name: &str) -> IdempotencyKey {
+        IdempotencyKey::parse(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn fence(attempt: i32) -> Fence {
+        Fence {
+            attempt: Attempt(attempt),
+            resource_id: Uuid::new_v4(),
+        }
+    }
+
+    fn response(body: &[u8]) -> StoredResponse {
+        StoredResponse::new(201, [("content-type", "application/json")], body.to_vec())
+    }
+
+    /// Every statement of a backend, for two different sets of values.
+    fn statements<DB>(a: &Inputs, b: &Inputs) -> Vec<(String, String)>
+    where
+        DB: Dialect,
+        for<'a> DB::Arguments<'a>: Default,
+        for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+        for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
+        for<'a> i16: Encode<'a, DB> + Type<DB>,
+        for<'a> i32: Encode<'a, DB> + Type<DB>,
+        for<'a> Uuid: Encode<'a, DB> + Type<DB>,
+        for<'a> serde_json::Value: Encode<'a, DB> + Type<DB>,
+    {
+        let each = |i: &Inputs| -> Vec<String> {
+            let complete = complete::<DB>(&i.scope, &i.key, i.fence, &i.response, i.policy.ttl)
+                .unwrap_or_else(|e| panic!("{e}"));
+            vec![
+                record_charged::<DB>(&i.scope, &i.key, i.fence, &i.charge_id).into_sql(),
+                mark_failed::<DB>(&i.scope, &i.key, i.fence, i.policy.ttl).into_sql(),
+                release_lock::<DB>(&i.scope, &i.key, i.fence).into_sql(),
+                complete.into_sql(),
+                claiming::insert_pending::<DB>(
+                    &i.scope,
+                    &i.key,
+                    &i.fingerprint,
+                    &i.body,
+                    &i.generation,
+                    i.policy,
+                )
+                .into_sql(),
+                claiming::take_over::<DB>(&i.scope, &i.key, i.policy.lock_timeout).into_sql(),
+                claiming::replace::<DB>(
+                    &i.scope,
+                    &i.key,
+                    &i.fingerprint,
+                    &i.body,
+                    &i.generation,
+                    i.policy,
+                )
+                .into_sql(),
+                claiming::read_record::<DB>(&i.scope, &i.key, true).into_sql(),
+            ]
+        };
+        each(a).into_iter().zip(each(b)).collect()
+    }
+
+    struct Inputs {
+        scope: Scope,
+        key: IdempotencyKey,
+        fence: Fence,
+        response: StoredResponse,
+        charge_id: String,
+        fingerprint: Fingerprint,
+        body: Vec<u8>,
+        generation: Generation,
+        policy: IdempotencyPolicy,
+    }
+
+    fn inputs(tenant: &str, name: &str, attempt: i32, ttl_secs: u64) -> Inputs {
+        let policy = IdempotencyPolicy::new(
+            Duration::from_secs(ttl_secs),
+            Duration::from_secs(30),
+            Duration::from_secs(604_800),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        Inputs {
+            scope: scope(tenant),
+            key: key(name),
+            fence: fence(attempt),
+            response: response(name.as_bytes()),
+            charge_id: format!("sim_{name}"),
+            fingerprint: Fingerprint::of_json_request("POST", "/charges", &json!({ "n": name })),
+            body: name.as_bytes().to_vec(),
+            generation: Generation::new(),
+            policy,
+        }
+    }
+
+    /// The values are bound, never written into the text: each statement has one text on
+    /// every call, so a connection prepares it once and then takes it from sqlx's cache (and
+    /// no value can change what the statement does).
+    #[test]
+    fn every_statement_has_one_text_whatever_its_values() {
+        let a = inputs("acme", "k1", 1, 86_400);
+        let b = inputs("globex", "another-key", 7, 3_600);
+        for (first, second) in statements::<Postgres>(&a, &b)
+            .into_iter()
+            .chain(statements::<Sqlite>(&a, &b))
+        {
+            assert_eq!(first, second);
+            assert!(!first.contains("acme") && !first.contains("k1"), "{first}");
+        }
+    }
+}
