@@ -9,6 +9,7 @@ use payments_storage::{EventStream, ReplayCache, Store};
 use crate::auth::ApiKeys;
 use crate::completions::Completions;
 use crate::operations::charge::CreateCharge;
+use crate::protocol::Engine;
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +45,16 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The protocol's view of the shared state: the ports it works through, nothing else.
+    pub(crate) fn engine(&self) -> Engine<'_> {
+        Engine {
+            store: self.store.as_ref(),
+            processor: self.processor.as_ref(),
+            cache: self.cache.as_ref(),
+            completions: &self.completions,
+        }
+    }
+
     pub fn new(
         store: Arc<dyn Store>,
         processor: Arc<dyn CardProcessor>,

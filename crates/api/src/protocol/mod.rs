@@ -36,9 +36,9 @@ pub use error::ProtocolError;
 pub use operation::{Operation, Owner};
 
 use crate::completions::Completions;
+use crate::error_chain;
 use crate::failpoint::{self, Failpoint};
 use crate::metrics::{self, Outcome};
-use crate::{AppState, error_chain};
 
 /// What the protocol works with: the records, the processor, the replay cache and the
 /// in-process completion channel.
@@ -48,18 +48,6 @@ pub struct Engine<'a> {
     pub processor: &'a dyn CardProcessor,
     pub cache: Option<&'a ReplayCache>,
     pub completions: &'a Completions,
-}
-
-impl AppState {
-    /// The protocol's view of the shared state.
-    pub(crate) fn engine(&self) -> Engine<'_> {
-        Engine {
-            store: self.store.as_ref(),
-            processor: self.processor.as_ref(),
-            cache: self.cache.as_ref(),
-            completions: &self.completions,
-        }
-    }
 }
 
 /// A validated request under its key, ready for the protocol.
