@@ -87,8 +87,33 @@ impl ProcessorCall {
 }
 
 /// A Redis call that failed (and was worked around).
-pub fn redis_error(operation: &'static str) {
-    counter!("redis_errors_total", "operation" => operation).increment(1);
+pub fn redis_error(call: RedisCall) {
+    counter!("redis_errors_total", "operation" => call.as_str()).increment(1);
+}
+
+/// A Redis call that can fail and be worked around: the `operation` label of
+/// `redis_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisCall {
+    /// Reading the replay cache (the database answers instead).
+    CacheGet,
+    /// Writing the replay cache (the next replay reads the database).
+    CachePut,
+    /// Deleting a replaced generation's cached response (it expires with its record anyway).
+    CacheForget,
+    /// Publishing outbox events to the stream (the relay tries again).
+    Xadd,
+}
+
+impl RedisCall {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CacheGet => "cache_get",
+            Self::CachePut => "cache_put",
+            Self::CacheForget => "cache_forget",
+            Self::Xadd => "xadd",
+        }
+    }
 }
 
 /// The processor reported a charge that is not the one requested (another amount or

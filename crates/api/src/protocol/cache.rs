@@ -6,7 +6,7 @@ use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
 
 use super::{Answer, Attempt, Engine, ProtocolError};
 use crate::error_chain;
-use crate::metrics::{self, Outcome};
+use crate::metrics::{self, Outcome, RedisCall};
 
 /// Serves a replay from Redis when it has one.
 pub(super) async fn replay<R>(
@@ -29,7 +29,7 @@ pub(super) async fn replay<R>(
         }
         Ok(None) => None,
         Err(error) => {
-            metrics::redis_error("cache_get");
+            metrics::redis_error(RedisCall::CacheGet);
             tracing::warn!(error = %error_chain(&error), "replay cache read failed; using the database");
             None
         }
@@ -57,7 +57,7 @@ pub(super) async fn remember<R>(
         )
         .await
     {
-        metrics::redis_error("cache_put");
+        metrics::redis_error(RedisCall::CachePut);
         tracing::warn!(error = %error_chain(&error), "replay cache write failed");
     }
 }
@@ -67,7 +67,7 @@ pub(super) async fn remember<R>(
 pub(super) async fn forget(engine: Engine<'_>, scope: &Scope, key: &IdempotencyKey) {
     let Some(cache) = engine.cache else { return };
     if let Err(error) = cache.forget(scope, key).await {
-        metrics::redis_error("cache_forget");
+        metrics::redis_error(RedisCall::CacheForget);
         tracing::warn!(error = %error_chain(&error), "replay cache delete failed");
     }
 }

@@ -27,7 +27,7 @@ pub async fn run(
             Ok(()) => interval,
             Err(error) => {
                 if matches!(error, RelayError::Sink(_)) {
-                    metrics::redis_error("xadd");
+                    metrics::redis_error(metrics::RedisCall::Xadd);
                 }
                 tracing::warn!(error = %error_chain(&error), retry_in_ms = delay.as_millis() as u64, "relay: publish failed");
                 (delay * 2).min(MAX_BACKOFF)
