@@ -148,6 +148,9 @@ async fn a_charge_exists_only_after_its_latency() {
     let began = Instant::now();
     let mut call = Box::pin(sim.charge(request("k", "tok_visa")));
     start(&mut call).await;
+    // Long enough for the processing task to run, well within the latency: a charge settled
+    // before its wait would show now.
+    tokio::time::sleep(LATENCY / 4).await;
 
     // Processing: nothing to find, nothing to cancel, and no second call under the key.
     assert_eq!(sim.find_charge("k").await, Ok(None));
