@@ -170,6 +170,57 @@ async fn a_failed_record_resumed_just_before_its_ttl_ends_completes_and_replays(
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
 }
 
+/// The completer settles a record with the operation it was claimed for. A record of an
+/// operation this build does not know (written by a newer version, say) may hold an effect
+/// this build cannot check, so it is taken over and released again, round after round, and
+/// never failed.
+async fn a_record_of_an_operation_this_build_does_not_know_is_never_failed(backend: Backend) {
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create(backend).await;
+    let settings = settings(&card_sim);
+    let key = new_key();
+    let mut crashing = start(&db, &settings, &[("PAYMENTS_CRASH_AT", "after_claim")]).await;
+    assert!(post(&crashing, &key, &visa(5_555)).await.is_err());
+    assert!(!crashing.wait_exit().await);
+    sqlx::query(
+        "UPDATE idempotency_records SET operation = 'subscriptions.create.v1'
+         WHERE idempotency_key = $1",
+    )
+    .bind(&key)
+    .execute(&db.pool)
+    .await
+    .expect("move the record to another operation");
+
+    let _service = start(&db, &settings, &[]).await;
+    // Each round of the completer takes the record over (attempts + 1) and releases it.
+    let mut attempts = 1;
+    for _ in 0..100 {
+        attempts = sqlx::query_scalar::<_, i32>(
+            "SELECT attempts FROM idempotency_records WHERE idempotency_key = $1",
+        )
+        .bind(&key)
+        .fetch_one(&db.pool)
+        .await
+        .expect("read record");
+        if attempts >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        attempts >= 3,
+        "the completer took the record over {attempts} times"
+    );
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
+            .bind(&key)
+            .fetch_one(&db.pool)
+            .await
+            .expect("read record");
+    assert_eq!(state, "pending");
+    assert_eq!(card_sim.charges_created().await, 0);
+}
+
 /// Waits (bounded) until the completer has settled the record (no longer pending).
 async fn wait_until_settled(db: &TestDatabase, key: &str) -> String {
     for _ in 0..100 {
@@ -367,4 +418,5 @@ on_every_backend!(
     crash_after_commit_then_client_never_retries,
     a_call_that_never_reached_the_processor_is_canceled_and_retried_under_a_new_processor_key,
     a_failed_record_resumed_just_before_its_ttl_ends_completes_and_replays,
+    a_record_of_an_operation_this_build_does_not_know_is_never_failed,
 );
