@@ -32,6 +32,7 @@ impl Operation for CreateCharge {
 
     const NAME: &'static str = CHARGES_CREATE_V1;
     const PROCESSOR_CALL: ProcessorCall = ProcessorCall::Charge;
+    const ROUTE: (&'static str, &'static str) = ("POST", "/charges");
 
     fn durations(&self) -> &RecentDurations {
         &self.durations

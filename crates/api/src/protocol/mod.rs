@@ -98,6 +98,12 @@ pub fn scope_of<O: Operation>(tenant: &TenantId) -> Scope {
     }
 }
 
+/// The fingerprint of a request to `O`: its route and its canonical JSON body.
+pub fn fingerprint_of<O: Operation>(body: &serde_json::Value) -> Fingerprint {
+    let (method, route) = O::ROUTE;
+    Fingerprint::of_json_request(method, route, body)
+}
+
 /// Runs `attempt` of `op` through the protocol.
 pub async fn run<O: Operation>(
     engine: Engine<'_>,

@@ -44,6 +44,10 @@ pub trait Operation: Send + Sync + 'static {
     /// The processor call of [`effect`](Self::effect), as the metrics name it.
     const PROCESSOR_CALL: ProcessorCall;
 
+    /// The method and route template the request's fingerprint covers (`POST`, `/charges`):
+    /// the same body sent to another endpoint under the same key is another request.
+    const ROUTE: (&'static str, &'static str);
+
     /// How long recent attempts took, for the `Retry-After` of a duplicate.
     fn durations(&self) -> &RecentDurations;
 

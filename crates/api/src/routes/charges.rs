@@ -5,12 +5,13 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use payments_domain::{ChargeId, ChargeRequest};
-use payments_idempotency::{Fingerprint, canonical_json};
+use payments_idempotency::canonical_json;
 use payments_storage::ListCharges;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
+use crate::operations::charge::CreateCharge;
 use crate::protocol::{self, Attempt};
 use crate::replay::respond;
 use crate::views::{ChargeList, ChargeView, CreateChargeBody};
@@ -32,7 +33,7 @@ pub async fn create(
     let request = ChargeRequest::try_from(typed)?;
     let canonical: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
-    let fingerprint = Fingerprint::of_json_request("POST", "/charges", &canonical);
+    let fingerprint = protocol::fingerprint_of::<CreateCharge>(&canonical);
     let canonical_body = canonical_json(&canonical).into_bytes();
 
     let attempt = Attempt {
