@@ -70,7 +70,7 @@ step "Tests (cargo test --workspace --all-features; database tests on PostgreSQL
 ulimit -c 0
 cargo test --workspace --all-targets --all-features --locked
 
-step "The deployed build (no failpoints): the crash and pause variables do nothing"
+step "The deployed build (no failpoints): the crash, pause and fail variables do nothing"
 # Rebuilds only the api crate without features; the contract step below uses this binary too.
 cargo test -p payments-api --test api --locked -- without_failpoints::
 
