@@ -19,6 +19,18 @@ pub struct CreateChargeBody {
     pub description: Option<String>,
 }
 
+impl CreateChargeBody {
+    /// The validated request in a `POST /charges` body: by the handler before the claim, and
+    /// by the completer from the canonical body stored with a record. Typed parsing from the
+    /// bytes rejects duplicate fields, unknown fields, wrong types and numbers outside i64 with
+    /// a message that names the field.
+    pub fn parse(body: &[u8]) -> Result<ChargeRequest, ApiError> {
+        let typed: Self = serde_json::from_slice(body)
+            .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
+        ChargeRequest::try_from(typed)
+    }
+}
+
 impl TryFrom<CreateChargeBody> for ChargeRequest {
     type Error = ApiError;
 

@@ -64,7 +64,7 @@ impl Dialect for sqlx::Sqlite {
 
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
         sql.push("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ")
-            .push_bind(format!("+{:.3} seconds", after.as_secs_f64()))
+            .push_bind(crate::sqlite::offset(after))
             .push(")");
     }
 

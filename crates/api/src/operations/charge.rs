@@ -39,8 +39,7 @@ impl Operation for CreateCharge {
     }
 
     fn stored_request(&self, body: &[u8]) -> Option<ChargeRequest> {
-        let body: CreateChargeBody = serde_json::from_slice(body).ok()?;
-        ChargeRequest::try_from(body).ok()
+        CreateChargeBody::parse(body).ok()
     }
 
     async fn effect(

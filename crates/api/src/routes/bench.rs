@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::Utc;
-use payments_domain::{Charge, ChargeId, ChargeRequest, TenantId};
+use payments_domain::{Charge, ChargeId, TenantId};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
 use payments_storage::Completion;
 use serde::Deserialize;
@@ -176,9 +176,7 @@ fn scope() -> Scope {
 /// The charge a valid request body makes, as the charge flow would make it (minus the
 /// processor, whose charge id is made up here).
 fn new_charge(body: &[u8]) -> Result<Charge, ApiError> {
-    let body: CreateChargeBody =
-        serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
-    let request = ChargeRequest::try_from(body)?;
+    let request = CreateChargeBody::parse(body)?;
     let id = ChargeId::generate();
     Ok(Charge {
         id,

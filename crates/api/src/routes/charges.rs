@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use payments_domain::{ChargeId, ChargeRequest};
+use payments_domain::ChargeId;
 use payments_idempotency::canonical_json;
 use payments_storage::ListCharges;
 use serde::Deserialize;
@@ -26,11 +26,7 @@ pub async fn create(
     PreferWait(wait): PreferWait,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
-    // Typed parsing first, from the bytes: it rejects duplicate fields, unknown fields, wrong
-    // types and numbers outside i64 with a message that names the field.
-    let typed: CreateChargeBody = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
-    let request = ChargeRequest::try_from(typed)?;
+    let request = CreateChargeBody::parse(&body)?;
     let canonical: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
     let fingerprint = protocol::fingerprint_of::<CreateCharge>(&canonical);

@@ -45,7 +45,7 @@ fn now_plus(param: &str) -> String {
 }
 
 /// A duration as an SQLite date modifier, `+30.000 seconds`.
-fn offset(duration: Duration) -> String {
+pub(crate) fn offset(duration: Duration) -> String {
     format!("+{:.3} seconds", duration.as_secs_f64())
 }
 
