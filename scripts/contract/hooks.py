@@ -2,10 +2,11 @@
 
 Two adjustments to each request just before it is sent (`before_call`):
 
-1. A fresh Idempotency-Key. POST /charges is idempotent per key: a key already used with
-   another body answers `422 idempotency_key_reused`. Schemathesis draws header values from
-   the spec's pattern and examples, so the same key would come back with different bodies and
-   later requests would test the replay path instead of the operation. Every request carrying
+1. A fresh Idempotency-Key. POST /charges and POST /charges/{id}/refunds are idempotent per
+   key: a key already used with another body answers `422 idempotency_key_reused`.
+   Schemathesis draws header values from the spec's pattern and examples, so the same key
+   would come back with different bodies and later requests would test the replay path
+   instead of the operation. Every request carrying
    a key the service would ACCEPT gets a never-used key of the same form (bare or RFC 8941
    quoted). Missing and invalid keys are left alone on purpose: they are the negative cases
    (`400 idempotency_key_missing` / `idempotency_key_invalid`) the contract must cover, and
@@ -64,7 +65,7 @@ def _integer_literal_amount(case):
     spec's prose for `amount` says. JSON Schema cannot express that rule, so it is applied here.
     Delete this function if the service starts accepting whole-number floats.
     """
-    if case.method.upper() != "POST" or case.path != "/charges":
+    if case.method.upper() != "POST" or case.path not in ("/charges", "/charges/{id}/refunds"):
         return
     body = case.body
     if isinstance(body, dict):

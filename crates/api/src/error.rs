@@ -47,6 +47,21 @@ pub enum ApiError {
         decline_code: String,
         message: String,
     },
+    /// 402 `refund_declined`: the processor refused the refund for good; stored and replayed.
+    #[error("{message}")]
+    RefundDeclined {
+        decline_code: String,
+        message: String,
+    },
+    /// 400 `refund_amount_too_large`: more than is left to refund; stored and replayed, since
+    /// it depends on the charge's state.
+    #[error(
+        "The refund amount is larger than what is left to refund on this charge ({refundable})."
+    )]
+    RefundAmountTooLarge { refundable: i64 },
+    /// 400 `charge_already_refunded`: nothing is left to refund; stored and replayed.
+    #[error("This charge has already been refunded in full.")]
+    ChargeAlreadyRefunded,
     /// 503 `processor_unavailable`: nothing was stored; retry with the same key.
     #[error("The card processor is unavailable. Retry the request with the same Idempotency-Key.")]
     ProcessorUnavailable,
@@ -91,9 +106,11 @@ impl ApiError {
         match self {
             Self::IdempotencyKeyMissing
             | Self::IdempotencyKeyInvalid(_)
-            | Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            | Self::InvalidRequest(_)
+            | Self::RefundAmountTooLarge { .. }
+            | Self::ChargeAlreadyRefunded => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::CardDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
+            Self::CardDeclined { .. } | Self::RefundDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -120,6 +137,9 @@ impl ApiError {
             Self::InvalidRequest(_) => "invalid_request",
             Self::Unauthorized => "unauthorized",
             Self::CardDeclined { .. } => "card_declined",
+            Self::RefundDeclined { .. } => "refund_declined",
+            Self::RefundAmountTooLarge { .. } => "refund_amount_too_large",
+            Self::ChargeAlreadyRefunded => "charge_already_refunded",
             Self::ProcessorUnavailable => "processor_unavailable",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -156,13 +176,14 @@ impl ApiError {
             detail: self.to_string(),
             code: self.code(),
             decline_code: match self {
-                Self::CardDeclined { decline_code, .. } => Some(decline_code.clone()),
+                Self::CardDeclined { decline_code, .. }
+                | Self::RefundDeclined { decline_code, .. } => Some(decline_code.clone()),
                 _ => None,
             },
         }
     }
 
-    /// The response as it is stored under an idempotency key (a decline).
+    /// The response as it is stored under an idempotency key (a decline or a refusal).
     pub fn to_stored_response(&self) -> StoredResponse {
         StoredResponse::new(
             self.status().as_u16(),

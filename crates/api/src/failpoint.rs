@@ -14,9 +14,11 @@
     reason = "the names mirror the PAYMENTS_CRASH_AT values"
 )]
 pub enum Failpoint {
-    /// The record is claimed; the processor has not been called.
+    /// The record is claimed and the operation prepared (a refund's amount reserved); the
+    /// processor has not been called.
     AfterClaim,
-    /// The processor charged the card; the finishing transaction has not run.
+    /// The processor made the effect (charged the card, refunded); the finishing transaction
+    /// has not run.
     AfterCharge,
     /// The finishing transaction failed and the attempt recorded the `charged` recovery point
     /// instead; the client has not been answered.

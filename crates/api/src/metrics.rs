@@ -76,12 +76,14 @@ pub fn outcome(outcome: Outcome) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProcessorCall {
     Charge,
+    Refund,
 }
 
 impl ProcessorCall {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Charge => "charge",
+            Self::Refund => "refund",
         }
     }
 }

@@ -9,7 +9,8 @@ use payments_storage::{EventStream, ReplayCache, Store};
 use crate::auth::ApiKeys;
 use crate::completions::Completions;
 use crate::operations::charge::CreateCharge;
-use crate::protocol::Engine;
+use crate::operations::refund::CreateRefund;
+use crate::protocol::{Engine, Idempotent};
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +42,8 @@ pub struct AppState {
     /// Renders `GET /metrics`; `None` if this process has no recorder of its own.
     pub metrics: Option<PrometheusHandle>,
     /// The operations the protocol runs.
-    pub charges: Arc<CreateCharge>,
+    pub charges: Arc<Idempotent<CreateCharge>>,
+    pub refunds: Arc<Idempotent<CreateRefund>>,
 }
 
 impl AppState {
@@ -71,6 +73,7 @@ impl AppState {
             events: None,
             metrics: None,
             charges: Arc::default(),
+            refunds: Arc::default(),
         }
     }
 }

@@ -1,7 +1,10 @@
 //! The JSON shapes of requests and responses, and their conversion to and from domain types.
 
-use chrono::SecondsFormat;
-use payments_domain::{Amount, Charge, ChargeRequest, Currency, Description, Money, PaymentSource};
+use chrono::{DateTime, SecondsFormat, Utc};
+use payments_domain::{
+    Amount, Charge, ChargeId, ChargeRequest, Currency, Description, Money, PaymentSource, Refund,
+    RefundReason, RefundRequest, RefundStatus,
+};
 use payments_storage::Balance;
 use serde::{Deserialize, Serialize};
 
@@ -66,6 +69,9 @@ pub struct ChargeView {
     /// RFC 3339 in UTC with microseconds, the precision the database keeps, so a charge reads
     /// back exactly as it was first returned.
     pub created_at: String,
+    /// The sum of the charge's succeeded refunds: 0 in the 201 and its replays, which are the
+    /// bytes of the moment the charge was made.
+    pub amount_refunded: i64,
 }
 
 impl From<&Charge> for ChargeView {
@@ -79,19 +85,147 @@ impl From<&Charge> for ChargeView {
             description: charge.description.as_ref().map(|d| d.as_str().to_owned()),
             status: "succeeded",
             processor_charge_id: charge.processor_charge_id.clone(),
-            created_at: charge
-                .created_at
-                .to_rfc3339_opts(SecondsFormat::Micros, true),
+            created_at: timestamp(charge.created_at),
+            amount_refunded: charge.amount_refunded,
         }
     }
 }
 
-/// A page of charges, in the list shape payment APIs commonly use.
+/// RFC 3339 in UTC with microseconds, the precision the database keeps.
+fn timestamp(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// The body of `POST /charges/{id}/refunds`. Unknown fields are rejected, like a charge's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRefundBody {
+    #[serde(default)]
+    pub amount: Option<i64>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The request as it is stored with its record: the body and the charge of the path, which
+/// the fingerprint covers too (the same key and body on another charge is another request).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredRefundBody {
+    charge: String,
+    #[serde(default)]
+    amount: Option<i64>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl CreateRefundBody {
+    /// The field naming the charge in the stored request.
+    pub const CHARGE: &'static str = "charge";
+
+    /// The validated refund of `charge` in a `POST /charges/{id}/refunds` body.
+    pub fn parse(body: &[u8], charge: ChargeId) -> Result<RefundRequest, ApiError> {
+        let typed: Self = serde_json::from_slice(body)
+            .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
+        typed.into_request(charge)
+    }
+
+    /// The request stored with a record, for the completer.
+    pub fn parse_stored(body: &[u8]) -> Result<RefundRequest, ApiError> {
+        let stored: StoredRefundBody = serde_json::from_slice(body)
+            .map_err(|e| ApiError::InvalidRequest(format!("Invalid stored request: {e}")))?;
+        let charge = stored
+            .charge
+            .parse()
+            .map_err(|e| ApiError::InvalidRequest(format!("charge: {e}")))?;
+        let body = Self {
+            amount: stored.amount,
+            reason: stored.reason,
+        };
+        body.into_request(charge)
+    }
+
+    fn into_request(self, charge: ChargeId) -> Result<RefundRequest, ApiError> {
+        let field = |name: &str, e: &dyn std::fmt::Display| {
+            ApiError::InvalidRequest(format!("{name}: {e}"))
+        };
+        let amount = self
+            .amount
+            .map(Amount::new)
+            .transpose()
+            .map_err(|e| field("amount", &e))?;
+        let reason = self
+            .reason
+            .map(|name| {
+                RefundReason::from_name(&name).ok_or_else(|| {
+                    let names: Vec<_> = RefundReason::ALL.iter().map(|r| r.name()).collect();
+                    field("reason", &format!("must be one of {}", names.join(", ")))
+                })
+            })
+            .transpose()?;
+        Ok(RefundRequest {
+            charge,
+            amount,
+            reason,
+        })
+    }
+}
+
+/// A refund as the API shows it, in its 201, `GET /refunds/{id}` and lists alike.
 #[derive(Debug, Serialize)]
-pub struct ChargeList {
+pub struct RefundView {
+    pub id: String,
     pub object: &'static str,
-    pub data: Vec<ChargeView>,
+    pub charge: String,
+    pub amount: i64,
+    pub currency: &'static str,
+    pub status: &'static str,
+    pub reason: Option<&'static str>,
+    /// `None` while the refund is pending at the processor.
+    pub processor_refund_id: Option<String>,
+    pub created_at: String,
+}
+
+impl From<&Refund> for RefundView {
+    fn from(refund: &Refund) -> Self {
+        let (status, processor_refund_id) = match &refund.status {
+            RefundStatus::Pending => ("pending", None),
+            RefundStatus::Succeeded {
+                processor_refund_id,
+            } => ("succeeded", Some(processor_refund_id.clone())),
+        };
+        Self {
+            id: refund.id.to_string(),
+            object: "refund",
+            charge: refund.charge.to_string(),
+            amount: refund.money.amount.minor_units(),
+            currency: refund.money.currency.code(),
+            status,
+            reason: refund.reason.map(RefundReason::name),
+            processor_refund_id,
+            created_at: timestamp(refund.created_at),
+        }
+    }
+}
+
+/// A page of charges or refunds, in the list shape payment APIs commonly use.
+#[derive(Debug, Serialize)]
+pub struct List<V> {
+    pub object: &'static str,
+    pub data: Vec<V>,
     pub has_more: bool,
+}
+
+impl<V> List<V> {
+    pub fn of<T>(items: &[T], has_more: bool) -> Self
+    where
+        for<'a> V: From<&'a T>,
+    {
+        Self {
+            object: "list",
+            data: items.iter().map(V::from).collect(),
+            has_more,
+        }
+    }
 }
 
 /// `GET /ledger/balances`.

@@ -83,6 +83,8 @@ pub struct Charge {
     pub description: Option<Description>,
     pub processor_charge_id: String,
     pub created_at: DateTime<Utc>,
+    /// The sum of the charge's succeeded refunds, in its currency's minor units.
+    pub amount_refunded: i64,
 }
 
 #[cfg(test)]

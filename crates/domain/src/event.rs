@@ -1,19 +1,50 @@
-//! The `payment.completed` event written to the outbox with every successful charge.
+//! The events written to the outbox: `payment.completed` with every successful charge,
+//! `payment.refunded` with every successful refund.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::{Charge, ChargeId, Currency, TenantId};
+use crate::{Charge, ChargeId, Currency, Money, Refund, RefundId, TenantId};
 
-/// The event type name on the wire.
+/// The event type name of a charge on the wire.
 pub const PAYMENT_COMPLETED: &str = "payment.completed";
 
-/// A charge succeeded. Consumers deduplicate on `event_id`: delivery is at least once.
+/// The event type name of a refund on the wire.
+pub const PAYMENT_REFUNDED: &str = "payment.refunded";
+
+/// An event as it is published: consumers deduplicate on `event_id`, since delivery is at
+/// least once, and read `schema_version` before anything else.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PaymentCompleted {
+pub struct Event<T> {
     pub event_id: Uuid,
     pub schema_version: u32,
+    #[serde(flatten)]
+    pub payload: T,
+}
+
+impl<T> Event<T> {
+    /// Every payload's schema version; bumped on any incompatible change.
+    pub const SCHEMA_VERSION: u32 = 1;
+
+    fn new(payload: T) -> Self {
+        Self {
+            event_id: Uuid::new_v4(),
+            schema_version: Self::SCHEMA_VERSION,
+            payload,
+        }
+    }
+}
+
+/// A charge succeeded.
+pub type PaymentCompleted = Event<Payment>;
+
+/// A refund succeeded: the refund, and the part of its charge it gave back.
+pub type PaymentRefunded = Event<Refunded>;
+
+/// Money that moved for a charge: the charge itself, or a refund of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Payment {
     pub charge_id: ChargeId,
     #[serde(serialize_with = "serialize_tenant")]
     pub tenant: TenantId,
@@ -22,23 +53,105 @@ pub struct PaymentCompleted {
     pub occurred_at: DateTime<Utc>,
 }
 
-impl PaymentCompleted {
-    /// The payload's schema version; bumped on any incompatible change.
-    pub const SCHEMA_VERSION: u32 = 1;
-
-    pub fn for_charge(charge: &Charge) -> Self {
+impl Payment {
+    fn of(charge_id: ChargeId, tenant: &TenantId, money: Money, at: DateTime<Utc>) -> Self {
         Self {
-            event_id: Uuid::new_v4(),
-            schema_version: Self::SCHEMA_VERSION,
-            charge_id: charge.id,
-            tenant: charge.tenant.clone(),
-            amount: charge.money.amount.minor_units(),
-            currency: charge.money.currency,
-            occurred_at: charge.created_at,
+            charge_id,
+            tenant: tenant.clone(),
+            amount: money.amount.minor_units(),
+            currency: money.currency,
+            occurred_at: at,
         }
+    }
+}
+
+/// The payload of `payment.refunded`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refunded {
+    pub refund_id: RefundId,
+    #[serde(flatten)]
+    pub payment: Payment,
+}
+
+impl PaymentCompleted {
+    pub fn for_charge(charge: &Charge) -> Self {
+        Self::new(Payment::of(
+            charge.id,
+            &charge.tenant,
+            charge.money,
+            charge.created_at,
+        ))
+    }
+}
+
+impl PaymentRefunded {
+    pub fn for_refund(refund: &Refund) -> Self {
+        Self::new(Refunded {
+            refund_id: refund.id,
+            payment: Payment::of(
+                refund.charge,
+                &refund.tenant,
+                refund.money,
+                refund.created_at,
+            ),
+        })
     }
 }
 
 fn serialize_tenant<S: serde::Serializer>(tenant: &TenantId, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(tenant.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{Amount, PaymentSource, RefundStatus};
+
+    #[test]
+    fn events_carry_their_id_version_and_the_money_that_moved()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let money = Money::new(Amount::new(2_500)?, Currency::Eur);
+        let at = "2026-11-30T12:00:00Z".parse()?;
+        let charge = Charge {
+            id: ChargeId::generate(),
+            tenant: TenantId::new("acme"),
+            money,
+            source: PaymentSource::new("tok_visa")?,
+            description: None,
+            processor_charge_id: "sim_1".into(),
+            created_at: at,
+            amount_refunded: 0,
+        };
+        let completed = serde_json::to_value(PaymentCompleted::for_charge(&charge))?;
+        assert_eq!(completed["schema_version"], 1);
+        assert!(completed["event_id"].is_string());
+        let payment = json!({
+            "charge_id": charge.id.to_string(), "tenant": "acme", "amount": 2_500,
+            "currency": "EUR", "occurred_at": "2026-11-30T12:00:00Z",
+        });
+        for (field, value) in payment.as_object().into_iter().flatten() {
+            assert_eq!(&completed[field], value, "{field}");
+        }
+
+        let refund = Refund {
+            id: RefundId::generate(),
+            tenant: charge.tenant.clone(),
+            charge: charge.id,
+            money,
+            reason: None,
+            status: RefundStatus::Succeeded {
+                processor_refund_id: "re_1".into(),
+            },
+            created_at: at,
+        };
+        let refunded = serde_json::to_value(PaymentRefunded::for_refund(&refund))?;
+        assert_eq!(refunded["refund_id"], refund.id.to_string());
+        assert_eq!(refunded["schema_version"], 1);
+        for (field, value) in payment.as_object().into_iter().flatten() {
+            assert_eq!(&refunded[field], value, "{field}");
+        }
+        Ok(())
+    }
 }

@@ -26,65 +26,89 @@ impl fmt::Display for TenantId {
     }
 }
 
-/// A charge's public id: `ch_` followed by a UUID.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ChargeId(Uuid);
+/// A public id: a prefix naming the kind of object, then a UUID (`ch_…`, `re_…`).
+macro_rules! prefixed_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Uuid);
 
-impl ChargeId {
-    const PREFIX: &'static str = "ch_";
+        impl $name {
+            const PREFIX: &'static str = $prefix;
 
-    /// A new random id.
-    pub fn generate() -> Self {
-        Self(Uuid::new_v4())
-    }
+            /// A new random id.
+            pub fn generate() -> Self {
+                Self(Uuid::new_v4())
+            }
 
-    pub fn from_uuid(uuid: Uuid) -> Self {
-        Self(uuid)
-    }
+            pub fn from_uuid(uuid: Uuid) -> Self {
+                Self(uuid)
+            }
 
-    pub fn as_uuid(&self) -> Uuid {
-        self.0
-    }
+            pub fn as_uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}{}", Self::PREFIX, self.0.as_hyphenated())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = IdError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                let uuid = s
+                    .strip_prefix(Self::PREFIX)
+                    .and_then(|rest| Uuid::try_parse(rest).ok())
+                    .ok_or(IdError {
+                        prefix: Self::PREFIX,
+                    })?;
+                Ok(Self(uuid))
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+    };
 }
 
-impl fmt::Display for ChargeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", Self::PREFIX, self.0.as_hyphenated())
-    }
-}
+prefixed_id!(
+    /// A charge's public id: `ch_` followed by a UUID.
+    ChargeId,
+    "ch_"
+);
 
-impl FromStr for ChargeId {
-    type Err = ChargeIdError;
+prefixed_id!(
+    /// A refund's public id: `re_` followed by a UUID.
+    RefundId,
+    "re_"
+);
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let uuid = s
-            .strip_prefix(Self::PREFIX)
-            .and_then(|rest| Uuid::try_parse(rest).ok())
-            .ok_or(ChargeIdError)?;
-        Ok(Self(uuid))
-    }
-}
-
-impl Serialize for ChargeId {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-/// The string is not `ch_<uuid>`.
+/// The string is not the id's prefix followed by a UUID.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a charge id is `ch_` followed by a UUID")]
-pub struct ChargeIdError;
+#[error("an id here is `{prefix}` followed by a UUID")]
+pub struct IdError {
+    prefix: &'static str,
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn charge_id_round_trips_through_its_text_form() -> Result<(), ChargeIdError> {
+    fn ids_round_trip_through_their_text_form() -> Result<(), IdError> {
         let id = ChargeId::generate();
         assert_eq!(id.to_string().parse::<ChargeId>()?, id);
         assert!(id.to_string().starts_with("ch_"));
+        let id = RefundId::generate();
+        assert_eq!(id.to_string().parse::<RefundId>()?, id);
+        assert!(id.to_string().starts_with("re_"));
         Ok(())
     }
 
@@ -94,5 +118,6 @@ mod tests {
         assert!(format!("py_{uuid}").parse::<ChargeId>().is_err());
         assert!(uuid.to_string().parse::<ChargeId>().is_err());
         assert!("ch_".parse::<ChargeId>().is_err());
+        assert!(format!("ch_{uuid}").parse::<RefundId>().is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::fmt;
 
 use uuid::Uuid;
 
-use crate::{Charge, Currency};
+use crate::{Charge, Currency, Money, Refund};
 
 /// A ledger account of one tenant. Debits are positive, credits negative.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -60,7 +60,8 @@ pub enum LedgerError {
 }
 
 /// A balanced set of entries. The fields are private: the only ways in are
-/// [`LedgerTransaction::new`], which checks the balance, and [`LedgerTransaction::for_charge`].
+/// [`LedgerTransaction::new`], which checks the balance, and [`LedgerTransaction::for_charge`]
+/// and [`LedgerTransaction::for_refund`], which balance by construction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerTransaction {
     id: Uuid,
@@ -89,18 +90,37 @@ impl LedgerTransaction {
 
     /// The capture of a successful charge: the processor owes the amount, the tenant earned it.
     pub fn for_charge(charge: &Charge) -> Self {
-        let amount = charge.money.amount.minor_units();
-        let currency = charge.money.currency;
+        Self::moving(
+            charge.money,
+            Account::CustomerPayments,
+            Account::ProcessorReceivable,
+        )
+    }
+
+    /// A refund reverses its part of the charge's transaction: the processor owes that much
+    /// less, and the tenant gave it back.
+    pub fn for_refund(refund: &Refund) -> Self {
+        Self::moving(
+            refund.money,
+            Account::ProcessorReceivable,
+            Account::CustomerPayments,
+        )
+    }
+
+    /// `money` credited to `from` and debited to `to`: balanced by construction.
+    fn moving(money: Money, from: Account, to: Account) -> Self {
+        let amount = money.amount.minor_units();
+        let currency = money.currency;
         Self {
             id: Uuid::new_v4(),
             entries: vec![
                 LedgerEntry {
-                    account: Account::ProcessorReceivable,
+                    account: to,
                     currency,
                     amount,
                 },
                 LedgerEntry {
-                    account: Account::CustomerPayments,
+                    account: from,
                     currency,
                     amount: -amount,
                 },
@@ -122,7 +142,7 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
-    use crate::{Amount, ChargeId, Money, PaymentSource, TenantId};
+    use crate::{Amount, ChargeId, PaymentSource, RefundId, RefundStatus, TenantId};
 
     fn entry(account: Account, currency: Currency, amount: i64) -> LedgerEntry {
         LedgerEntry {
@@ -186,12 +206,39 @@ mod tests {
             description: None,
             processor_charge_id: "sim_1".into(),
             created_at: Utc::now(),
+            amount_refunded: 0,
         };
         let tx = LedgerTransaction::for_charge(&charge);
         let sum: i64 = tx.entries().iter().map(|e| e.amount).sum();
         assert_eq!(sum, 0);
         assert_eq!(tx.entries().len(), 2);
         // Re-checking through the validating constructor proves the shortcut builds a valid one.
+        assert!(LedgerTransaction::new(tx.id(), tx.entries().to_vec()).is_ok());
+        Ok(())
+    }
+
+    #[test]
+    fn a_refund_reverses_its_part_of_the_charge() -> Result<(), Box<dyn std::error::Error>> {
+        let money = Money::new(Amount::new(700)?, Currency::Gbp);
+        let refund = Refund {
+            id: RefundId::generate(),
+            tenant: TenantId::new("acme"),
+            charge: ChargeId::generate(),
+            money,
+            reason: None,
+            status: RefundStatus::Pending,
+            created_at: Utc::now(),
+        };
+        let tx = LedgerTransaction::for_refund(&refund);
+        let amount_in = |account| {
+            tx.entries()
+                .iter()
+                .filter(|e| e.account == account)
+                .map(|e| e.amount)
+                .sum::<i64>()
+        };
+        assert_eq!(amount_in(Account::ProcessorReceivable), -700);
+        assert_eq!(amount_in(Account::CustomerPayments), 700);
         assert!(LedgerTransaction::new(tx.id(), tx.entries().to_vec()).is_ok());
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! Pure payment types and rules: money, currencies, tenants, charges, the double-entry ledger,
-//! the `payment.completed` event and the [`CardProcessor`] port, with its refunds.
+//! the outbox events and the [`CardProcessor`] port, with its refunds.
 //!
 //! This crate owns the invariants that must hold whatever stores or serves them: an amount is
 //! never zero or negative, a ledger transaction always balances. It performs no I/O and must not
@@ -16,12 +16,18 @@ mod refund;
 pub use charge::{
     Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError,
 };
-pub use event::{PAYMENT_COMPLETED, PaymentCompleted};
-pub use ids::{ChargeId, ChargeIdError, TenantId};
+pub use event::{
+    Event, PAYMENT_COMPLETED, PAYMENT_REFUNDED, Payment, PaymentCompleted, PaymentRefunded,
+    Refunded,
+};
+pub use ids::{ChargeId, IdError, RefundId, TenantId};
 pub use ledger::{Account, LedgerEntry, LedgerError, LedgerTransaction};
 pub use money::{Amount, AmountError, Currency, CurrencyError, Money};
 pub use processor::{
     CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorChargeStatus,
     ProcessorError, ProcessorMismatch,
 };
-pub use refund::{ProcessorRefund, ProcessorRefundRequest, ProcessorRefundStatus};
+pub use refund::{
+    ProcessorRefund, ProcessorRefundRequest, ProcessorRefundStatus, Refund, RefundReason,
+    RefundRequest, RefundStatus,
+};

@@ -1,7 +1,79 @@
-//! Refunds at the card processor: giving back part or all of a charge, on the same exactly-once
-//! protocol as charges (an idempotency key per refund, a lookup, a cancel that tombstones).
+//! Refunds: giving back part or all of a charge. The request and the refund as the service
+//! records it, and the refund at the card processor, on the same exactly-once protocol as
+//! charges (an idempotency key per refund, a lookup, a cancel that tombstones).
 
-use crate::{Money, ProcessorChargeStatus, ProcessorMismatch};
+use chrono::{DateTime, Utc};
+
+use crate::{
+    Amount, ChargeId, Money, ProcessorChargeStatus, ProcessorMismatch, RefundId, TenantId,
+};
+
+/// Why a refund was made, as the merchant states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefundReason {
+    RequestedByCustomer,
+    Duplicate,
+    Fraudulent,
+}
+
+impl RefundReason {
+    pub const ALL: [Self; 3] = [Self::RequestedByCustomer, Self::Duplicate, Self::Fraudulent];
+
+    /// The name on the wire and in the database.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::RequestedByCustomer => "requested_by_customer",
+            Self::Duplicate => "duplicate",
+            Self::Fraudulent => "fraudulent",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// A validated request to refund a charge: how much (all that is still refundable when no
+/// amount is given) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundRequest {
+    pub charge: ChargeId,
+    pub amount: Option<Amount>,
+    pub reason: Option<RefundReason>,
+}
+
+/// Where a refund stands. A pending refund holds its amount reserved on the charge and has no
+/// processor refund yet; only a succeeded one has given money back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundStatus {
+    Pending,
+    Succeeded { processor_refund_id: String },
+}
+
+/// A refund of a charge, as the service records and shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refund {
+    pub id: RefundId,
+    pub tenant: TenantId,
+    pub charge: ChargeId,
+    /// In the charge's currency, never more than what remained refundable when it was made.
+    pub money: Money,
+    pub reason: Option<RefundReason>,
+    pub status: RefundStatus,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Refund {
+    /// This pending refund, made at the processor as `processor_refund_id`.
+    pub fn succeeded(&self, processor_refund_id: String) -> Self {
+        Self {
+            status: RefundStatus::Succeeded {
+                processor_refund_id,
+            },
+            ..self.clone()
+        }
+    }
+}
 
 /// A refund to make at the processor.
 #[derive(Debug, Clone, PartialEq, Eq)]

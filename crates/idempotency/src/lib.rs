@@ -27,3 +27,6 @@ pub use retry_after::RecentDurations;
 /// The operation name of `POST /charges`, carrying its response schema version: a stored
 /// response is only ever replayed in the shape it was recorded in.
 pub const CHARGES_CREATE_V1: &str = "charges.create.v1";
+
+/// The operation of `POST /charges/{id}/refunds`, with its response schema version.
+pub const REFUNDS_CREATE_V1: &str = "refunds.create.v1";

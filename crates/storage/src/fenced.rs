@@ -35,6 +35,11 @@ pub(crate) trait Dialect: Database {
 
     /// Binds a time the service wrote (a charge's creation), as its time columns hold it.
     fn push_time(sql: &mut QueryBuilder<'_, Self>, time: DateTime<Utc>);
+
+    /// Whether a ledger transaction's row goes in after its entries, sealing them (SQLite's
+    /// balance trigger), rather than before them (PostgreSQL's immediate foreign key, with the
+    /// balance checked at commit).
+    const SEALS_LEDGER_LAST: bool;
 }
 
 impl Dialect for sqlx::Postgres {
@@ -42,6 +47,7 @@ impl Dialect for sqlx::Postgres {
     // Concurrent claims of one existing key queue here, so exactly one of them can take a
     // stale record over.
     const LOCK_ROW: &'static str = " FOR UPDATE";
+    const SEALS_LEDGER_LAST: bool = false;
 
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
         // make_interval takes its seconds as a double.
@@ -61,6 +67,7 @@ impl Dialect for sqlx::Sqlite {
     // No row locks: a claim runs in a `BEGIN IMMEDIATE` transaction, whose write lock keeps
     // every other writer out from its first statement on.
     const LOCK_ROW: &'static str = "";
+    const SEALS_LEDGER_LAST: bool = true;
 
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
         sql.push("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ")
@@ -96,8 +103,9 @@ where
     sql
 }
 
-/// Fails the record after the processor tombstoned its key. Its retention counts from now. A
-/// record that holds a processor charge id is never failed: the charge must reach the ledger.
+/// Fails the record after the processor tombstoned its key, `RETURNING expires_at`. Its
+/// retention counts from now. A record that holds a processor charge id is never failed: the
+/// charge must reach the ledger.
 pub(crate) fn mark_failed<'a, DB>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
@@ -116,7 +124,7 @@ where
     );
     DB::push_now_plus(&mut sql, ttl);
     push_touched_where_fenced(&mut sql, scope, key, fence);
-    sql.push(" AND processor_charge_id IS NULL");
+    sql.push(" AND processor_charge_id IS NULL RETURNING expires_at");
     sql
 }
 
@@ -204,7 +212,7 @@ where
 /// `, updated_at = <now> WHERE <fence>`: every fenced statement matches only while the record
 /// is still pending and still holds the generation (resource id) and attempt number this
 /// attempt claimed with.
-fn push_touched_where_fenced<'a, DB>(
+pub(crate) fn push_touched_where_fenced<'a, DB>(
     sql: &mut QueryBuilder<'a, DB>,
     scope: &'a Scope,
     key: &'a IdempotencyKey,

@@ -16,6 +16,7 @@ mod model;
 mod postgres;
 mod reading;
 mod redis_link;
+mod refunding;
 mod replay_cache;
 mod repository;
 mod rows;
@@ -35,13 +36,16 @@ use crate::sqlite::SqliteStore;
 
 pub use error::StoreError;
 pub use model::{
-    Abandoned, Backlog, Balance, ChargePage, Claim, Claimed, Completion, Fence, Finish, ListCharges,
+    Abandoned, Backlog, Balance, ChargePage, Claim, Claimed, Completion, Fence, Finish,
+    ListCharges, ListRefunds, RefundPage, RefundRefusal, Reservation,
 };
 pub use redis_link::{RedisFailure, RedisLink};
 pub use replay_cache::{CachedReplay, ReplayCache};
 #[cfg(feature = "bench")]
 pub use repository::FloorRepository;
-pub use repository::{Backend, ChargeRepository, RecordRepository, Store, WorkerRepository};
+pub use repository::{
+    Backend, ChargeRepository, RecordRepository, RefundRepository, Store, WorkerRepository,
+};
 pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
 
 /// How to reach the database.

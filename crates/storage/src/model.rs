@@ -1,7 +1,7 @@
 //! What the repositories take and return, the same for every backend.
 
 use chrono::{DateTime, Utc};
-use payments_domain::{Account, Charge, ChargeId, Currency};
+use payments_domain::{Account, Amount, Charge, ChargeId, Currency, Refund, RefundId};
 use payments_idempotency::{
     Attempt, Decision, Fingerprint, IdempotencyKey, IdempotencyRecord, RecoveryPoint, Scope,
     StoredResponse, decide,
@@ -197,6 +197,67 @@ pub struct ChargePage {
     pub has_more: bool,
 }
 
+/// What reserving a refund's amount on its charge came to.
+#[derive(Debug, Clone)]
+pub enum Reservation {
+    /// The refund's pending row, made now or by an earlier attempt of the same generation, and
+    /// the processor's id of the charge it refunds.
+    Reserved {
+        refund: Refund,
+        processor_charge_id: String,
+    },
+    /// A final answer that depends on the charge's state, not only on the request: nothing
+    /// was reserved.
+    Refused(RefundRefusal),
+    /// Another attempt or generation owns the record: nothing was reserved.
+    Fenced,
+}
+
+/// Why a refund cannot be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundRefusal {
+    /// The tenant has no such charge.
+    NoSuchCharge,
+    /// No amount was asked for, and nothing of the charge is left to refund.
+    NothingLeft,
+    /// The amount asked for is more than is left to refund (`refundable`, possibly 0).
+    TooLarge { refundable: i64 },
+}
+
+impl RefundRefusal {
+    /// The amount a refund of a charge of `amount`, of which `reserved` is already claimed by
+    /// other refunds, may have: `requested`, or all that is left when none was asked for.
+    pub fn judge(
+        amount: i64,
+        reserved: i64,
+        requested: Option<Amount>,
+    ) -> Result<Amount, RefundRefusal> {
+        let left = amount - reserved;
+        match requested {
+            Some(requested) if requested.minor_units() > left => {
+                Err(Self::TooLarge { refundable: left })
+            }
+            Some(requested) => Ok(requested),
+            None => Amount::new(left).map_err(|_| Self::NothingLeft),
+        }
+    }
+}
+
+/// A page request for a charge's refunds: newest first, after an optional cursor.
+#[derive(Debug, Clone, Copy)]
+pub struct ListRefunds {
+    pub charge: ChargeId,
+    pub limit: u32,
+    pub starting_after: Option<RefundId>,
+}
+
+/// One page of a charge's refunds, newest first.
+#[derive(Debug, Clone)]
+pub struct RefundPage {
+    pub refunds: Vec<Refund>,
+    pub has_more: bool,
+}
+
 /// The signed sum of one account's entries in one currency (debits positive).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Balance {
@@ -258,5 +319,43 @@ impl Generation {
             resource_id,
             processor_key: processor_key_for(resource_id),
         }
+    }
+}
+
+#[cfg(test)]
+mod refund_tests {
+    use super::*;
+
+    fn amount(minor_units: i64) -> Amount {
+        Amount::new(minor_units).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_refund_gets_what_it_asks_for_while_enough_is_left() {
+        assert_eq!(
+            RefundRefusal::judge(1000, 300, Some(amount(700))),
+            Ok(amount(700))
+        );
+        assert_eq!(
+            RefundRefusal::judge(1000, 300, Some(amount(701))),
+            Err(RefundRefusal::TooLarge { refundable: 700 })
+        );
+    }
+
+    #[test]
+    fn a_refund_without_an_amount_takes_all_that_is_left() {
+        assert_eq!(RefundRefusal::judge(1000, 300, None), Ok(amount(700)));
+        assert_eq!(
+            RefundRefusal::judge(1000, 1000, None),
+            Err(RefundRefusal::NothingLeft)
+        );
+    }
+
+    #[test]
+    fn an_amount_asked_of_a_charge_with_nothing_left_is_too_large() {
+        assert_eq!(
+            RefundRefusal::judge(1000, 1000, Some(amount(1))),
+            Err(RefundRefusal::TooLarge { refundable: 0 })
+        );
     }
 }

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::fenced::Dialect;
 
 const SELECT_CHARGES: &str = "SELECT id, tenant_id, amount, currency, source, description, \
-                              processor_charge_id, created_at FROM charges";
+                              processor_charge_id, created_at, amount_refunded FROM charges";
 
 /// The tenant's charge with this id.
 pub(crate) fn charge<'a, DB>(tenant: &'a TenantId, id: ChargeId) -> QueryBuilder<'a, DB>

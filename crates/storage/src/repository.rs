@@ -6,11 +6,14 @@
 //! - a claim is atomic: of any number of concurrent claims of one key, exactly one owns it;
 //! - every write after the claim is fenced on the record's generation and attempt number
 //!   ([`Fence`]) and writes nothing once another attempt or generation owns the record;
-//! - the finish writes the charge, its balanced ledger transaction, its outbox event and the
-//!   completed record in one transaction, or nothing, and every completion counts the
-//!   record's retention from itself (`expires_at = now + ttl`);
-//! - a record that holds a processor charge id is never failed, and never reaped without its
-//!   charge row;
+//! - the finish writes the charge (or the refund), its balanced ledger transaction, its outbox
+//!   event and the completed record in one transaction, or nothing, and every completion
+//!   counts the record's retention from itself (`expires_at = now + ttl`);
+//! - refunds of one charge reserve their amounts one after the other and never together
+//!   exceed it; a reservation is released only with the record that ends its refund without
+//!   one;
+//! - a record that holds a processor id is never failed, and never reaped without the row of
+//!   its charge or refund;
 //! - lock expiry is judged by the database's clock, never by an instance's.
 
 use std::fmt::Debug;
@@ -18,7 +21,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use payments_domain::{Charge, ChargeId, TenantId};
+use payments_domain::{Charge, ChargeId, Refund, RefundId, RefundRequest, TenantId};
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
@@ -26,7 +29,7 @@ use payments_idempotency::{
 use crate::StoreError;
 use crate::model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish, ListCharges,
-    Verdict, judge,
+    ListRefunds, RefundPage, Reservation, Verdict, judge,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -168,6 +171,72 @@ pub trait ChargeRepository: Send + Sync {
     async fn balances(&self, tenant: &TenantId) -> Result<Vec<Balance>, StoreError>;
 }
 
+/// Refunds: the reservation of a refund's amount on its charge, the fenced writes that end a
+/// refund, and the reads. A refund's row has the id of its record's generation, so every
+/// attempt of one generation finds the same reservation.
+#[async_trait]
+pub trait RefundRepository: Send + Sync {
+    /// Reserves the refund's amount on its charge, in one transaction fenced by the record:
+    /// the charge's row is locked, so refunds of one charge under different keys reserve one
+    /// after the other and never exceed it together. Idempotent per generation: a reservation
+    /// the generation already made is returned as it is.
+    async fn reserve_refund(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fence: Fence,
+        request: &RefundRequest,
+        created_at: DateTime<Utc>,
+    ) -> Result<Reservation, StoreError>;
+
+    /// Writes the succeeded refund, the charge's refunded amount, the reversing ledger
+    /// transaction, its `payment.refunded` outbox event and the completed record atomically,
+    /// gated on the fence: all of them or none.
+    async fn finish_refund(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fence: Fence,
+        refund: &Refund,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError>;
+
+    /// Completes the record with a final answer that refunded nothing (a decline, or a
+    /// refusal), releasing whatever the generation reserved, in one transaction.
+    async fn refuse_refund(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fence: Fence,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError>;
+
+    /// [`RecordRepository::mark_failed`], releasing whatever the generation reserved, in one
+    /// transaction: the processor has tombstoned the refund's key, so no refund was or can be
+    /// made under it.
+    async fn fail_refund(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fence: Fence,
+    ) -> Result<Finish, StoreError>;
+
+    /// The tenant's refund with this id; another tenant's refund is simply not found.
+    async fn get_refund(
+        &self,
+        tenant: &TenantId,
+        id: RefundId,
+    ) -> Result<Option<Refund>, StoreError>;
+
+    /// A page of the refunds of one of the tenant's charges, newest first, or `None` when the
+    /// cursor is not one of that charge's refunds.
+    async fn list_refunds(
+        &self,
+        tenant: &TenantId,
+        page: ListRefunds,
+    ) -> Result<Option<RefundPage>, StoreError>;
+}
+
 /// What the background workers need: abandoned records to complete, expired ones to delete,
 /// events to publish, and published ones to prune.
 #[async_trait]
@@ -184,7 +253,7 @@ pub trait WorkerRepository: Send + Sync {
     /// Deletes up to `batch` expired completed or failed records, the longest expired first
     /// (along the expiry index, so a batch stays short however much is expired), and returns
     /// how many. Pending records are never reaped, however old: the card may have been charged; nor is
-    /// a record holding a processor charge id that has no charge row.
+    /// a record holding a processor id (of a charge, or of a refund) that has no row of its own.
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError>;
 
     /// Publishes up to `batch` unpublished events and marks them published; returns how many.
@@ -246,7 +315,9 @@ impl Backend {
 
 /// Everything the service needs from its database.
 #[async_trait]
-pub trait Store: RecordRepository + ChargeRepository + WorkerRepository + Debug {
+pub trait Store:
+    RecordRepository + ChargeRepository + RefundRepository + WorkerRepository + Debug
+{
     fn backend(&self) -> Backend;
 
     /// The benchmark floors on the same database.

@@ -2,7 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use payments_domain::{
-    Account, Amount, Charge, ChargeId, Currency, Description, Money, PaymentSource, TenantId,
+    Account, Amount, Charge, ChargeId, Currency, Description, Money, PaymentSource, Refund,
+    RefundId, RefundReason, RefundStatus, TenantId,
 };
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
@@ -10,7 +11,7 @@ use payments_idempotency::{
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::model::{Abandoned, Balance, ChargePage};
+use crate::model::{Abandoned, Balance, ChargePage, RefundPage};
 
 /// An `idempotency_records` row.
 #[derive(Debug, sqlx::FromRow)]
@@ -100,6 +101,7 @@ pub(crate) struct ChargeRow {
     pub description: Option<String>,
     pub processor_charge_id: String,
     pub created_at: DateTime<Utc>,
+    pub amount_refunded: i64,
 }
 
 impl ChargeRow {
@@ -124,8 +126,71 @@ impl ChargeRow {
                 .map_err(|e| StoreError::Corrupt(format!("description: {e}")))?,
             processor_charge_id: self.processor_charge_id,
             created_at: self.created_at,
+            amount_refunded: self.amount_refunded,
         })
     }
+}
+
+/// A `refunds` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RefundRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub charge_id: Uuid,
+    pub amount: i64,
+    pub currency: String,
+    pub reason: Option<String>,
+    pub processor_refund_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl RefundRow {
+    /// A refund is succeeded exactly when it has its processor refund id (the schema's
+    /// `succeeded_has_processor_refund`), so the id alone gives the status.
+    pub fn into_refund(self) -> Result<Refund, StoreError> {
+        let currency: Currency = self
+            .currency
+            .parse()
+            .map_err(|_| corrupt("currency", &self.currency))?;
+        let reason = self
+            .reason
+            .map(|name| RefundReason::from_name(&name).ok_or_else(|| corrupt("reason", &name)))
+            .transpose()?;
+        Ok(Refund {
+            id: RefundId::from_uuid(self.id),
+            tenant: TenantId::new(self.tenant_id),
+            charge: ChargeId::from_uuid(self.charge_id),
+            money: Money::new(
+                Amount::new(self.amount).map_err(|_| corrupt("amount", self.amount))?,
+                currency,
+            ),
+            reason,
+            status: match self.processor_refund_id {
+                Some(processor_refund_id) => RefundStatus::Succeeded {
+                    processor_refund_id,
+                },
+                None => RefundStatus::Pending,
+            },
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// A pending refund and the processor's id of the charge it refunds.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ReservedRow {
+    #[sqlx(flatten)]
+    pub refund: RefundRow,
+    pub charge_processor_id: String,
+}
+
+/// What a reservation reads of the charge it reserves on.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RefundableRow {
+    pub amount: i64,
+    pub currency: String,
+    pub amount_reserved: i64,
+    pub processor_charge_id: String,
 }
 
 /// A response status as the `smallint` column stores it.
@@ -198,16 +263,32 @@ pub(crate) fn balance_from_row(
     })
 }
 
-/// A page from the rows of a query that asked for one more than `limit`: that one only says
-/// whether another page exists.
+/// A page of charges from the rows of a query that asked for one more than `limit`.
 pub(crate) fn charge_page(rows: Vec<ChargeRow>, limit: u32) -> Result<ChargePage, StoreError> {
+    let (charges, has_more) = page(rows, limit, ChargeRow::into_charge)?;
+    Ok(ChargePage { charges, has_more })
+}
+
+/// A page of refunds, like [`charge_page`].
+pub(crate) fn refund_page(rows: Vec<RefundRow>, limit: u32) -> Result<RefundPage, StoreError> {
+    let (refunds, has_more) = page(rows, limit, RefundRow::into_refund)?;
+    Ok(RefundPage { refunds, has_more })
+}
+
+/// The first `limit` rows, converted, and whether there were more: a list query asks for one
+/// more than `limit`, and that one only says whether another page exists.
+fn page<R, T>(
+    rows: Vec<R>,
+    limit: u32,
+    convert: fn(R) -> Result<T, StoreError>,
+) -> Result<(Vec<T>, bool), StoreError> {
     let has_more = rows.len() > limit as usize;
-    let charges = rows
+    let items = rows
         .into_iter()
         .take(limit as usize)
-        .map(ChargeRow::into_charge)
+        .map(convert)
         .collect::<Result<_, _>>()?;
-    Ok(ChargePage { charges, has_more })
+    Ok((items, has_more))
 }
 
 fn corrupt(column: &str, value: impl std::fmt::Debug) -> StoreError {

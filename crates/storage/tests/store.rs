@@ -213,6 +213,7 @@ fn charge_for(claimed: &Claimed) -> Charge {
         description: None,
         processor_charge_id: format!("sim_{}", claimed.attempt.0),
         created_at: Utc::now(),
+        amount_refunded: 0,
     }
 }
 
@@ -989,6 +990,7 @@ mod floors {
             description: None,
             processor_charge_id: "sim_floor".into(),
             created_at: Utc::now(),
+            amount_refunded: 0,
         };
         let done = db
             .store

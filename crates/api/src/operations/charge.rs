@@ -2,44 +2,49 @@
 //! [`ProcessorCharge`], and the finish writes the charge, its balanced ledger transaction and
 //! its `payment.completed` event with the completed record.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use payments_domain::{
     CancelOutcome, CardProcessor, Charge, ChargeId, ChargeRequest, ProcessorCharge,
     ProcessorChargeRequest, ProcessorError,
 };
-use payments_idempotency::{CHARGES_CREATE_V1, RecentDurations, StoredResponse};
+use payments_idempotency::{CHARGES_CREATE_V1, StoredResponse};
 use payments_storage::{Completion, Store, StoreError};
 
+use super::created;
 use crate::ApiError;
 use crate::failpoint::{self, Failure};
 use crate::metrics::ProcessorCall;
-use crate::protocol::{Operation, Owner, ProtocolError};
+use crate::protocol::{Operation, Owner, Prepared, ProtocolError};
 use crate::views::{ChargeView, CreateChargeBody};
 
 /// Creating a charge.
 #[derive(Debug, Default)]
-pub struct CreateCharge {
-    durations: Arc<RecentDurations>,
-}
+pub struct CreateCharge;
 
 #[async_trait]
 impl Operation for CreateCharge {
     type Request = ChargeRequest;
+    type Plan = ChargeRequest;
     type Effect = ProcessorCharge;
 
     const NAME: &'static str = CHARGES_CREATE_V1;
     const PROCESSOR_CALL: ProcessorCall = ProcessorCall::Charge;
     const ROUTE: (&'static str, &'static str) = ("POST", "/charges");
 
-    fn durations(&self) -> &RecentDurations {
-        &self.durations
-    }
-
     fn stored_request(&self, body: &[u8]) -> Option<ChargeRequest> {
         CreateChargeBody::parse(body).ok()
+    }
+
+    /// A charge needs nothing but its request: no write, so a first charge stays at two
+    /// commits (the claim and the finish).
+    async fn prepare(
+        &self,
+        _store: &dyn Store,
+        _owner: Owner<'_>,
+        request: &ChargeRequest,
+    ) -> Result<Prepared<ChargeRequest>, ProtocolError> {
+        Ok(Prepared::Ready(request.clone()))
     }
 
     async fn effect(
@@ -98,6 +103,7 @@ impl Operation for CreateCharge {
             description: request.description.clone(),
             processor_charge_id,
             created_at: now_to_the_microsecond(),
+            amount_refunded: 0,
         };
         let response = created_response(&charge)?;
         if failpoint::fails(Failure::Finish) {
@@ -113,24 +119,17 @@ impl Operation for CreateCharge {
     }
 }
 
-/// The 201 response, serialised once: the bytes sent now are the bytes stored for replays.
-/// The bench floor `POST /bench/charge-2` stores the same.
+/// The 201 response of a charge. The bench floor `POST /bench/charge-2` stores the same.
 pub(crate) fn created_response(charge: &Charge) -> Result<StoredResponse, ProtocolError> {
-    let body = serde_json::to_vec(&ChargeView::from(charge))
-        .map_err(|e| ProtocolError::Internal(e.into()))?;
-    let location = format!("/charges/{}", charge.id);
-    Ok(StoredResponse::new(
-        201,
-        [
-            ("content-type", "application/json"),
-            ("location", location.as_str()),
-        ],
-        body,
-    ))
+    created(
+        &ChargeView::from(charge),
+        &format!("/charges/{}", charge.id),
+    )
 }
 
-/// PostgreSQL keeps microseconds: truncating first makes a charge read back identical.
-fn now_to_the_microsecond() -> DateTime<Utc> {
+/// PostgreSQL keeps microseconds: truncating first makes a charge (or a refund) read back
+/// identical.
+pub(crate) fn now_to_the_microsecond() -> DateTime<Utc> {
     let now = Utc::now();
     now.duration_trunc(TimeDelta::microseconds(1))
         .unwrap_or(now)

@@ -1,20 +1,25 @@
-//! The exactly-once protocol, written once for every operation (DESIGN.md section 3):
+//! The exactly-once protocol, written once for every operation:
 //!
 //! 0. a replay may be served from the Redis cache (fingerprint checked, 422 on mismatch);
 //! 1. claim the key (insert, or judge the existing record; a lock only to take it over);
-//! 2. perform the operation's effect at the processor with the record's processor key, the
+//! 2. prepare the effect for the record's generation (a refund reserves its amount on the
+//!    charge), or store the final answer the state it meets calls for;
+//! 3. perform the operation's effect at the processor with the record's processor key, the
 //!    same on every attempt, and check that the effect is the one asked for;
-//! 3. in one transaction, write what the operation created and the completed record with its
-//!    response; cache the response; only then answer.
+//! 4. in one transaction, write what the operation created and the completed record with its
+//!    response; cache the response; only then answer. A decline, a refusal and the
+//!    completer's failure undo what the preparation holds in the transaction that ends the
+//!    record ([`Operation::refuse`], [`Operation::fail`]).
 //!
-//! A first execution is two commits: the claim and the finish. The `charged` recovery point is
+//! A first charge is two commits, the claim and the finish (its preparation writes nothing);
+//! a first refund three, with the reservation between them. The `charged` recovery point is
 //! written only when the finish fails, to leave the processor's id behind; an attempt that
 //! dies before the finish is recovered through the processor key instead. Every write after
 //! the claim is fenced by the record's generation and attempt number: if another attempt took
 //! the record over meanwhile, this one writes nothing and answers from the record as it is.
 //!
-//! An operation ([`Operation`]) supplies only its request, its effect and settle at the
-//! processor, and the writes of its finish. The completer ([`settle`]) runs the same steps
+//! An operation ([`Operation`]) supplies only its request, its preparation, its effect and
+//! settle at the processor, and the writes that end it. The completer ([`settle`]) runs the same steps
 //! without a client. Nothing here knows HTTP: errors are [`ProtocolError`], mapped to
 //! problem+json by the API in one place.
 
@@ -28,12 +33,13 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use payments_domain::{CardProcessor, ProcessorError, TenantId};
 use payments_idempotency::{
-    Decision, Fingerprint, IdempotencyKey, RecoveryPoint, Scope, StoredResponse, decide,
+    Decision, Fingerprint, IdempotencyKey, RecentDurations, RecoveryPoint, Scope, StoredResponse,
+    decide,
 };
 use payments_storage::{Claim, Claimed, Completion, Finish, ReplayCache, Store};
 
 pub use error::ProtocolError;
-pub use operation::{Operation, Owner};
+pub use operation::{Operation, Owner, Prepared};
 
 use crate::completions::Completions;
 use crate::error_chain;
@@ -90,6 +96,22 @@ impl Answer {
     }
 }
 
+/// An operation with what the protocol keeps for it: how long its recent attempts took, for
+/// the `Retry-After` of a duplicate.
+#[derive(Debug, Default)]
+pub struct Idempotent<O> {
+    operation: O,
+    durations: RecentDurations,
+}
+
+impl<O> std::ops::Deref for Idempotent<O> {
+    type Target = O;
+
+    fn deref(&self) -> &O {
+        &self.operation
+    }
+}
+
 /// The scope of a key: the same key under another tenant or operation is another key.
 pub fn scope_of<O: Operation>(tenant: &TenantId) -> Scope {
     Scope {
@@ -107,7 +129,7 @@ pub fn fingerprint_of<O: Operation>(body: &serde_json::Value) -> Fingerprint {
 /// Runs `attempt` of `op` through the protocol.
 pub async fn run<O: Operation>(
     engine: Engine<'_>,
-    op: &O,
+    op: &Idempotent<O>,
     attempt: Attempt<O::Request>,
 ) -> Result<Answer, ProtocolError> {
     let scope = scope_of::<O>(&attempt.tenant);
@@ -167,12 +189,11 @@ pub async fn run<O: Operation>(
                     idempotency.took_over = claimed.took_over,
                     "executing"
                 );
-                failpoint::hit(Failpoint::AfterClaim).await;
                 let started = Instant::now();
                 let answer = execute(engine, op, &scope, &attempt, claimed).await;
                 if matches!(&answer, Ok(answer) if !answer.replayed) {
                     // What a duplicate arriving meanwhile is told to wait for (Retry-After).
-                    op.durations().record(started.elapsed());
+                    op.durations.record(started.elapsed());
                 }
                 answer
             }
@@ -182,16 +203,16 @@ pub async fn run<O: Operation>(
 
 /// 409 for a duplicate of an attempt in flight. `Retry-After` says when the answer is likely
 /// ready, from the durations of recent attempts, never later than the lock ends.
-fn in_use<O: Operation>(op: &O, lock_left_secs: u64) -> ProtocolError {
+fn in_use<O: Operation>(op: &Idempotent<O>, lock_left_secs: u64) -> ProtocolError {
     ProtocolError::KeyInUse {
-        retry_after_secs: op.durations().retry_after_secs(lock_left_secs),
+        retry_after_secs: op.durations.retry_after_secs(lock_left_secs),
     }
 }
 
 /// Steps 2 and 3 for the attempt that owns the record.
 async fn execute<O: Operation>(
     engine: Engine<'_>,
-    op: &O,
+    op: &Idempotent<O>,
     scope: &Scope,
     attempt: &Attempt<O::Request>,
     claimed: Claimed,
@@ -201,19 +222,28 @@ async fn execute<O: Operation>(
         key: &attempt.key,
         fence: claimed.fence(),
     };
+    let plan = match op.prepare(engine.store, owner, &attempt.request).await? {
+        Prepared::Ready(plan) => plan,
+        Prepared::Refused(response) => {
+            let completion = op.refuse(engine.store, owner, &response).await?;
+            return answer_stored(engine, op, attempt, owner, completion, response).await;
+        }
+        Prepared::Fenced => return answer_from_record(engine, op, scope, attempt).await,
+    };
+    failpoint::hit(Failpoint::AfterClaim).await;
     let (effect_id, recorded) = match (claimed.resume_from, claimed.processor_charge_id) {
         // The processor already confirmed the effect: do not call it again.
         (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => (id, true),
         _ => {
             let started = Instant::now();
             let effect = op
-                .effect(engine.processor, &attempt.request, &claimed.processor_key)
+                .effect(engine.processor, &plan, &claimed.processor_key)
                 .await;
             metrics::processor_call(O::PROCESSOR_CALL, started);
             match effect {
                 Ok(effect) => {
                     failpoint::hit(Failpoint::AfterCharge).await;
-                    if !confirms::<O>(&effect, &attempt.request) {
+                    if !confirms::<O>(&effect, &plan) {
                         // Never posted: the record stays pending and released, for the
                         // completer (and a person reading the metric) to look at again.
                         release(engine, owner).await?;
@@ -230,10 +260,7 @@ async fn execute<O: Operation>(
                 }) => {
                     // A decline is a final answer: stored and replayed like a success.
                     let response = op.declined(decline_code, message);
-                    let completion = engine
-                        .store
-                        .finish_without_charge(scope, &attempt.key, owner.fence, &response)
-                        .await?;
+                    let completion = op.refuse(engine.store, owner, &response).await?;
                     return answer_stored(engine, op, attempt, owner, completion, response).await;
                 }
                 Err(ProcessorError::Unavailable { reason }) => {
@@ -249,7 +276,7 @@ async fn execute<O: Operation>(
         }
     };
     match op
-        .finish(engine.store, owner, &attempt.request, effect_id.clone())
+        .finish(engine.store, owner, &plan, effect_id.clone())
         .await
     {
         Ok((completion, response)) => {
@@ -271,7 +298,7 @@ async fn execute<O: Operation>(
 /// whatever the record says now.
 async fn answer_stored<O: Operation>(
     engine: Engine<'_>,
-    op: &O,
+    op: &Idempotent<O>,
     attempt: &Attempt<O::Request>,
     owner: Owner<'_>,
     completion: Completion,
@@ -288,8 +315,8 @@ async fn answer_stored<O: Operation>(
 
 /// Whether the processor's effect is the one the request asked for. A mismatch is logged and
 /// counted, and never reaches the ledger.
-pub(crate) fn confirms<O: Operation>(effect: &O::Effect, request: &O::Request) -> bool {
-    let Err(mismatch) = O::confirms(effect, request) else {
+pub(crate) fn confirms<O: Operation>(effect: &O::Effect, plan: &O::Plan) -> bool {
+    let Err(mismatch) = O::confirms(effect, plan) else {
         return true;
     };
     metrics::processor_mismatch();
@@ -332,7 +359,7 @@ async fn leave_effect_behind(engine: Engine<'_>, owner: Owner<'_>, effect_id: &s
 /// This attempt lost its record to another one: answer with whatever the record says now.
 async fn answer_from_record<O: Operation>(
     engine: Engine<'_>,
-    op: &O,
+    op: &Idempotent<O>,
     scope: &Scope,
     attempt: &Attempt<O::Request>,
 ) -> Result<Answer, ProtocolError> {

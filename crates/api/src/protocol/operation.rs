@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 use payments_domain::{CancelOutcome, CardProcessor, ProcessorError, TenantId};
-use payments_idempotency::{IdempotencyKey, RecentDurations, Scope, StoredResponse};
-use payments_storage::{Completion, Fence, Store};
+use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
+use payments_storage::{Completion, Fence, Finish, Store};
 
 use super::ProtocolError;
 use crate::metrics::ProcessorCall;
@@ -25,16 +25,32 @@ impl Owner<'_> {
     }
 }
 
+/// What [`Operation::prepare`] decided.
+#[derive(Debug)]
+pub enum Prepared<P> {
+    /// Go on to the effect with this plan.
+    Ready(P),
+    /// A final answer, decided by the state the request meets rather than by the processor
+    /// (a refund larger than what is left): stored and replayed like a decline.
+    Refused(StoredResponse),
+    /// Another attempt owns the record now: answer from the record.
+    Fenced,
+}
+
 /// One idempotent operation, such as creating a charge.
 ///
-/// The protocol calls [`effect`](Self::effect) at most once per attempt, always with the
-/// record's processor key, so that the processor deduplicates every attempt of one request;
-/// [`settle`](Self::settle) is the completer's definitive question under the same key, and
-/// must never create anything.
+/// After the claim, the protocol asks the operation to [`prepare`](Self::prepare) the effect
+/// (a refund reserves its amount on the charge there), then calls [`effect`](Self::effect) at
+/// most once per attempt, always with the record's processor key, so that the processor
+/// deduplicates every attempt of one request; [`settle`](Self::settle) is the completer's
+/// definitive question under the same key, and must never create anything.
 #[async_trait]
 pub trait Operation: Send + Sync + 'static {
     /// The validated request.
     type Request: Send + Sync;
+    /// What the effect is made of, once prepared: the request itself, or what the request
+    /// came to against the state it met (a refund's reserved amount).
+    type Plan: Send + Sync;
     /// What the processor reports the effect to be.
     type Effect: Send + Sync;
 
@@ -48,19 +64,26 @@ pub trait Operation: Send + Sync + 'static {
     /// the same body sent to another endpoint under the same key is another request.
     const ROUTE: (&'static str, &'static str);
 
-    /// How long recent attempts took, for the `Retry-After` of a duplicate.
-    fn durations(&self) -> &RecentDurations;
-
     /// Rebuilds the request from the canonical body stored with the record, for the completer.
     /// `None` if the record holds none or it is no longer valid.
     fn stored_request(&self, body: &[u8]) -> Option<Self::Request>;
+
+    /// Prepares the effect of `request` for the generation `owner` holds, fenced by it. Called
+    /// by every attempt and by the completer before it finishes, so it must be idempotent per
+    /// generation: a second call returns what the first one prepared.
+    async fn prepare(
+        &self,
+        store: &dyn Store,
+        owner: Owner<'_>,
+        request: &Self::Request,
+    ) -> Result<Prepared<Self::Plan>, ProtocolError>;
 
     /// Performs the effect at the processor under `processor_key`, or returns the one already
     /// performed under it.
     async fn effect(
         &self,
         processor: &dyn CardProcessor,
-        request: &Self::Request,
+        plan: &Self::Plan,
         processor_key: &str,
     ) -> Result<Self::Effect, ProcessorError>;
 
@@ -75,9 +98,9 @@ pub trait Operation: Send + Sync + 'static {
     /// The processor's id of the effect, kept by the `charged` recovery point.
     fn effect_id(effect: &Self::Effect) -> String;
 
-    /// Whether the processor's effect is the one `request` asked for; a mismatch is never
+    /// Whether the processor's effect is the one `plan` asked for; a mismatch is never
     /// posted. The reason goes to the log.
-    fn confirms(effect: &Self::Effect, request: &Self::Request) -> Result<(), String>;
+    fn confirms(effect: &Self::Effect, plan: &Self::Plan) -> Result<(), String>;
 
     /// The stored answer to a definitive refusal by the processor (a decline).
     fn declined(&self, decline_code: String, message: String) -> StoredResponse;
@@ -88,7 +111,28 @@ pub trait Operation: Send + Sync + 'static {
         &self,
         store: &dyn Store,
         owner: Owner<'_>,
-        request: &Self::Request,
+        plan: &Self::Plan,
         effect_id: String,
     ) -> Result<(Completion, StoredResponse), ProtocolError>;
+
+    /// Completes the record with a final answer that created nothing (a decline, a refusal),
+    /// undoing whatever [`prepare`](Self::prepare) held, in one transaction fenced by `owner`.
+    async fn refuse(
+        &self,
+        store: &dyn Store,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, ProtocolError> {
+        Ok(store
+            .finish_without_charge(owner.scope, owner.key, owner.fence, response)
+            .await?)
+    }
+
+    /// Fails the record once the processor has tombstoned its key (nothing was made, and
+    /// nothing can be), undoing whatever [`prepare`](Self::prepare) held, in one transaction.
+    async fn fail(&self, store: &dyn Store, owner: Owner<'_>) -> Result<Finish, ProtocolError> {
+        Ok(store
+            .mark_failed(owner.scope, owner.key, owner.fence)
+            .await?)
+    }
 }

@@ -5,12 +5,14 @@
 //! processor call made under that lock has finished at the processor. The processor is then
 //! asked for a definitive answer under the record's processor key
 //! ([`Operation::settle`]), which never creates anything:
-//! - the effect exists: checked against the stored request, then finished exactly as the
-//!   request would have finished it;
+//! - the effect exists: prepared again from the stored request (which finds what the attempt
+//!   that made it prepared), checked against that, then finished exactly as the request would
+//!   have finished it;
 //! - a call is still processing, or the processor cannot be reached: the record stays
 //!   pending, released, and a later round asks again;
-//! - none, and the key is now tombstoned: only then is the record failed, and the client's
-//!   retry starts a new generation with a new processor key.
+//! - none, and the key is now tombstoned: only then is the record failed (with what its
+//!   preparation held, [`Operation::fail`]), and the client's retry starts a new generation
+//!   with a new processor key.
 //!
 //! "I could not find an effect" is never read as "there is no effect".
 
@@ -18,13 +20,21 @@ use payments_domain::CancelOutcome;
 use payments_idempotency::RecoveryPoint;
 use payments_storage::{Abandoned, Completion};
 
-use super::{Engine, Operation, Owner, ProtocolError, confirms, release};
+use super::{Engine, Idempotent, Operation, Owner, Prepared, ProtocolError, confirms, release};
 use crate::metrics::{self, Outcome};
+
+/// What the completer knows of the effect of a record it took over.
+enum Found<E> {
+    /// The `charged` recovery point: the processor confirmed it, and this is its id.
+    Recorded(String),
+    /// The processor reported it just now, still to be checked against the request.
+    Reported(E),
+}
 
 /// Settles `record` of operation `op`.
 pub async fn settle<O: Operation>(
     engine: Engine<'_>,
-    op: &O,
+    op: &Idempotent<O>,
     record: &Abandoned,
 ) -> Result<(), ProtocolError> {
     let owner = Owner {
@@ -33,30 +43,16 @@ pub async fn settle<O: Operation>(
         fence: record.fence(),
     };
     let key = &record.key;
-    let request = record
-        .request_body
-        .as_deref()
-        .and_then(|body| op.stored_request(body));
-    let effect_id = match (record.recovery_point, &record.processor_charge_id) {
-        (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => id.clone(),
+    let found = match (record.recovery_point, &record.processor_charge_id) {
+        (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => Found::Recorded(id.clone()),
         _ => match op.settle(engine.processor, &record.processor_key).await {
-            Ok(CancelOutcome::Exists(effect)) => {
-                if let Some(request) = &request
-                    && !confirms::<O>(&effect, request)
-                {
-                    return release(engine, owner).await;
-                }
-                O::effect_id(&effect)
-            }
+            Ok(CancelOutcome::Exists(effect)) => Found::Reported(effect),
             Ok(CancelOutcome::StillProcessing) => {
                 tracing::info!(idempotency.key = %key, "completer: the processor is still processing; asking again later");
                 return release(engine, owner).await;
             }
             Ok(CancelOutcome::Canceled) => {
-                engine
-                    .store
-                    .mark_failed(owner.scope, key, owner.fence)
-                    .await?;
+                op.fail(engine.store, owner).await?;
                 metrics::outcome(Outcome::FailedByCompleter);
                 tracing::info!(idempotency.key = %key, "completer: nothing was made, and the processor key is canceled; record failed");
                 return Ok(());
@@ -67,15 +63,35 @@ pub async fn settle<O: Operation>(
             }
         },
     };
+    let request = record
+        .request_body
+        .as_deref()
+        .and_then(|body| op.stored_request(body));
     let Some(request) = request else {
         // An effect is known but the request to record it with is not (a record claimed before
         // requests were stored): never failed, it waits for the client's retry, which carries
         // the request and resumes from the effect.
-        tracing::error!(idempotency.key = %key, processor.effect_id = %effect_id,
+        tracing::error!(idempotency.key = %key,
             "completer: an effect exists but the record holds no request to finish it with");
         return release(engine, owner).await;
     };
-    let (completion, _) = op.finish(engine.store, owner, &request, effect_id).await?;
+    // What the effect was prepared with: the attempt that made it prepared it first, so this
+    // finds what that attempt prepared.
+    let Prepared::Ready(plan) = op.prepare(engine.store, owner, &request).await? else {
+        tracing::error!(idempotency.key = %key,
+            "completer: an effect exists but what it was prepared with is not found; left pending");
+        return release(engine, owner).await;
+    };
+    let effect_id = match found {
+        Found::Recorded(id) => id,
+        Found::Reported(effect) => {
+            if !confirms::<O>(&effect, &plan) {
+                return release(engine, owner).await;
+            }
+            O::effect_id(&effect)
+        }
+    };
+    let (completion, _) = op.finish(engine.store, owner, &plan, effect_id).await?;
     if let Completion::Stored { .. } = completion {
         engine.completions.announce(owner.scope, key);
         metrics::outcome(Outcome::CompletedByCompleter);

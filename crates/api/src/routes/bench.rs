@@ -186,5 +186,6 @@ fn new_charge(body: &[u8]) -> Result<Charge, ApiError> {
         description: request.description,
         processor_charge_id: format!("bench_{}", id.as_uuid().simple()),
         created_at: Utc::now(),
+        amount_refunded: 0,
     })
 }

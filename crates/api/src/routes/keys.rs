@@ -8,12 +8,20 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use chrono::SecondsFormat;
 use payments_idempotency::{IdempotencyKey, IdempotencyRecord, RecordState};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::extract::Tenant;
+use crate::extract::{ApiQuery, Tenant};
 use crate::operations::charge::CreateCharge;
-use crate::protocol;
+use crate::operations::refund::CreateRefund;
+use crate::protocol::{self, Operation};
 use crate::{ApiError, AppState};
+
+/// The query: which operation's key (a key is scoped to its operation); a charge's by default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyParams {
+    operation: Option<String>,
+}
 
 /// What a client may learn about one of its keys.
 #[derive(Debug, Serialize)]
@@ -60,13 +68,24 @@ pub async fn show(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     raw: Result<Path<String>, PathRejection>,
+    ApiQuery(params): ApiQuery<KeyParams>,
 ) -> Result<Json<KeyView>, ApiError> {
     let Path(raw) = raw.map_err(|_| {
         ApiError::IdempotencyKeyInvalid("the key in the path is not valid UTF-8".into())
     })?;
     let key =
         IdempotencyKey::parse(&raw).map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
-    let scope = protocol::scope_of::<CreateCharge>(&tenant);
+    let scope = match params.operation.as_deref() {
+        None | Some(CreateCharge::NAME) => protocol::scope_of::<CreateCharge>(&tenant),
+        Some(CreateRefund::NAME) => protocol::scope_of::<CreateRefund>(&tenant),
+        Some(other) => {
+            return Err(ApiError::InvalidRequest(format!(
+                "operation: must be {} or {}, got {other}",
+                CreateCharge::NAME,
+                CreateRefund::NAME
+            )));
+        }
+    };
     let not_found = || ApiError::NotFound(format!("No such idempotency key: {key}"));
     let (record, now) = state
         .store

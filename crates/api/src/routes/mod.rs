@@ -6,6 +6,7 @@ mod charges;
 mod health;
 mod keys;
 mod ledger;
+mod refunds;
 
 use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
@@ -23,7 +24,98 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use std::time::Duration;
+
+use axum::extract::Path;
+use axum::extract::rejection::PathRejection;
+use payments_domain::TenantId;
+use payments_idempotency::{IdempotencyKey, canonical_json};
+use payments_storage::StoreError;
+
+use crate::protocol::{self, Attempt, Idempotent, Operation};
+use crate::replay::respond;
 use crate::{ApiError, AppState};
+
+/// Runs `request` of `op`, validated, through the protocol under `key` and answers with what
+/// it gives. `canonical` is the request as JSON: the fingerprint covers it (with the
+/// operation's route), and it is stored with the record for the completer.
+async fn run_idempotent<O: Operation>(
+    state: &AppState,
+    op: &Idempotent<O>,
+    tenant: TenantId,
+    key: IdempotencyKey,
+    wait: Option<Duration>,
+    canonical: &serde_json::Value,
+    request: O::Request,
+) -> Result<axum::response::Response, ApiError> {
+    let attempt = Attempt {
+        tenant,
+        key,
+        fingerprint: protocol::fingerprint_of::<O>(canonical),
+        canonical_body: canonical_json(canonical).into_bytes(),
+        request,
+        wait,
+    };
+    let answer = protocol::run(state.engine(), op, attempt).await?;
+    Ok(respond(answer.response, answer.replayed, answer.expires_at))
+}
+
+/// The tenant's object the path names (`find` looks it up by its id), or 404: for another
+/// tenant's object, an unknown one, and a segment that is not an id of its kind or does not
+/// even decode (invalid UTF-8) alike.
+async fn tenants<Id, T, Found>(
+    id: Result<Path<String>, PathRejection>,
+    object: &str,
+    find: impl FnOnce(Id) -> Found,
+) -> Result<T, ApiError>
+where
+    Id: std::str::FromStr,
+    Found: Future<Output = Result<Option<T>, StoreError>>,
+{
+    let Path(id) = id.map_err(|_| ApiError::NotFound(format!("No such {object}.")))?;
+    let not_found = || ApiError::NotFound(format!("No such {object}: {id}"));
+    let id: Id = id.parse().map_err(|_| not_found())?;
+    find(id).await?.ok_or_else(not_found)
+}
+
+/// The query of a list (`GET /charges`, `GET /charges/{id}/refunds`): a page size and a
+/// keyset cursor.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    limit: Option<u32>,
+    starting_after: Option<String>,
+}
+
+impl ListParams {
+    const DEFAULT_LIMIT: u32 = 10;
+    const MAX_LIMIT: u32 = 100;
+
+    fn limit(&self) -> Result<u32, ApiError> {
+        let limit = self.limit.unwrap_or(Self::DEFAULT_LIMIT);
+        if !(1..=Self::MAX_LIMIT).contains(&limit) {
+            return Err(ApiError::InvalidRequest(format!(
+                "limit: must be between 1 and {}, got {limit}",
+                Self::MAX_LIMIT
+            )));
+        }
+        Ok(limit)
+    }
+
+    /// The cursor, an id of the listed `object`s.
+    fn starting_after<Id: std::str::FromStr>(&self, object: &str) -> Result<Option<Id>, ApiError> {
+        self.starting_after
+            .as_deref()
+            .map(|id| id.parse().map_err(|_| self.unknown_cursor(object)))
+            .transpose()
+    }
+
+    /// 400 for a cursor that is not one of the listed objects.
+    fn unknown_cursor(&self, object: &str) -> ApiError {
+        let id = self.starting_after.as_deref().unwrap_or_default();
+        ApiError::InvalidRequest(format!("starting_after: no such {object}: {id}"))
+    }
+}
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -37,6 +129,11 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/charges", get(charges::list).post(charges::create))
         .route("/charges/{id}", get(charges::show))
+        .route(
+            "/charges/{id}/refunds",
+            get(refunds::list).post(refunds::create),
+        )
+        .route("/refunds/{id}", get(refunds::show))
         .route("/ledger/balances", get(ledger::balances))
         .route("/idempotency-keys/{key}", get(keys::show))
         .route("/healthz", get(health::live))

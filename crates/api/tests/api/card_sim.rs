@@ -51,6 +51,15 @@ impl CardSim {
 
     /// Distinct charges the processor has ever created.
     pub async fn charges_created(&self) -> i64 {
+        self.stat("charges_created").await
+    }
+
+    /// Distinct refunds the processor has ever made.
+    pub async fn refunds_created(&self) -> i64 {
+        self.stat("refunds_created").await
+    }
+
+    async fn stat(&self, name: &str) -> i64 {
         let stats: Value = http_client()
             .get(format!("{}/v1/stats", self.url))
             .send()
@@ -59,8 +68,8 @@ impl CardSim {
             .json()
             .await
             .expect("stats JSON");
-        stats["charges_created"]
+        stats[name]
             .as_i64()
-            .expect("charges_created is a number")
+            .unwrap_or_else(|| panic!("{name} is a number in {stats}"))
     }
 }

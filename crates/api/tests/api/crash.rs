@@ -17,13 +17,13 @@ use crate::helpers::{ACME, Backend, Footprint, Service, TestDatabase, http_clien
 const LOCK_TIMEOUT_SECS: &str = "2";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Client {
+pub(crate) enum Client {
     RetriesAtOnce,
     RetriesAfterLockTimeout,
     NeverRetries,
 }
 
-fn settings(card_sim: &CardSim) -> Vec<(&'static str, String)> {
+pub(crate) fn settings(card_sim: &CardSim) -> Vec<(&'static str, String)> {
     vec![
         ("PAYMENTS__PROCESSOR__URL", card_sim.url.clone()),
         ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "1500".into()),
@@ -36,7 +36,7 @@ fn settings(card_sim: &CardSim) -> Vec<(&'static str, String)> {
     ]
 }
 
-async fn start(
+pub(crate) async fn start(
     db: &TestDatabase,
     settings: &[(&'static str, String)],
     extra: &[(&'static str, &str)],
@@ -47,8 +47,18 @@ async fn start(
 }
 
 async fn post(service: &Service, key: &str, body: &Value) -> reqwest::Result<Response> {
+    post_to(service, "/charges", key, body).await
+}
+
+/// A POST to `path` as tenant acme under `key`.
+pub(crate) async fn post_to(
+    service: &Service,
+    path: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::Result<Response> {
     http_client()
-        .post(service.url("/charges"))
+        .post(service.url(path))
         .bearer_auth(ACME)
         .header("Idempotency-Key", key)
         .json(body)
@@ -58,8 +68,18 @@ async fn post(service: &Service, key: &str, body: &Value) -> reqwest::Result<Res
 
 /// Retries as a well-behaved client does: on 409, waits the Retry-After it was given.
 async fn post_until_final(service: &Service, key: &str, body: &Value) -> (u16, Vec<u8>) {
+    post_until_final_to(service, "/charges", key, body).await
+}
+
+/// [`post_until_final`] to `path`.
+pub(crate) async fn post_until_final_to(
+    service: &Service,
+    path: &str,
+    key: &str,
+    body: &Value,
+) -> (u16, Vec<u8>) {
     for _ in 0..20 {
-        let response = post(service, key, body)
+        let response = post_to(service, path, key, body)
             .await
             .expect("the restarted service answers");
         if response.status().as_u16() == 409 {
@@ -222,7 +242,7 @@ async fn a_record_of_an_operation_this_build_does_not_know_is_never_failed(backe
 }
 
 /// Waits (bounded) until the completer has settled the record (no longer pending).
-async fn wait_until_settled(db: &TestDatabase, key: &str) -> String {
+pub(crate) async fn wait_until_settled(db: &TestDatabase, key: &str) -> String {
     for _ in 0..100 {
         let state: Option<String> =
             sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
@@ -240,7 +260,7 @@ async fn wait_until_settled(db: &TestDatabase, key: &str) -> String {
 
 /// The variables that crash a service at `point`. A first charge writes `charged` only when
 /// its finish fails, so reaching `after_charged` takes a finish made to fail.
-fn crash_env(point: &str) -> Vec<(&'static str, &str)> {
+pub(crate) fn crash_env(point: &str) -> Vec<(&'static str, &str)> {
     let mut env = vec![("PAYMENTS_CRASH_AT", point)];
     if point == "after_charged" {
         env.push(("PAYMENTS_FAIL_AT", "finish"));

@@ -365,6 +365,51 @@ impl TestApp {
             .expect("POST /charges")
     }
 
+    /// A `POST /charges/{charge}/refunds` with an API key, an idempotency key and a body.
+    pub fn refund(
+        &self,
+        api_key: &str,
+        charge: &str,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> RequestBuilder {
+        self.client
+            .post(self.url(&format!("/charges/{charge}/refunds")))
+            .bearer_auth(api_key)
+            .header("Idempotency-Key", idempotency_key)
+            .json(body)
+    }
+
+    /// Sends a refund and returns the response.
+    pub async fn post_refund(
+        &self,
+        api_key: &str,
+        charge: &str,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> Response {
+        self.refund(api_key, charge, idempotency_key, body)
+            .send()
+            .await
+            .expect("POST /charges/{id}/refunds")
+    }
+
+    /// Makes a charge of `amount` with `token` and returns its id.
+    pub async fn charged(&self, amount: i64, token: &str) -> String {
+        let body = json!({ "amount": amount, "currency": "usd", "source": token });
+        let response = self.post_charge(ACME, &new_key(), &body).await;
+        assert_eq!(response.status().as_u16(), 201);
+        let charge: Value = response.json().await.expect("charge JSON");
+        charge["id"].as_str().expect("charge id").to_owned()
+    }
+
+    /// A GET that must answer 200 with JSON.
+    pub async fn get_json(&self, api_key: &str, path: &str) -> Value {
+        let response = self.get(api_key, path).await;
+        assert_eq!(response.status().as_u16(), 200, "GET {path}");
+        response.json().await.expect("JSON")
+    }
+
     pub async fn get(&self, api_key: &str, path: &str) -> Response {
         self.client
             .get(self.url(path))

@@ -33,6 +33,8 @@ mod concurrency;
 // Crash injection needs the service built with `--features failpoints`.
 #[cfg(feature = "failpoints")]
 mod crash;
+#[cfg(feature = "failpoints")]
+mod crash_refunds;
 mod embedded;
 mod events;
 mod helpers;
@@ -42,6 +44,7 @@ mod metrics;
 mod reads;
 mod recovery;
 mod redis_server;
+mod refunds;
 mod retention;
 mod shutdown;
 mod soak;

@@ -5,3 +5,4 @@ use super::PgStore;
 use crate::reading::impl_charge_repository;
 
 impl_charge_repository!(PgStore, sqlx::Postgres);
+crate::refunding::impl_refund_repository!(PgStore, sqlx::Postgres, begin);

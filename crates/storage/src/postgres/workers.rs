@@ -69,16 +69,19 @@ impl WorkerRepository for PgStore {
     /// not), not `EXISTS`: under the `OR`, PostgreSQL may run an `EXISTS` as a hashed subplan,
     /// which reads the whole `charges` table (it is never reaped) into a hash for every batch
     /// when it expects many expired rows: 41 of a batch's 49 ms at 100,000 charges. A scalar
-    /// subquery is always a probe of `charges_processor_charge_unique` for each row taken.
+    /// subquery is always a probe of `charges_processor_charge_unique` for each row taken (and
+    /// of `refunds_processor_refund_unique`: a refund's record holds the processor's refund id).
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
         let done = sqlx::query(
             "DELETE FROM idempotency_records
              WHERE (tenant_id, operation, idempotency_key) IN (
                  SELECT tenant_id, operation, idempotency_key FROM idempotency_records r
                  WHERE state <> 'pending' AND expires_at <= now()
-                   AND (processor_charge_id IS NULL OR (
-                       SELECT true FROM charges c
-                       WHERE c.processor_charge_id = r.processor_charge_id))
+                   AND (processor_charge_id IS NULL
+                        OR (SELECT true FROM charges c
+                            WHERE c.processor_charge_id = r.processor_charge_id)
+                        OR (SELECT true FROM refunds f
+                            WHERE f.processor_refund_id = r.processor_charge_id))
                  ORDER BY expires_at
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED)",

@@ -74,6 +74,20 @@ struct WriteTx<'a> {
     _gate: MutexGuard<'a, ()>,
 }
 
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = sqlx::SqliteConnection;
+
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
 impl WriteTx<'_> {
     /// Commits and, by consuming the transaction, also releases the gate.
     async fn commit(self) -> Result<(), StoreError> {

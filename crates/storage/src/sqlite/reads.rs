@@ -72,3 +72,4 @@ pub(super) async fn insert_charge_writes(
 }
 
 impl_charge_repository!(SqliteStore, sqlx::Sqlite);
+crate::refunding::impl_refund_repository!(SqliteStore, sqlx::Sqlite, begin_write);

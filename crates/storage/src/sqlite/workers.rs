@@ -63,9 +63,11 @@ impl WorkerRepository for SqliteStore {
             "DELETE FROM idempotency_records
              WHERE rowid IN (SELECT rowid FROM idempotency_records r
                              WHERE state <> 'pending' AND expires_at <= {NOW}
-                               AND (processor_charge_id IS NULL OR EXISTS (
-                                   SELECT 1 FROM charges c
-                                   WHERE c.processor_charge_id = r.processor_charge_id))
+                               AND (processor_charge_id IS NULL
+                                    OR EXISTS (SELECT 1 FROM charges c
+                                        WHERE c.processor_charge_id = r.processor_charge_id)
+                                    OR EXISTS (SELECT 1 FROM refunds f
+                                        WHERE f.processor_refund_id = r.processor_charge_id))
                              ORDER BY expires_at
                              LIMIT ?1)"
         );

@@ -1,0 +1,168 @@
+//! `refunds.create.v1`: refund part or all of a charge. The request is a [`RefundRequest`];
+//! [`prepare`](Operation::prepare) reserves its amount on the charge, so refunds of one charge
+//! under different keys never exceed it together; the effect is a [`ProcessorRefund`]; the
+//! finish writes the succeeded refund, the charge's refunded amount, the reversing ledger
+//! transaction and the `payment.refunded` event with the completed record. A refund that
+//! definitively fails (declined, refused, or tombstoned by the completer) releases its
+//! reservation in the transaction that ends its record.
+
+use async_trait::async_trait;
+use payments_domain::{
+    CancelOutcome, CardProcessor, ProcessorError, ProcessorRefund, ProcessorRefundRequest, Refund,
+    RefundRequest,
+};
+use payments_idempotency::{REFUNDS_CREATE_V1, StoredResponse};
+use payments_storage::{Completion, Finish, RefundRefusal, Reservation, Store};
+
+use super::charge::now_to_the_microsecond;
+use super::created;
+use crate::ApiError;
+use crate::metrics::ProcessorCall;
+use crate::protocol::{Operation, Owner, Prepared, ProtocolError};
+use crate::views::{CreateRefundBody, RefundView};
+
+/// Refunding a charge.
+#[derive(Debug, Default)]
+pub struct CreateRefund;
+
+/// A refund reserved on its charge, ready for the processor.
+#[derive(Debug)]
+pub struct ReservedRefund {
+    /// The pending refund: its id is the record's generation, its amount the one reserved.
+    refund: Refund,
+    /// The processor's id of the charge to refund.
+    processor_charge_id: String,
+}
+
+#[async_trait]
+impl Operation for CreateRefund {
+    type Request = RefundRequest;
+    type Plan = ReservedRefund;
+    type Effect = ProcessorRefund;
+
+    const NAME: &'static str = REFUNDS_CREATE_V1;
+    const PROCESSOR_CALL: ProcessorCall = ProcessorCall::Refund;
+    const ROUTE: (&'static str, &'static str) = ("POST", "/charges/{id}/refunds");
+
+    fn stored_request(&self, body: &[u8]) -> Option<RefundRequest> {
+        CreateRefundBody::parse_stored(body).ok()
+    }
+
+    /// Reserves the amount (all that is left when none was asked for) on the charge, or
+    /// answers for good when the charge cannot give it.
+    async fn prepare(
+        &self,
+        store: &dyn Store,
+        owner: Owner<'_>,
+        request: &RefundRequest,
+    ) -> Result<Prepared<ReservedRefund>, ProtocolError> {
+        let reservation = store
+            .reserve_refund(
+                owner.scope,
+                owner.key,
+                owner.fence,
+                request,
+                now_to_the_microsecond(),
+            )
+            .await?;
+        let refused = |error: ApiError| Ok(Prepared::Refused(error.to_stored_response()));
+        match reservation {
+            Reservation::Reserved {
+                refund,
+                processor_charge_id,
+            } => Ok(Prepared::Ready(ReservedRefund {
+                refund,
+                processor_charge_id,
+            })),
+            Reservation::Refused(RefundRefusal::TooLarge { refundable }) => {
+                refused(ApiError::RefundAmountTooLarge { refundable })
+            }
+            Reservation::Refused(RefundRefusal::NothingLeft) => {
+                refused(ApiError::ChargeAlreadyRefunded)
+            }
+            Reservation::Refused(RefundRefusal::NoSuchCharge) => refused(ApiError::NotFound(
+                format!("No such charge: {}", request.charge),
+            )),
+            Reservation::Fenced => Ok(Prepared::Fenced),
+        }
+    }
+
+    async fn effect(
+        &self,
+        processor: &dyn CardProcessor,
+        reserved: &ReservedRefund,
+        processor_key: &str,
+    ) -> Result<ProcessorRefund, ProcessorError> {
+        processor
+            .refund(ProcessorRefundRequest {
+                idempotency_key: processor_key.to_owned(),
+                processor_charge_id: reserved.processor_charge_id.clone(),
+                money: reserved.refund.money,
+            })
+            .await
+    }
+
+    async fn settle(
+        &self,
+        processor: &dyn CardProcessor,
+        processor_key: &str,
+    ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError> {
+        processor.cancel_refund(processor_key).await
+    }
+
+    fn effect_id(refund: &ProcessorRefund) -> String {
+        refund.id.clone()
+    }
+
+    fn confirms(refund: &ProcessorRefund, reserved: &ReservedRefund) -> Result<(), String> {
+        refund
+            .confirms(&reserved.processor_charge_id, reserved.refund.money)
+            .map_err(|e| e.to_string())
+    }
+
+    fn declined(&self, decline_code: String, message: String) -> StoredResponse {
+        ApiError::RefundDeclined {
+            decline_code,
+            message,
+        }
+        .to_stored_response()
+    }
+
+    async fn finish(
+        &self,
+        store: &dyn Store,
+        owner: Owner<'_>,
+        reserved: &ReservedRefund,
+        processor_refund_id: String,
+    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+        let refund = reserved.refund.succeeded(processor_refund_id);
+        let response = created(
+            &RefundView::from(&refund),
+            &format!("/refunds/{}", refund.id),
+        )?;
+        let completion = store
+            .finish_refund(owner.scope, owner.key, owner.fence, &refund, &response)
+            .await?;
+        if completion != Completion::Fenced {
+            tracing::info!(refund.id = %refund.id, charge.id = %refund.charge, "refund created");
+        }
+        Ok((completion, response))
+    }
+
+    async fn refuse(
+        &self,
+        store: &dyn Store,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, ProtocolError> {
+        Ok(store
+            .refuse_refund(owner.scope, owner.key, owner.fence, response)
+            .await?)
+    }
+
+    async fn fail(&self, store: &dyn Store, owner: Owner<'_>) -> Result<Finish, ProtocolError> {
+        Ok(store
+            .fail_refund(owner.scope, owner.key, owner.fence)
+            .await?)
+    }
+}
