@@ -100,10 +100,20 @@ fn timestamp(time: DateTime<Utc>) -> String {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRefundBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub amount: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub reason: Option<String>,
+}
+
+/// An optional field that, when sent, must hold a value: `"amount": null` is refused rather
+/// than read as "no amount", which would refund all that is left.
+fn present<'de, D, T>(field: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(field).map(Some)
 }
 
 /// The request as it is stored with its record: the body and the charge of the path, which

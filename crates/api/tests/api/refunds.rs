@@ -294,6 +294,8 @@ async fn a_refund_without_an_amount_refunds_what_is_left_and_bad_bodies_are_400(
         json!({ "amount": -5 }),
         json!({ "amount": "10" }),
         json!({ "reason": "because" }),
+        json!({ "amount": null }),
+        json!({ "reason": null }),
         json!({ "charge": charge }),
         json!([]),
     ] {
