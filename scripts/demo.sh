@@ -105,6 +105,12 @@ request() {
 
 status_of() { cat "$WORK/$1.status"; }
 
+# id_of NAME PREFIX: the first `"id"` with that prefix (ch_, re_) in NAME.body, or nothing.
+id_of() {
+    grep -o "\"id\"[[:space:]]*:[[:space:]]*\"$2[^\"]*\"" "$WORK/$1.body" | head -n1 |
+        sed 's/.*"\([^"]*\)"$/\1/' || true
+}
+
 expect_status() {
     local name=$1 want=$2 got
     got=$(status_of "$name")
@@ -197,7 +203,7 @@ request first POST /charges "$KEY_CHARGE" "$BODY_CHARGE"
 show_response "$WORK/first"
 expect_status first 201
 expect_no_header first Idempotent-Replayed
-CHARGE_ID=$(grep -o '"id"[[:space:]]*:[[:space:]]*"ch_[^"]*"' "$WORK/first.body" | head -n1 | sed 's/.*"\(ch_[^"]*\)"/\1/')
+CHARGE_ID=$(id_of first ch_)
 [ -n "$CHARGE_ID" ] || fail "no charge id (ch_...) in the response"
 ok "charge $CHARGE_ID"
 
@@ -283,5 +289,32 @@ request balances GET /ledger/balances
 show_response "$WORK/balances"
 expect_status balances 200
 
+KEY_REFUND="$RUN-refund"
+BODY_REFUND='{"amount": 1000, "reason": "requested_by_customer"}'
+
+step 9 "Refund" "Part of the charge is given back once under its own key; the retry is a replay of the same refund."
+request refund POST "/charges/$CHARGE_ID/refunds" "$KEY_REFUND" "$BODY_REFUND"
+show_response "$WORK/refund"
+expect_status refund 201
+expect_no_header refund Idempotent-Replayed
+REFUND_ID=$(id_of refund re_)
+[ -n "$REFUND_ID" ] || fail "no refund id (re_...) in the response"
+ok "refund $REFUND_ID"
+expect_header refund Location "/refunds/$REFUND_ID"
+request refund_replay POST "/charges/$CHARGE_ID/refunds" "$KEY_REFUND" "$BODY_REFUND"
+show_response "$WORK/refund_replay"
+expect_status refund_replay 201
+expect_header refund_replay Idempotent-Replayed true
+REPLAYED_REFUND_ID=$(id_of refund_replay re_)
+[ "$REPLAYED_REFUND_ID" = "$REFUND_ID" ] ||
+    fail "the replay names refund '${REPLAYED_REFUND_ID:-<none>}', the first answer $REFUND_ID: refunded twice?"
+ok "same refund id $REFUND_ID"
+expect_same_body refund refund_replay
+request refunded GET "/charges/$CHARGE_ID"
+show_response "$WORK/refunded"
+expect_status refunded 200
+expect_field refunded amount_refunded 1000
+
 CURRENT_STEP="summary"
-printf '\nOK: all 8 steps passed against %s (charge %s; keys %s-*).\n' "$BASE_URL" "$CHARGE_ID" "$RUN"
+printf '\nOK: all 9 steps passed against %s (charge %s, refund %s; keys %s-*).\n' \
+    "$BASE_URL" "$CHARGE_ID" "$REFUND_ID" "$RUN"
