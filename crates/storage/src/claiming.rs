@@ -31,6 +31,28 @@ where
     &'a [u8]: Encode<'a, DB> + Type<DB>,
     Uuid: Encode<'a, DB> + Type<DB>,
 {
+    let mut sql = insert_record(scope, key, fingerprint, request_body, generation, policy);
+    sql.push(" ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING RETURNING attempts");
+    sql
+}
+
+/// `INSERT INTO idempotency_records .. VALUES (..)`: a fresh pending record, with no conflict
+/// handling (the bench floor inserts it on its own, for a key it knows is new).
+pub(crate) fn insert_record<'a, DB>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    request_body: &'a [u8],
+    generation: &'a Generation,
+    policy: IdempotencyPolicy,
+) -> QueryBuilder<'a, DB>
+where
+    DB: Dialect,
+    DB::Arguments<'a>: Default,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    &'a [u8]: Encode<'a, DB> + Type<DB>,
+    Uuid: Encode<'a, DB> + Type<DB>,
+{
     let mut sql = QueryBuilder::new(
         "INSERT INTO idempotency_records
              (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
@@ -60,10 +82,7 @@ where
         .push(DB::NOW)
         .push(", ")
         .push_bind(request_body)
-        .push(
-            ") ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-             RETURNING attempts",
-        );
+        .push(")");
     sql
 }
 

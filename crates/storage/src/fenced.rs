@@ -36,6 +36,10 @@ pub(crate) trait Dialect: Database {
     /// Binds a time the service wrote (a charge's creation), as its time columns hold it.
     fn push_time(sql: &mut QueryBuilder<'_, Self>, time: DateTime<Utc>);
 
+    /// The seconds from the oldest `created_at` of the rows selected to now, as a double
+    /// (`NULL` for no rows).
+    const OLDEST_AGE_SECS: &'static str;
+
     /// Whether a ledger transaction's row goes in after its entries, sealing them (SQLite's
     /// balance trigger), rather than before them (PostgreSQL's immediate foreign key, with the
     /// balance checked at commit).
@@ -48,6 +52,7 @@ impl Dialect for sqlx::Postgres {
     // stale record over.
     const LOCK_ROW: &'static str = " FOR UPDATE";
     const SEALS_LEDGER_LAST: bool = false;
+    const OLDEST_AGE_SECS: &'static str = "extract(epoch FROM now() - min(created_at))::float8";
 
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
         // make_interval takes its seconds as a double.
@@ -68,6 +73,8 @@ impl Dialect for sqlx::Sqlite {
     // every other writer out from its first statement on.
     const LOCK_ROW: &'static str = "";
     const SEALS_LEDGER_LAST: bool = true;
+    const OLDEST_AGE_SECS: &'static str =
+        "(julianday('now') - julianday(min(created_at))) * 86400.0";
 
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
         sql.push("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ")

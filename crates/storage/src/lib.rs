@@ -12,9 +12,12 @@
 mod claiming;
 mod error;
 mod fenced;
+#[cfg(feature = "bench")]
+mod floors;
 mod model;
 mod postgres;
 mod reading;
+mod recording;
 mod redis_link;
 mod refunding;
 mod replay_cache;

@@ -298,6 +298,16 @@ pub struct Backlog {
     pub oldest_age_secs: f64,
 }
 
+impl Backlog {
+    /// From the row of `reading::outbox_backlog`: the count, and the oldest's age if any.
+    pub(crate) fn from_row((unpublished, oldest_age_secs): (i64, Option<f64>)) -> Self {
+        Self {
+            unpublished,
+            oldest_age_secs: oldest_age_secs.unwrap_or(0.0),
+        }
+    }
+}
+
 /// The processor key is derived from the record's resource id, fixed at claim time: it is
 /// the same on every attempt and unique across tenants and expiry generations.
 pub(crate) fn processor_key_for(resource_id: Uuid) -> String {
@@ -314,7 +324,11 @@ pub(crate) struct Generation {
 
 impl Generation {
     pub(crate) fn new() -> Self {
-        let resource_id = Uuid::new_v4();
+        Self::of(Uuid::new_v4())
+    }
+
+    /// The generation whose resource id is `resource_id`.
+    pub(crate) fn of(resource_id: Uuid) -> Self {
         Self {
             resource_id,
             processor_key: processor_key_for(resource_id),

@@ -260,9 +260,6 @@ pub trait WorkerRepository: Send + Sync {
     /// Rows are marked only after the stream accepted them: at least once, never lost.
     async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError>;
 
-    /// The size and age of the unpublished backlog.
-    async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
-
     /// Deletes up to `batch` outbox rows published longer than `retention` ago (by the
     /// database's clock) and returns how many. An unpublished row is never deleted, however
     /// old: its event has yet to reach the stream.
@@ -331,4 +328,48 @@ pub trait Store:
 
     /// Answers whether the database takes a query now.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The size and age of the outbox's unpublished backlog.
+    async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
 }
+
+/// Implements `Store` for `$store`, a store of backend `$backend` with a `pool` of database
+/// `$db` and a `policy`, whose `run_migrations` applies the backend's migrations.
+macro_rules! impl_store {
+    ($store:ty, $db:ty, $backend:expr) => {
+        #[async_trait::async_trait]
+        impl $crate::repository::Store for $store {
+            fn backend(&self) -> $crate::repository::Backend {
+                $backend
+            }
+
+            #[cfg(feature = "bench")]
+            fn floors(&self) -> &dyn $crate::FloorRepository {
+                self
+            }
+
+            fn policy(&self) -> payments_idempotency::IdempotencyPolicy {
+                self.policy
+            }
+
+            async fn migrate(&self) -> Result<(), $crate::StoreError> {
+                self.run_migrations()
+                    .await
+                    .map_err(|e| $crate::StoreError::Migration(e.to_string()))
+            }
+
+            async fn ping(&self) -> Result<(), $crate::StoreError> {
+                sqlx::query("SELECT 1").execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn outbox_backlog(&self) -> Result<$crate::model::Backlog, $crate::StoreError> {
+                let mut sql = $crate::reading::outbox_backlog::<$db>();
+                let row = sql.build_query_as().fetch_one(&self.pool).await?;
+                Ok($crate::model::Backlog::from_row(row))
+            }
+        }
+    };
+}
+
+pub(crate) use impl_store;

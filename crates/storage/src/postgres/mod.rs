@@ -8,7 +8,6 @@
 //! `reads.rs` `ChargeRepository`, `workers.rs` `WorkerRepository`, `floors.rs` the bench
 //! floors, and this module the store itself.
 
-mod claim;
 #[cfg(feature = "bench")]
 mod floors;
 mod reads;
@@ -18,13 +17,12 @@ mod workers;
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use payments_idempotency::IdempotencyPolicy;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
 
-use crate::repository::{Backend, Store};
+use crate::repository::{Backend, impl_store};
 use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
@@ -87,31 +85,11 @@ fn secs(duration: Duration) -> f64 {
     duration.as_secs_f64()
 }
 
-#[async_trait]
-impl Store for PgStore {
-    fn backend(&self) -> Backend {
-        Backend::Postgres
-    }
-
-    #[cfg(feature = "bench")]
-    fn floors(&self) -> &dyn crate::FloorRepository {
-        self
-    }
-
-    fn policy(&self) -> IdempotencyPolicy {
-        self.policy
-    }
-
+impl PgStore {
     /// sqlx takes an advisory lock around the migrations, so instances may start together.
-    async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StoreError::Migration(e.to_string()))
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+    async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        MIGRATOR.run(&self.pool).await
     }
 }
+
+impl_store!(PgStore, Postgres, Backend::Postgres);

@@ -1,126 +1,64 @@
-//! The records of the idempotency protocol on PostgreSQL: the claim, the lock-free read, and
-//! every fenced write of the attempt that owns a record, the finish among them.
+//! The records of the idempotency protocol on PostgreSQL: what differs from SQLite in
+//! `RecordRepository`, whose one implementation is `crate::recording`'s.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use payments_domain::Charge;
-use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse};
-
 use sqlx::{Postgres, QueryBuilder};
 
 use super::PgStore;
-use super::claim::lock_record;
 use super::statements::push_charge_writes;
 use crate::StoreError;
-use crate::model::{Claim, Claimed, Completion, Fence, Finish, Verdict, judge};
-use crate::repository::RecordRepository;
-use crate::rows::RecordWithClock;
-use crate::{claiming, fenced};
+use crate::fenced;
+use crate::model::{Claim, Completion};
+use crate::recording::{ChargeFinish, NewClaim, impl_record_repository};
 
-#[async_trait]
-impl RecordRepository for PgStore {
-    /// Claims `key` for a request with `fingerprint`, under the lock (the lock-free read that
-    /// answers replays, 409s and 422s comes first, in `RecordRepository::claim`).
+impl PgStore {
+    /// Claims a key under the lock (the lock-free read that answers replays, 409s and 422s
+    /// comes first, in `RecordRepository::claim`).
     ///
     /// A fresh key is claimed by a single `INSERT .. ON CONFLICT DO NOTHING`: the primary key
     /// decides between concurrent duplicates, with no check-then-act window. Only when the key
-    /// exists does the claim read the record under `FOR UPDATE` and let [`decide`] judge it, in
-    /// one short transaction, so that two retries cannot both take over a stale record.
-    async fn claim_exclusive(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        request_body: &[u8],
-    ) -> Result<Claim, StoreError> {
+    /// exists does the claim read the record under `FOR UPDATE` and judge it, in one short
+    /// transaction, so that two retries cannot both take over a stale record.
+    async fn claim_under_lock(&self, claim: NewClaim<'_>) -> Result<Claim, StoreError> {
         // Two rounds at most: the record can vanish (reaped) between the failed insert and the
         // locking read, and then the insert is tried once more.
         for _ in 0..2 {
-            if let Some(claimed) = self
-                .insert_pending(scope, key, fingerprint, request_body)
-                .await?
-            {
+            let mut conn = self.pool.acquire().await?;
+            if let Some(claimed) = self.insert_pending(&mut conn, &claim).await? {
                 return Ok(Claim::Owned(claimed));
             }
+            drop(conn);
             let mut tx = self.begin().await?;
-            let Some(locked) = lock_record(&mut tx, scope, key).await? else {
+            let Some(locked) = Self::read_record(&mut tx, claim.scope, claim.key, true).await?
+            else {
                 continue;
             };
-            let record = locked.row.into_record()?;
-            let outcome = match judge(&record, fingerprint, locked.db_now) {
-                Verdict::Answer(claim) => claim,
-                Verdict::Resume(from) => {
-                    let taken = self.take_over(&mut tx, scope, key).await?;
-                    Claim::Owned(Claimed::taken_over(taken, from, record.processor_charge_id))
-                }
-                Verdict::Replace => Claim::Owned(
-                    self.replace_expired(&mut tx, scope, key, fingerprint, request_body)
-                        .await?,
-                ),
-                // The record vanished in between: try the insert again.
-                Verdict::Absent => continue,
+            // Judged absent: the record vanished in between; try the insert again.
+            let Some(outcome) = self.act_on_locked(&mut tx, locked, &claim).await? else {
+                continue;
             };
             tx.commit().await?;
             return Ok(outcome);
         }
         Err(StoreError::Corrupt(format!(
-            "key {key} neither inserts nor reads back"
+            "key {} neither inserts nor reads back",
+            claim.key
         )))
     }
 
-    /// Reads a record and the database clock, without locking.
-    async fn find_record(
+    /// Runs one fenced statement on the pool, in a transaction of its own.
+    pub(super) async fn write_fenced(
         &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError> {
-        let mut sql = claiming::read_record::<Postgres>(scope, key, false);
-        let row: Option<RecordWithClock> = sql.build_query_as().fetch_optional(&self.pool).await?;
-        row.map(RecordWithClock::into_record).transpose()
+        mut sql: QueryBuilder<'_, Postgres>,
+    ) -> Result<u64, StoreError> {
+        Ok(sql.build().execute(&self.pool).await?.rows_affected())
     }
 
-    async fn record_charged(
+    /// Runs one completing statement (`RETURNING expires_at`) on the pool.
+    async fn write_completion(
         &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-        processor_charge_id: &str,
-    ) -> Result<Finish, StoreError> {
-        let mut sql = fenced::record_charged(scope, key, fence, processor_charge_id);
-        let done = sql.build().execute(&self.pool).await?;
-        Ok(Finish::from_rows(done.rows_affected()))
-    }
-
-    async fn mark_failed(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-    ) -> Result<Finish, StoreError> {
-        let mut sql = fenced::mark_failed(scope, key, fence, self.policy.ttl);
-        let done = sql.build().execute(&self.pool).await?;
-        Ok(Finish::from_rows(done.rows_affected()))
-    }
-
-    async fn release_lock(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-    ) -> Result<Finish, StoreError> {
-        let mut sql = fenced::release_lock(scope, key, fence);
-        let done = sql.build().execute(&self.pool).await?;
-        Ok(Finish::from_rows(done.rows_affected()))
-    }
-
-    async fn finish_without_charge(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-        response: &StoredResponse,
+        mut sql: QueryBuilder<'_, Postgres>,
     ) -> Result<Completion, StoreError> {
-        let mut sql = fenced::complete(scope, key, fence, response, self.policy.ttl)?;
         let stored: Option<DateTime<Utc>> =
             sql.build_query_scalar().fetch_optional(&self.pool).await?;
         Ok(Completion::from_expiry(stored))
@@ -133,21 +71,22 @@ impl RecordRepository for PgStore {
     /// the record is the gate every insert selects from: if another attempt owns the record,
     /// the update matches no row and nothing else is written. The ledger's balance trigger and
     /// the foreign keys are checked at the end of the statement and at commit as usual.
-    async fn finish_charge(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-        charge: &Charge,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
+    async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError> {
+        let ttl = self.policy.ttl;
         let mut sql = QueryBuilder::new("WITH gate AS (");
-        fenced::push_complete(&mut sql, scope, key, fence, response, self.policy.ttl)?;
+        fenced::push_complete(
+            &mut sql,
+            finish.scope,
+            finish.key,
+            finish.fence,
+            finish.response,
+            ttl,
+        )?;
         sql.push("), ");
-        push_charge_writes(&mut sql, charge)?;
+        push_charge_writes(&mut sql, finish.charge)?;
         sql.push(" SELECT expires_at FROM gate");
-        let stored: Option<DateTime<Utc>> =
-            sql.build_query_scalar().fetch_optional(&self.pool).await?;
-        Ok(Completion::from_expiry(stored))
+        self.write_completion(sql).await
     }
 }
+
+impl_record_repository!(PgStore, sqlx::Postgres);

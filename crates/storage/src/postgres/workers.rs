@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::{PgStore, secs};
 use crate::StoreError;
-use crate::model::{Abandoned, Backlog};
+use crate::model::Abandoned;
 use crate::repository::WorkerRepository;
 use crate::rows::AbandonedRow;
 use crate::stream::{EventSink, OutboxEvent, RelayError};
@@ -124,20 +124,6 @@ impl WorkerRepository for PgStore {
             .map_err(StoreError::from)?;
         tx.commit().await.map_err(StoreError::from)?;
         Ok(events.len())
-    }
-
-    /// The size and age of the unpublished backlog.
-    async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
-        let (unpublished, oldest_age_secs): (i64, Option<f64>) = sqlx::query_as(
-            "SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
-             FROM outbox_events WHERE published_at IS NULL",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(Backlog {
-            unpublished,
-            oldest_age_secs: oldest_age_secs.unwrap_or(0.0),
-        })
     }
 
     /// Deletes up to `batch` rows published more than `retention` ago and returns how many.

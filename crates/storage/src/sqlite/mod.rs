@@ -20,7 +20,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_idempotency::IdempotencyPolicy;
 use sqlx::sqlite::{
@@ -30,7 +29,7 @@ use sqlx::{Sqlite, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::fenced::Dialect;
-use crate::repository::{Backend, Store};
+use crate::repository::{Backend, impl_store};
 use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/sqlite`, embedded in the binary.
@@ -164,32 +163,12 @@ fn create_parent_directory(file: &Path) -> Result<(), StoreError> {
     }
 }
 
-#[async_trait]
-impl Store for SqliteStore {
-    fn backend(&self) -> Backend {
-        Backend::Sqlite
-    }
-
-    #[cfg(feature = "bench")]
-    fn floors(&self) -> &dyn crate::FloorRepository {
-        self
-    }
-
-    fn policy(&self) -> IdempotencyPolicy {
-        self.policy
-    }
-
-    async fn migrate(&self) -> Result<(), StoreError> {
-        // Migrations write: several processes starting on one file take turns.
+impl SqliteStore {
+    /// Migrations write: several processes starting on one file take turns.
+    async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError> {
         let _gate = self.write_gate.lock().await;
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StoreError::Migration(e.to_string()))
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+        MIGRATOR.run(&self.pool).await
     }
 }
+
+impl_store!(SqliteStore, Sqlite, Backend::Sqlite);

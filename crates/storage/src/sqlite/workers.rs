@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{NOW, SqliteStore, ago, now_plus, offset};
 use crate::StoreError;
-use crate::model::{Abandoned, Backlog};
+use crate::model::Abandoned;
 use crate::repository::WorkerRepository;
 use crate::rows::AbandonedRow;
 use crate::stream::{EventSink, OutboxEvent, RelayError};
@@ -139,19 +139,6 @@ impl WorkerRepository for SqliteStore {
         write.commit().await?;
         published?;
         Ok(events.len())
-    }
-
-    async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
-        let (unpublished, oldest_age_secs): (i64, Option<f64>) = sqlx::query_as(
-            "SELECT count(*), (julianday('now') - julianday(min(created_at))) * 86400.0
-             FROM outbox_events WHERE published_at IS NULL",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(Backlog {
-            unpublished,
-            oldest_age_secs: oldest_age_secs.unwrap_or(0.0),
-        })
     }
 
     /// Runs under the write lock like every write here; one short statement per batch, so
