@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use chrono::Utc;
 use futures::future::join_all;
-use payments_domain::{Amount, Charge, ChargeId, Currency, Money, PaymentSource, TenantId};
+use payments_domain::{
+    Amount, Charge, ChargeId, Currency, Money, PaymentSource, RefundRequest, TenantId,
+};
 use payments_idempotency::{
-    Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint,
-    Scope, StoredResponse,
+    Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, REFUNDS_CREATE_V1,
+    RecoveryPoint, Scope, StoredResponse,
 };
 use payments_storage::{
-    Backend, Claim, Claimed, Completion, Database, Fence, Finish, PoolSettings, Store,
+    Backend, Claim, Claimed, Completion, Database, Fence, Finish, PoolSettings, RefundRefusal,
+    Reservation, Store,
 };
 use serde_json::json;
 use sqlx::any::AnyPoolOptions;
@@ -929,7 +932,226 @@ async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) 
     assert_eq!(db.store.reap_expired(10).await.expect("reap"), 0);
 }
 
+fn refund_scope() -> Scope {
+    Scope {
+        tenant: "acme".into(),
+        operation: REFUNDS_CREATE_V1.into(),
+    }
+}
+
+/// A charge of 100, finished through the store, and its id.
+async fn charged(db: &TestDb) -> ChargeId {
+    let (s, k) = (scope(), key("the-charge"));
+    let claimed = db.claim_owned(&s, &k).await;
+    let charge = charge_for(&claimed);
+    let done = db
+        .store
+        .finish_charge(&s, &k, claimed.fence(), &charge, &response("charge"))
+        .await
+        .expect("finish the charge");
+    assert!(matches!(done, Completion::Stored { .. }));
+    charge.id
+}
+
+fn refund_of(charge: ChargeId, amount: Option<i64>) -> RefundRequest {
+    RefundRequest {
+        charge,
+        amount: amount.map(|a| Amount::new(a).expect("amount")),
+        reason: None,
+    }
+}
+
+impl TestDb {
+    /// Claims refund key `name` and reserves `amount` (all that is left if none) under it.
+    async fn reserve(
+        &self,
+        name: &str,
+        charge: ChargeId,
+        amount: Option<i64>,
+    ) -> (Claimed, Reservation) {
+        let (s, k) = (refund_scope(), key(name));
+        let claimed = self.claim_owned(&s, &k).await;
+        let reservation = self
+            .store
+            .reserve_refund(
+                &s,
+                &k,
+                claimed.fence(),
+                &refund_of(charge, amount),
+                created_at(),
+            )
+            .await
+            .expect("reserve");
+        (claimed, reservation)
+    }
+
+    /// The charge's refunded and reserved amounts.
+    async fn refunded_and_reserved(&self) -> (i64, i64) {
+        sqlx::query_as("SELECT amount_refunded, amount_reserved FROM charges")
+            .fetch_one(&self.raw)
+            .await
+            .expect("the charge")
+    }
+}
+
+/// Now, at the microseconds the databases keep, as the service passes a refund's creation time.
+fn created_at() -> chrono::DateTime<Utc> {
+    use chrono::DurationRound;
+    Utc::now()
+        .duration_trunc(chrono::TimeDelta::microseconds(1))
+        .expect("truncate")
+}
+
+fn reserved(reservation: Reservation) -> payments_domain::Refund {
+    match reservation {
+        Reservation::Reserved { refund, .. } => refund,
+        other => panic!("expected a reservation, got {other:?}"),
+    }
+}
+
+async fn a_reservation_is_made_once_per_generation_and_never_exceeds_the_charge(backend: Backend) {
+    let db = test_db(backend).await;
+    let charge = charged(&db).await;
+    let (claimed, first) = db.reserve("refund-1", charge, Some(60)).await;
+    let first = reserved(first);
+    assert_eq!(
+        first.id.as_uuid(),
+        claimed.resource_id,
+        "the refund is the generation's"
+    );
+    let again = db
+        .store
+        .reserve_refund(
+            &refund_scope(),
+            &key("refund-1"),
+            claimed.fence(),
+            &refund_of(charge, Some(60)),
+            created_at(),
+        )
+        .await
+        .expect("reserve again");
+    assert_eq!(reserved(again), first, "a generation reserves once");
+    assert_eq!(db.refunded_and_reserved().await, (0, 60));
+
+    let (_, too_large) = db.reserve("refund-2", charge, Some(41)).await;
+    assert!(
+        matches!(
+            too_large,
+            Reservation::Refused(RefundRefusal::TooLarge { refundable: 40 })
+        ),
+        "{too_large:?}"
+    );
+    let (_, rest) = db.reserve("refund-3", charge, None).await;
+    assert_eq!(
+        reserved(rest).money.amount.minor_units(),
+        40,
+        "no amount takes what is left"
+    );
+    let (_, nothing) = db.reserve("refund-4", charge, None).await;
+    assert!(
+        matches!(nothing, Reservation::Refused(RefundRefusal::NothingLeft)),
+        "{nothing:?}"
+    );
+    assert_eq!(db.refunded_and_reserved().await, (0, 100));
+    assert_eq!(db.count("refunds").await, 2);
+}
+
+async fn a_fenced_off_attempt_reserves_nothing(backend: Backend) {
+    let db = test_db(backend).await;
+    let charge = charged(&db).await;
+    let (s, k) = (refund_scope(), key("refund"));
+    let claimed = db.claim_owned(&s, &k).await;
+    let taken_over = Fence {
+        attempt: Attempt(claimed.attempt.0 + 1),
+        resource_id: claimed.resource_id,
+    };
+    let reservation = db
+        .store
+        .reserve_refund(
+            &s,
+            &k,
+            taken_over,
+            &refund_of(charge, Some(10)),
+            created_at(),
+        )
+        .await
+        .expect("reserve");
+    assert!(
+        matches!(reservation, Reservation::Fenced),
+        "{reservation:?}"
+    );
+    assert_eq!(db.refunded_and_reserved().await, (0, 0));
+    assert_eq!(db.count("refunds").await, 0);
+}
+
+async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished_one_posts_it(
+    backend: Backend,
+) {
+    let db = test_db(backend).await;
+    let charge = charged(&db).await;
+    let s = refund_scope();
+
+    let (declined, _) = db.reserve("declined", charge, Some(30)).await;
+    let done = db
+        .store
+        .refuse_refund(&s, &key("declined"), declined.fence(), &response("402"))
+        .await
+        .expect("refuse");
+    assert!(matches!(done, Completion::Stored { .. }));
+    assert_eq!(
+        db.refunded_and_reserved().await,
+        (0, 0),
+        "a refusal releases"
+    );
+
+    let (canceled, _) = db.reserve("canceled", charge, Some(30)).await;
+    let failed = db
+        .store
+        .fail_refund(&s, &key("canceled"), canceled.fence())
+        .await
+        .expect("fail");
+    assert_eq!(failed, Finish::Written);
+    assert_eq!(
+        db.refunded_and_reserved().await,
+        (0, 0),
+        "a failure releases"
+    );
+    assert_eq!(db.count("refunds").await, 0);
+
+    let (made, reservation) = db.reserve("made", charge, Some(30)).await;
+    let refund = reserved(reservation).succeeded("re_sim_1".into());
+    let done = db
+        .store
+        .finish_refund(&s, &key("made"), made.fence(), &refund, &response("201"))
+        .await
+        .expect("finish");
+    assert!(matches!(done, Completion::Stored { .. }));
+    assert_eq!(db.refunded_and_reserved().await, (30, 30));
+    let late_failure = db
+        .store
+        .fail_refund(&s, &key("made"), made.fence())
+        .await
+        .expect("fail");
+    assert_eq!(
+        late_failure,
+        Finish::Fenced,
+        "a finished refund is never released"
+    );
+    assert_eq!(db.refunded_and_reserved().await, (30, 30));
+    assert_eq!(
+        (
+            db.count("refunds").await,
+            db.count("ledger_transactions").await,
+            db.count("outbox_events").await
+        ),
+        (1, 2, 2)
+    );
+}
+
 on_every_backend!(
+    a_reservation_is_made_once_per_generation_and_never_exceeds_the_charge,
+    a_fenced_off_attempt_reserves_nothing,
+    a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished_one_posts_it,
     a_finish_refused_part_way_writes_nothing,
     exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
     a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off,

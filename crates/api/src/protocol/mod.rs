@@ -209,7 +209,7 @@ fn in_use<O: Operation>(op: &Idempotent<O>, lock_left_secs: u64) -> ProtocolErro
     }
 }
 
-/// Steps 2 and 3 for the attempt that owns the record.
+/// Steps 2 to 4 for the attempt that owns the record.
 async fn execute<O: Operation>(
     engine: Engine<'_>,
     op: &Idempotent<O>,
