@@ -30,8 +30,15 @@ pub(crate) trait Dialect: Database {
     /// Appended to a `SELECT` of one record to read it under a row lock.
     const LOCK_ROW: &'static str;
 
+    /// Appended to the `SELECT` of rows a statement deletes in batches, so that the reapers of
+    /// several instances take disjoint rows.
+    const SKIP_LOCKED: &'static str;
+
     /// Pushes the database's clock plus `after`, binding what the expression needs.
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration);
+
+    /// Pushes the database's clock minus `before`, binding what the expression needs.
+    fn push_now_minus(sql: &mut QueryBuilder<'_, Self>, before: Duration);
 
     /// Binds a time the service wrote (a charge's creation), as its time columns hold it.
     fn push_time(sql: &mut QueryBuilder<'_, Self>, time: DateTime<Utc>);
@@ -52,12 +59,19 @@ impl Dialect for sqlx::Postgres {
     // stale record over.
     const LOCK_ROW: &'static str = " FOR UPDATE";
     const SEALS_LEDGER_LAST: bool = false;
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const OLDEST_AGE_SECS: &'static str = "extract(epoch FROM now() - min(created_at))::float8";
 
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
         // make_interval takes its seconds as a double.
         sql.push("now() + make_interval(secs => ")
             .push_bind(after.as_secs_f64())
+            .push(")");
+    }
+
+    fn push_now_minus(sql: &mut QueryBuilder<'_, Self>, before: Duration) {
+        sql.push("now() - make_interval(secs => ")
+            .push_bind(before.as_secs_f64())
             .push(")");
     }
 
@@ -73,12 +87,20 @@ impl Dialect for sqlx::Sqlite {
     // every other writer out from its first statement on.
     const LOCK_ROW: &'static str = "";
     const SEALS_LEDGER_LAST: bool = true;
+    // One writer at a time: the write lock keeps every other reaper out.
+    const SKIP_LOCKED: &'static str = "";
     const OLDEST_AGE_SECS: &'static str =
         "(julianday('now') - julianday(min(created_at))) * 86400.0";
 
     fn push_now_plus(sql: &mut QueryBuilder<'_, Self>, after: Duration) {
         sql.push("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ")
             .push_bind(crate::sqlite::offset(after))
+            .push(")");
+    }
+
+    fn push_now_minus(sql: &mut QueryBuilder<'_, Self>, before: Duration) {
+        sql.push("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ")
+            .push_bind(crate::sqlite::ago(before))
             .push(")");
     }
 

@@ -4,7 +4,7 @@
 //! record, which each backend writes as its finish does (`write_charge_alone`). Compiled only
 //! with the `bench` feature; the read floor is the claim's own lock-free read, `find_record`.
 
-/// Implements `FloorRepository` for `$store` of database `$db`, whose `write_fenced` runs one
+/// Implements `FloorRepository` for `$store` of database `$db`, whose `write_statement` runs one
 /// statement on its write path and whose `write_charge_alone` writes a charge's rows alone.
 macro_rules! impl_floor_repository {
     ($store:ty, $db:ty) => {
@@ -34,7 +34,7 @@ macro_rules! impl_floor_repository {
                     &generation,
                     self.policy,
                 );
-                self.write_fenced(sql).await?;
+                self.write_statement(sql).await?;
                 Ok($crate::model::Fence {
                     attempt: payments_idempotency::Attempt(1),
                     resource_id,

@@ -15,6 +15,7 @@ mod fenced;
 #[cfg(feature = "bench")]
 mod floors;
 mod model;
+mod outbox;
 mod postgres;
 mod reading;
 mod recording;
@@ -47,7 +48,8 @@ pub use replay_cache::{CachedReplay, ReplayCache};
 #[cfg(feature = "bench")]
 pub use repository::FloorRepository;
 pub use repository::{
-    Backend, ChargeRepository, RecordRepository, RefundRepository, Store, WorkerRepository,
+    Backend, ChargeRepository, OutboxRepository, RecordRepository, RefundRepository, Store,
+    WorkerRepository,
 };
 pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
 

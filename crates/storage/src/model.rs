@@ -299,7 +299,7 @@ pub struct Backlog {
 }
 
 impl Backlog {
-    /// From the row of `reading::outbox_backlog`: the count, and the oldest's age if any.
+    /// From the row of `outbox::backlog`: the count, and the oldest's age if any.
     pub(crate) fn from_row((unpublished, oldest_age_secs): (i64, Option<f64>)) -> Self {
         Self {
             unpublished,

@@ -71,15 +71,6 @@ where
     sql
 }
 
-/// The number of unpublished events and the age of the oldest in seconds (`NULL` when there
-/// is none).
-pub(crate) fn outbox_backlog<'a, DB: Dialect>() -> QueryBuilder<'a, DB> {
-    let mut sql = QueryBuilder::new("SELECT count(*), ");
-    sql.push(DB::OLDEST_AGE_SECS)
-        .push(" FROM outbox_events WHERE published_at IS NULL");
-    sql
-}
-
 /// Implements `ChargeRepository` for a backend's store (`$store`, with a `pool` of database
 /// `$db`) with the statements above: the one implementation both backends use.
 macro_rules! impl_charge_repository {

@@ -7,8 +7,8 @@
 //!   own, then a short transaction reading the record `FOR UPDATE`; SQLite: all of it in one
 //!   `BEGIN IMMEDIATE` transaction), built of the steps here (`insert_pending`,
 //!   `read_record`, `act_on_locked`);
-//! - `write_fenced(statement)` and `write_completion(statement)`: where one fenced statement
-//!   runs (PostgreSQL: on the pool, autocommit; SQLite: in a write transaction), giving the
+//! - `write_statement(statement)` and `write_completion(statement)`: where one write
+//!   statement runs (PostgreSQL: on the pool, autocommit; SQLite: in a write transaction), giving the
 //!   rows it changed or the expiry it returned;
 //! - `write_charge(ChargeFinish)`: the finish's inserts (PostgreSQL: one statement gated on
 //!   the completion; SQLite: the completion, then the inserts, in one transaction).
@@ -172,7 +172,7 @@ macro_rules! impl_record_repository {
                     processor_charge_id: &str,
                 ) -> Result<Finish, StoreError> {
                     let sql = fenced::record_charged(scope, key, fence, processor_charge_id);
-                    Ok(Finish::from_rows(self.write_fenced(sql).await?))
+                    Ok(Finish::from_rows(self.write_statement(sql).await?))
                 }
 
                 async fn mark_failed(
@@ -182,7 +182,7 @@ macro_rules! impl_record_repository {
                     fence: Fence,
                 ) -> Result<Finish, StoreError> {
                     let sql = fenced::mark_failed(scope, key, fence, self.policy.ttl);
-                    Ok(Finish::from_rows(self.write_fenced(sql).await?))
+                    Ok(Finish::from_rows(self.write_statement(sql).await?))
                 }
 
                 async fn release_lock(
@@ -192,7 +192,7 @@ macro_rules! impl_record_repository {
                     fence: Fence,
                 ) -> Result<Finish, StoreError> {
                     let sql = fenced::release_lock(scope, key, fence);
-                    Ok(Finish::from_rows(self.write_fenced(sql).await?))
+                    Ok(Finish::from_rows(self.write_statement(sql).await?))
                 }
 
                 async fn finish_without_charge(

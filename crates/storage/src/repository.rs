@@ -237,8 +237,8 @@ pub trait RefundRepository: Send + Sync {
     ) -> Result<Option<RefundPage>, StoreError>;
 }
 
-/// What the background workers need: abandoned records to complete, expired ones to delete,
-/// events to publish, and published ones to prune.
+/// What the background workers need, each backend its own way: abandoned records to complete,
+/// expired ones to delete, and events to publish.
 #[async_trait]
 pub trait WorkerRepository: Send + Sync {
     /// Takes over one pending record whose lock ended at least `settle_after` ago (so that any
@@ -259,6 +259,14 @@ pub trait WorkerRepository: Send + Sync {
     /// Publishes up to `batch` unpublished events and marks them published; returns how many.
     /// Rows are marked only after the stream accepted them: at least once, never lost.
     async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError>;
+}
+
+/// The outbox's upkeep: the same statements on both backends (`outbox.rs`), implemented once
+/// with the store (`impl_store!`).
+#[async_trait]
+pub trait OutboxRepository: Send + Sync {
+    /// The size and age of the unpublished backlog.
+    async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
 
     /// Deletes up to `batch` outbox rows published longer than `retention` ago (by the
     /// database's clock) and returns how many. An unpublished row is never deleted, however
@@ -313,7 +321,7 @@ impl Backend {
 /// Everything the service needs from its database.
 #[async_trait]
 pub trait Store:
-    RecordRepository + ChargeRepository + RefundRepository + WorkerRepository + Debug
+    RecordRepository + ChargeRepository + RefundRepository + WorkerRepository + OutboxRepository + Debug
 {
     fn backend(&self) -> Backend;
 
@@ -328,13 +336,11 @@ pub trait Store:
 
     /// Answers whether the database takes a query now.
     async fn ping(&self) -> Result<(), StoreError>;
-
-    /// The size and age of the outbox's unpublished backlog.
-    async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
 }
 
-/// Implements `Store` for `$store`, a store of backend `$backend` with a `pool` of database
-/// `$db` and a `policy`, whose `run_migrations` applies the backend's migrations.
+/// Implements `Store` and `OutboxRepository` for `$store`, a store of backend `$backend` with
+/// a `pool` of database `$db` and a `policy`, whose `run_migrations` applies the backend's
+/// migrations and whose `write_statement` runs one statement on its write path.
 macro_rules! impl_store {
     ($store:ty, $db:ty, $backend:expr) => {
         #[async_trait::async_trait]
@@ -362,11 +368,23 @@ macro_rules! impl_store {
                 sqlx::query("SELECT 1").execute(&self.pool).await?;
                 Ok(())
             }
+        }
 
+        #[async_trait::async_trait]
+        impl $crate::repository::OutboxRepository for $store {
             async fn outbox_backlog(&self) -> Result<$crate::model::Backlog, $crate::StoreError> {
-                let mut sql = $crate::reading::outbox_backlog::<$db>();
+                let mut sql = $crate::outbox::backlog::<$db>();
                 let row = sql.build_query_as().fetch_one(&self.pool).await?;
                 Ok($crate::model::Backlog::from_row(row))
+            }
+
+            async fn prune_published_events(
+                &self,
+                retention: std::time::Duration,
+                batch: i64,
+            ) -> Result<u64, $crate::StoreError> {
+                let sql = $crate::outbox::prune_published::<$db>(retention, batch);
+                self.write_statement(sql).await
             }
         }
     };

@@ -46,8 +46,9 @@ impl PgStore {
         )))
     }
 
-    /// Runs one fenced statement on the pool, in a transaction of its own.
-    pub(super) async fn write_fenced(
+    /// Runs one write statement (a fenced write, a prune) on the pool, in a transaction of its
+    /// own, and returns the rows it changed.
+    pub(super) async fn write_statement(
         &self,
         mut sql: QueryBuilder<'_, Postgres>,
     ) -> Result<u64, StoreError> {

@@ -125,31 +125,4 @@ impl WorkerRepository for PgStore {
         tx.commit().await.map_err(StoreError::from)?;
         Ok(events.len())
     }
-
-    /// Deletes up to `batch` rows published more than `retention` ago and returns how many.
-    ///
-    /// `published_at IS NOT NULL` is spelled out although the comparison implies it: an
-    /// unpublished row must never go, however old. `SKIP LOCKED` keeps the reapers of several
-    /// instances on disjoint rows; the index `outbox_events_published` finds the old rows
-    /// without reading the whole table.
-    async fn prune_published_events(
-        &self,
-        retention: Duration,
-        batch: i64,
-    ) -> Result<u64, StoreError> {
-        let done = sqlx::query(
-            "DELETE FROM outbox_events
-             WHERE id IN (
-                 SELECT id FROM outbox_events
-                 WHERE published_at IS NOT NULL
-                   AND published_at < now() - make_interval(secs => $1)
-                 LIMIT $2
-                 FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(secs(retention))
-        .bind(batch)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
-    }
 }

@@ -49,7 +49,7 @@ pub(crate) fn offset(duration: Duration) -> String {
 }
 
 /// A duration as an SQLite date modifier into the past, `-30.000 seconds`.
-fn ago(duration: Duration) -> String {
+pub(crate) fn ago(duration: Duration) -> String {
     format!("-{:.3} seconds", duration.as_secs_f64())
 }
 

@@ -35,8 +35,9 @@ impl SqliteStore {
         Ok(outcome)
     }
 
-    /// Runs one fenced statement in a write transaction of its own.
-    pub(super) async fn write_fenced(
+    /// Runs one write statement (a fenced write, a prune) in a write transaction of its own,
+    /// and returns the rows it changed.
+    pub(super) async fn write_statement(
         &self,
         mut sql: QueryBuilder<'_, Sqlite>,
     ) -> Result<u64, StoreError> {

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use std::time::Duration;
 
-use super::{NOW, SqliteStore, ago, now_plus, offset};
+use super::{NOW, SqliteStore, now_plus, offset};
 use crate::StoreError;
 use crate::model::Abandoned;
 use crate::repository::WorkerRepository;
@@ -14,15 +14,6 @@ use crate::stream::{EventSink, OutboxEvent, RelayError};
 
 /// How long a relay may hold events it is publishing before another relay may take them.
 const RELAY_LEASE: Duration = Duration::from_secs(10);
-
-/// Up to `?2` rows published before the database's clock minus `?1` (see [`ago`]). An
-/// unpublished row never matches: `published_at IS NOT NULL` is spelled out although the
-/// comparison implies it, and the partial index `outbox_events_published` serves the query.
-const PRUNE_PUBLISHED: &str = "DELETE FROM outbox_events
-     WHERE rowid IN (SELECT rowid FROM outbox_events
-                     WHERE published_at IS NOT NULL
-                       AND published_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?1)
-                     LIMIT ?2)";
 
 #[async_trait]
 impl WorkerRepository for SqliteStore {
@@ -139,22 +130,5 @@ impl WorkerRepository for SqliteStore {
         write.commit().await?;
         published?;
         Ok(events.len())
-    }
-
-    /// Runs under the write lock like every write here; one short statement per batch, so
-    /// requests wait for at most one batch.
-    async fn prune_published_events(
-        &self,
-        retention: Duration,
-        batch: i64,
-    ) -> Result<u64, StoreError> {
-        let mut write = self.begin_write().await?;
-        let done = sqlx::query(PRUNE_PUBLISHED)
-            .bind(ago(retention))
-            .bind(batch)
-            .execute(&mut *write.tx)
-            .await?;
-        write.commit().await?;
-        Ok(done.rows_affected())
     }
 }
