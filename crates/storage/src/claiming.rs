@@ -7,72 +7,61 @@
 use std::time::Duration;
 
 use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyPolicy, Scope};
-use sqlx::{Database, Encode, QueryBuilder, Type};
-use uuid::Uuid;
+use sqlx::QueryBuilder;
 
-use crate::fenced::Dialect;
+use crate::fenced::{Dialect, PushValue};
 use crate::model::Generation;
+
+/// A claim of `key` for a request: its scope, its fingerprint, and the canonical body stored
+/// with the record for the completer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewClaim<'a> {
+    pub scope: &'a Scope,
+    pub key: &'a IdempotencyKey,
+    pub fingerprint: &'a Fingerprint,
+    pub request_body: &'a [u8],
+}
 
 /// `INSERT .. ON CONFLICT DO NOTHING RETURNING attempts`: a pending record at `started`,
 /// attempt 1, locked for the lock timeout. The primary key decides between concurrent
 /// duplicates: of any number of them, exactly one inserts, and the others get no row.
-pub(crate) fn insert_pending<'a, DB>(
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fingerprint: &'a Fingerprint,
-    request_body: &'a [u8],
+pub(crate) fn insert_pending<'a, DB: Dialect>(
+    claim: NewClaim<'a>,
     generation: &'a Generation,
     policy: IdempotencyPolicy,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    &'a [u8]: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = insert_record(scope, key, fingerprint, request_body, generation, policy);
+) -> QueryBuilder<'a, DB> {
+    let mut sql = insert_record(claim, generation, policy);
     sql.push(" ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING RETURNING attempts");
     sql
 }
 
 /// `INSERT INTO idempotency_records .. VALUES (..)`: a fresh pending record, with no conflict
 /// handling (the bench floor inserts it on its own, for a key it knows is new).
-pub(crate) fn insert_record<'a, DB>(
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fingerprint: &'a Fingerprint,
-    request_body: &'a [u8],
+pub(crate) fn insert_record<'a, DB: Dialect>(
+    claim: NewClaim<'a>,
     generation: &'a Generation,
     policy: IdempotencyPolicy,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    &'a [u8]: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new(
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder(
         "INSERT INTO idempotency_records
              (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
               locked_until, attempts, resource_id, processor_key, created_at, expires_at,
               updated_at, request_body)
          VALUES (",
     );
-    sql.push_bind(scope.tenant.as_str())
+    sql.value(claim.scope.tenant.as_str())
         .push(", ")
-        .push_bind(scope.operation.as_str())
+        .value(claim.scope.operation.as_str())
         .push(", ")
-        .push_bind(key.as_str())
+        .value(claim.key.as_str())
         .push(", ")
-        .push_bind(fingerprint.as_bytes().as_slice())
+        .value(claim.fingerprint.as_bytes().as_slice())
         .push(", 'pending', 'started', ");
     DB::push_now_plus(&mut sql, policy.lock_timeout);
     sql.push(", 1, ")
-        .push_bind(generation.resource_id)
+        .value(generation.resource_id)
         .push(", ")
-        .push_bind(generation.processor_key.as_str())
+        .value(generation.processor_key.as_str())
         .push(", ")
         .push(DB::NOW)
         .push(", ");
@@ -81,7 +70,7 @@ where
     sql.push(", ")
         .push(DB::NOW)
         .push(", ")
-        .push_bind(request_body)
+        .value(claim.request_body)
         .push(")");
     sql
 }
@@ -89,17 +78,12 @@ where
 /// The record under `key` with the database's clock (`db_now`): all instances judge lock
 /// expiry by the same clock, never their own. With `lock`, the row is read under the
 /// backend's row lock, where it has one ([`Dialect::LOCK_ROW`]).
-pub(crate) fn read_record<'a, DB>(
+pub(crate) fn read_record<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     lock: bool,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new("SELECT r.*, ");
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder("SELECT r.*, ");
     sql.push(DB::NOW)
         .push(" AS db_now FROM idempotency_records r");
     push_where_key(&mut sql, scope, key);
@@ -112,17 +96,12 @@ where
 /// Gives a stale or failed record to this attempt, keeping its resource id, processor key and
 /// recovery point: the attempt resumes the same request, it does not start a new one.
 /// `attempts + 1` fences off the attempt it takes over.
-pub(crate) fn take_over<'a, DB>(
+pub(crate) fn take_over<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     lock_timeout: Duration,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new(
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder(
         "UPDATE idempotency_records SET state = 'pending', attempts = attempts + 1, locked_until = ",
     );
     DB::push_now_plus(&mut sql, lock_timeout);
@@ -135,31 +114,21 @@ where
 /// Reuses an expired or failed record's row for a new generation: a new resource id and
 /// processor key (a failed record's old key is tombstoned at the processor), `attempts` still
 /// counting. A straggler of the old generation can never pass the new one's fence.
-pub(crate) fn replace<'a, DB>(
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fingerprint: &'a Fingerprint,
-    request_body: &'a [u8],
+pub(crate) fn replace<'a, DB: Dialect>(
+    claim: NewClaim<'a>,
     generation: &'a Generation,
     policy: IdempotencyPolicy,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    &'a [u8]: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new("UPDATE idempotency_records SET fingerprint = ");
-    sql.push_bind(fingerprint.as_bytes().as_slice()).push(
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder("UPDATE idempotency_records SET fingerprint = ");
+    sql.value(claim.fingerprint.as_bytes().as_slice()).push(
         ", state = 'pending', recovery_point = 'started', attempts = attempts + 1,
              locked_until = ",
     );
     DB::push_now_plus(&mut sql, policy.lock_timeout);
     sql.push(", resource_id = ")
-        .push_bind(generation.resource_id)
+        .value(generation.resource_id)
         .push(", processor_key = ")
-        .push_bind(generation.processor_key.as_str())
+        .value(generation.processor_key.as_str())
         .push(
             ", processor_charge_id = NULL, response_status = NULL, response_headers = NULL,
              response_body = NULL, created_at = ",
@@ -170,21 +139,21 @@ where
     sql.push(", updated_at = ")
         .push(DB::NOW)
         .push(", request_body = ")
-        .push_bind(request_body);
-    push_where_key(&mut sql, scope, key);
+        .value(claim.request_body);
+    push_where_key(&mut sql, claim.scope, claim.key);
     sql.push(" RETURNING attempts");
     sql
 }
 
-fn push_where_key<'a, DB>(sql: &mut QueryBuilder<'a, DB>, scope: &'a Scope, key: &'a IdempotencyKey)
-where
-    DB: Database,
-    &'a str: Encode<'a, DB> + Type<DB>,
-{
+fn push_where_key<'a, DB: Dialect>(
+    sql: &mut QueryBuilder<'a, DB>,
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+) {
     sql.push(" WHERE tenant_id = ")
-        .push_bind(scope.tenant.as_str())
+        .value(scope.tenant.as_str())
         .push(" AND operation = ")
-        .push_bind(scope.operation.as_str())
+        .value(scope.operation.as_str())
         .push(" AND idempotency_key = ")
-        .push_bind(key.as_str());
+        .value(key.as_str());
 }

@@ -21,9 +21,59 @@ use crate::StoreError;
 use crate::model::Fence;
 use crate::rows::{headers_to_json, stored_status};
 
-/// What differs between the backends in the statements they share (here and in
-/// `claiming.rs`): how the database tells the time, and how a row is read under a lock.
-pub(crate) trait Dialect: Database {
+/// A value a backend binds into a statement: every type the shared statements bind.
+pub(crate) trait Bind<'a, T>: Database {
+    fn bind(sql: &mut QueryBuilder<'a, Self>, value: T);
+}
+
+impl<'a, T, DB> Bind<'a, T> for DB
+where
+    DB: Database,
+    T: 'a + Encode<'a, DB> + Type<DB>,
+{
+    fn bind(sql: &mut QueryBuilder<'a, Self>, value: T) {
+        sql.push_bind(value);
+    }
+}
+
+/// `QueryBuilder::push_bind` for the shared statements, which know their database only as a
+/// [`Dialect`]: the dialect's [`Bind`] supertraits say what it can bind, once, instead of
+/// every statement repeating the `Encode` bounds of each of its values.
+pub(crate) trait PushValue<'a, DB: Database> {
+    fn value<T>(&mut self, value: T) -> &mut Self
+    where
+        DB: Bind<'a, T>;
+}
+
+impl<'a, DB: Database> PushValue<'a, DB> for QueryBuilder<'a, DB> {
+    fn value<T>(&mut self, value: T) -> &mut Self
+    where
+        DB: Bind<'a, T>,
+    {
+        DB::bind(self, value);
+        self
+    }
+}
+
+/// What differs between the backends in the statements they share (here, in `claiming.rs`,
+/// `reading.rs` and `outbox.rs`): how the database tells the time, how a row is read under a
+/// lock, and the values it binds.
+pub(crate) trait Dialect:
+    Database
+    + for<'a> Bind<'a, &'a str>
+    + for<'a> Bind<'a, Option<&'a str>>
+    + for<'a> Bind<'a, &'a [u8]>
+    + for<'a> Bind<'a, i16>
+    + for<'a> Bind<'a, i32>
+    + for<'a> Bind<'a, i64>
+    + for<'a> Bind<'a, f64>
+    + for<'a> Bind<'a, String>
+    + for<'a> Bind<'a, Uuid>
+    + for<'a> Bind<'a, serde_json::Value>
+{
+    /// A statement starting with `sql`.
+    fn builder<'a>(sql: &str) -> QueryBuilder<'a, Self>;
+
     /// The database's clock, as an expression of the type of the time columns.
     const NOW: &'static str;
 
@@ -54,6 +104,10 @@ pub(crate) trait Dialect: Database {
 }
 
 impl Dialect for sqlx::Postgres {
+    fn builder<'a>(sql: &str) -> QueryBuilder<'a, Self> {
+        QueryBuilder::new(sql)
+    }
+
     const NOW: &'static str = "now()";
     // Concurrent claims of one existing key queue here, so exactly one of them can take a
     // stale record over.
@@ -81,6 +135,10 @@ impl Dialect for sqlx::Postgres {
 }
 
 impl Dialect for sqlx::Sqlite {
+    fn builder<'a>(sql: &str) -> QueryBuilder<'a, Self> {
+        QueryBuilder::new(sql)
+    }
+
     // Every time column holds this one text format, so that text order is time order.
     const NOW: &'static str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
     // No row locks: a claim runs in a `BEGIN IMMEDIATE` transaction, whose write lock keeps
@@ -111,23 +169,16 @@ impl Dialect for sqlx::Sqlite {
 
 /// `UPDATE idempotency_records SET recovery_point = 'charged' ..`: the processor confirmed
 /// the charge, so that a takeover resumes from here without calling it again.
-pub(crate) fn record_charged<'a, DB>(
+pub(crate) fn record_charged<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
     processor_charge_id: &'a str,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    i32: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new(
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder(
         "UPDATE idempotency_records SET recovery_point = 'charged', processor_charge_id = ",
     );
-    sql.push_bind(processor_charge_id);
+    sql.value(processor_charge_id);
     push_touched_where_fenced(&mut sql, scope, key, fence);
     sql
 }
@@ -135,20 +186,13 @@ where
 /// Fails the record after the processor tombstoned its key, `RETURNING expires_at`. Its
 /// retention counts from now. A record that holds a processor charge id is never failed: the
 /// charge must reach the ledger.
-pub(crate) fn mark_failed<'a, DB>(
+pub(crate) fn mark_failed<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
     ttl: Duration,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    i32: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new(
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder(
         "UPDATE idempotency_records SET state = 'failed', locked_until = NULL, expires_at = ",
     );
     DB::push_now_plus(&mut sql, ttl);
@@ -160,19 +204,12 @@ where
 /// Gives up the lock after an unknown outcome: the record stays pending and is stale at once,
 /// so the next retry resumes it, and the completer settles it once the settle grace has
 /// passed. Failing it instead would leave a charge the processor did make unrecorded.
-pub(crate) fn release_lock<'a, DB>(
+pub(crate) fn release_lock<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    i32: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new("UPDATE idempotency_records SET locked_until = ");
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder("UPDATE idempotency_records SET locked_until = ");
     sql.push(DB::NOW);
     push_touched_where_fenced(&mut sql, scope, key, fence);
     sql
@@ -181,56 +218,37 @@ where
 /// Completes the record with `response`, `RETURNING expires_at`. Retention is counted from
 /// the completion, never from the claim, so a record completed late in its life is still
 /// replayed for the whole TTL.
-pub(crate) fn complete<'a, DB>(
+pub(crate) fn complete<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
     response: &'a StoredResponse,
     ttl: Duration,
-) -> Result<QueryBuilder<'a, DB>, StoreError>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    &'a [u8]: Encode<'a, DB> + Type<DB>,
-    i16: Encode<'a, DB> + Type<DB>,
-    i32: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-    serde_json::Value: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new("");
+) -> Result<QueryBuilder<'a, DB>, StoreError> {
+    let mut sql = DB::builder("");
     push_complete(&mut sql, scope, key, fence, response, ttl)?;
     Ok(sql)
 }
 
 /// Pushes the statement of [`complete`] into `sql`, where it can be the gate of a statement
 /// of the caller's (PostgreSQL's one-statement finish).
-pub(crate) fn push_complete<'a, DB>(
+pub(crate) fn push_complete<'a, DB: Dialect>(
     sql: &mut QueryBuilder<'a, DB>,
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
     response: &'a StoredResponse,
     ttl: Duration,
-) -> Result<(), StoreError>
-where
-    DB: Dialect,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    &'a [u8]: Encode<'a, DB> + Type<DB>,
-    i16: Encode<'a, DB> + Type<DB>,
-    i32: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-    serde_json::Value: Encode<'a, DB> + Type<DB>,
-{
+) -> Result<(), StoreError> {
     sql.push(
         "UPDATE idempotency_records SET state = 'completed', recovery_point = 'finished',
              locked_until = NULL, response_status = ",
     )
-    .push_bind(stored_status(response)?)
+    .value(stored_status(response)?)
     .push(", response_headers = ")
-    .push_bind(headers_to_json(&response.headers))
+    .value(headers_to_json(&response.headers))
     .push(", response_body = ")
-    .push_bind(response.body.as_slice())
+    .value(response.body.as_slice())
     .push(", expires_at = ");
     DB::push_now_plus(sql, ttl);
     push_touched_where_fenced(sql, scope, key, fence);
@@ -241,29 +259,24 @@ where
 /// `, updated_at = <now> WHERE <fence>`: every fenced statement matches only while the record
 /// is still pending and still holds the generation (resource id) and attempt number this
 /// attempt claimed with.
-pub(crate) fn push_touched_where_fenced<'a, DB>(
+pub(crate) fn push_touched_where_fenced<'a, DB: Dialect>(
     sql: &mut QueryBuilder<'a, DB>,
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
-) where
-    DB: Dialect,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    i32: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-{
+) {
     sql.push(", updated_at = ")
         .push(DB::NOW)
         .push(" WHERE tenant_id = ")
-        .push_bind(scope.tenant.as_str())
+        .value(scope.tenant.as_str())
         .push(" AND operation = ")
-        .push_bind(scope.operation.as_str())
+        .value(scope.operation.as_str())
         .push(" AND idempotency_key = ")
-        .push_bind(key.as_str())
+        .value(key.as_str())
         .push(" AND attempts = ")
-        .push_bind(fence.attempt.0)
+        .value(fence.attempt.0)
         .push(" AND resource_id = ")
-        .push_bind(fence.resource_id)
+        .value(fence.resource_id)
         .push(" AND state = 'pending'");
 }
 
@@ -300,17 +313,7 @@ mod tests {
     }
 
     /// Every statement of a backend, for two different sets of values.
-    fn statements<DB>(a: &Inputs, b: &Inputs) -> Vec<(String, String)>
-    where
-        DB: Dialect,
-        for<'a> DB::Arguments<'a>: Default,
-        for<'a> &'a str: Encode<'a, DB> + Type<DB>,
-        for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
-        for<'a> i16: Encode<'a, DB> + Type<DB>,
-        for<'a> i32: Encode<'a, DB> + Type<DB>,
-        for<'a> Uuid: Encode<'a, DB> + Type<DB>,
-        for<'a> serde_json::Value: Encode<'a, DB> + Type<DB>,
-    {
+    fn statements<DB: Dialect>(a: &Inputs, b: &Inputs) -> Vec<(String, String)> {
         let each = |i: &Inputs| -> Vec<String> {
             let complete = complete::<DB>(&i.scope, &i.key, i.fence, &i.response, i.policy.ttl)
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -319,25 +322,9 @@ mod tests {
                 mark_failed::<DB>(&i.scope, &i.key, i.fence, i.policy.ttl).into_sql(),
                 release_lock::<DB>(&i.scope, &i.key, i.fence).into_sql(),
                 complete.into_sql(),
-                claiming::insert_pending::<DB>(
-                    &i.scope,
-                    &i.key,
-                    &i.fingerprint,
-                    &i.body,
-                    &i.generation,
-                    i.policy,
-                )
-                .into_sql(),
+                claiming::insert_pending::<DB>(i.claim(), &i.generation, i.policy).into_sql(),
                 claiming::take_over::<DB>(&i.scope, &i.key, i.policy.lock_timeout).into_sql(),
-                claiming::replace::<DB>(
-                    &i.scope,
-                    &i.key,
-                    &i.fingerprint,
-                    &i.body,
-                    &i.generation,
-                    i.policy,
-                )
-                .into_sql(),
+                claiming::replace::<DB>(i.claim(), &i.generation, i.policy).into_sql(),
                 claiming::read_record::<DB>(&i.scope, &i.key, true).into_sql(),
             ]
         };
@@ -354,6 +341,17 @@ mod tests {
         body: Vec<u8>,
         generation: Generation,
         policy: IdempotencyPolicy,
+    }
+
+    impl Inputs {
+        fn claim(&self) -> claiming::NewClaim<'_> {
+            claiming::NewClaim {
+                scope: &self.scope,
+                key: &self.key,
+                fingerprint: &self.fingerprint,
+                request_body: &self.body,
+            }
+        }
     }
 
     fn inputs(tenant: &str, name: &str, attempt: i32, ttl_secs: u64) -> Inputs {

@@ -26,14 +26,13 @@ macro_rules! impl_floor_repository {
                 resource_id: uuid::Uuid,
             ) -> Result<$crate::model::Fence, $crate::StoreError> {
                 let generation = $crate::model::Generation::of(resource_id);
-                let sql = $crate::claiming::insert_record::<$db>(
+                let claim = $crate::claiming::NewClaim {
                     scope,
                     key,
                     fingerprint,
                     request_body,
-                    &generation,
-                    self.policy,
-                );
+                };
+                let sql = $crate::claiming::insert_record::<$db>(claim, &generation, self.policy);
                 self.write_statement(sql).await?;
                 Ok($crate::model::Fence {
                     attempt: payments_idempotency::Attempt(1),

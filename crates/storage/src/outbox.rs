@@ -4,17 +4,14 @@
 
 use std::time::Duration;
 
-use sqlx::{Encode, QueryBuilder, Type};
+use sqlx::QueryBuilder;
 
-use crate::fenced::Dialect;
+use crate::fenced::{Dialect, PushValue};
 
 /// The number of unpublished events and the age of the oldest in seconds (`NULL` when there
 /// is none).
-pub(crate) fn backlog<'a, DB: Dialect>() -> QueryBuilder<'a, DB>
-where
-    DB::Arguments<'a>: Default,
-{
-    let mut sql = QueryBuilder::new("SELECT count(*), ");
+pub(crate) fn backlog<'a, DB: Dialect>() -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder("SELECT count(*), ");
     sql.push(DB::OLDEST_AGE_SECS)
         .push(" FROM outbox_events WHERE published_at IS NULL");
     sql
@@ -29,19 +26,15 @@ where
 pub(crate) fn prune_published<'a, DB: Dialect>(
     retention: Duration,
     batch: i64,
-) -> QueryBuilder<'a, DB>
-where
-    DB::Arguments<'a>: Default,
-    i64: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new(
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder(
         "DELETE FROM outbox_events WHERE id IN (
              SELECT id FROM outbox_events
              WHERE published_at IS NOT NULL AND published_at < ",
     );
     DB::push_now_minus(&mut sql, retention);
     sql.push(" LIMIT ")
-        .push_bind(batch)
+        .value(batch)
         .push(DB::SKIP_LOCKED)
         .push(")");
     sql

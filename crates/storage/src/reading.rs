@@ -2,71 +2,52 @@
 //! tenant: another tenant's charge is simply not found.
 
 use payments_domain::{Charge, ChargeId, TenantId};
-use sqlx::{Encode, QueryBuilder, Type};
-use uuid::Uuid;
+use sqlx::QueryBuilder;
 
-use crate::fenced::Dialect;
+use crate::fenced::{Dialect, PushValue};
 
 const SELECT_CHARGES: &str = "SELECT id, tenant_id, amount, currency, source, description, \
                               processor_charge_id, created_at, amount_refunded FROM charges";
 
 /// The tenant's charge with this id.
-pub(crate) fn charge<'a, DB>(tenant: &'a TenantId, id: ChargeId) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new(SELECT_CHARGES);
+pub(crate) fn charge<'a, DB: Dialect>(tenant: &'a TenantId, id: ChargeId) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder(SELECT_CHARGES);
     sql.push(" WHERE tenant_id = ")
-        .push_bind(tenant.as_str())
+        .value(tenant.as_str())
         .push(" AND id = ")
-        .push_bind(id.as_uuid());
+        .value(id.as_uuid());
     sql
 }
 
 /// Up to `limit` + 1 of the tenant's charges, newest first, after `cursor` (keyset
 /// pagination on `(created_at, id)`): the row more than asked tells whether another page
 /// exists.
-pub(crate) fn charges_after<'a, DB>(
+pub(crate) fn charges_after<'a, DB: Dialect>(
     tenant: &'a TenantId,
     cursor: Option<&'a Charge>,
     limit: u32,
-) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    Uuid: Encode<'a, DB> + Type<DB>,
-    i64: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new(SELECT_CHARGES);
-    sql.push(" WHERE tenant_id = ").push_bind(tenant.as_str());
+) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder(SELECT_CHARGES);
+    sql.push(" WHERE tenant_id = ").value(tenant.as_str());
     if let Some(cursor) = cursor {
         sql.push(" AND (created_at, id) < (");
         DB::push_time(&mut sql, cursor.created_at);
-        sql.push(", ").push_bind(cursor.id.as_uuid()).push(")");
+        sql.push(", ").value(cursor.id.as_uuid()).push(")");
     }
     sql.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-        .push_bind(i64::from(limit) + 1);
+        .value(i64::from(limit) + 1);
     sql
 }
 
 /// The tenant's balances per account and currency, ordered by currency then account. The sum
 /// is cast back to a bigint (PostgreSQL sums bigints as numeric): a tenant's balance is
 /// bounded far below i64 by the charge amount limit.
-pub(crate) fn balances<'a, DB>(tenant: &'a TenantId) -> QueryBuilder<'a, DB>
-where
-    DB: Dialect,
-    DB::Arguments<'a>: Default,
-    &'a str: Encode<'a, DB> + Type<DB>,
-{
-    let mut sql = QueryBuilder::new(
+pub(crate) fn balances<'a, DB: Dialect>(tenant: &'a TenantId) -> QueryBuilder<'a, DB> {
+    let mut sql = DB::builder(
         "SELECT account, currency, CAST(sum(amount) AS BIGINT) FROM ledger_entries
          WHERE tenant_id = ",
     );
-    sql.push_bind(tenant.as_str())
+    sql.value(tenant.as_str())
         .push(" GROUP BY account, currency ORDER BY currency, account");
     sql
 }

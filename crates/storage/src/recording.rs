@@ -14,18 +14,9 @@
 //!   the completion; SQLite: the completion, then the inserts, in one transaction).
 
 use payments_domain::Charge;
-use payments_idempotency::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
 
 use crate::model::Fence;
-
-/// A claim of `key` for a request: what a claim under the lock needs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NewClaim<'a> {
-    pub scope: &'a Scope,
-    pub key: &'a IdempotencyKey,
-    pub fingerprint: &'a Fingerprint,
-    pub request_body: &'a [u8],
-}
 
 /// A charge's finish: the charge and the response to complete the fenced record with.
 #[derive(Debug, Clone, Copy)]
@@ -49,10 +40,11 @@ macro_rules! impl_record_repository {
             };
 
             use $crate::StoreError;
+            use $crate::claiming::NewClaim;
             use $crate::model::{
                 Claim, Claimed, Completion, Fence, Finish, Generation, TakenOver, Verdict, judge,
             };
-            use $crate::recording::{ChargeFinish, NewClaim};
+            use $crate::recording::ChargeFinish;
             use $crate::rows::RecordWithClock;
             use $crate::{claiming, fenced};
 
@@ -67,14 +59,7 @@ macro_rules! impl_record_repository {
                     claim: &NewClaim<'_>,
                 ) -> Result<Option<Claimed>, StoreError> {
                     let new = Generation::new();
-                    let mut sql = claiming::insert_pending::<$db>(
-                        claim.scope,
-                        claim.key,
-                        claim.fingerprint,
-                        claim.request_body,
-                        &new,
-                        self.policy,
-                    );
+                    let mut sql = claiming::insert_pending::<$db>(*claim, &new, self.policy);
                     let inserted: Option<i32> =
                         sql.build_query_scalar().fetch_optional(conn).await?;
                     Ok(inserted.map(|attempts| Claimed::fresh(attempts, new)))
@@ -117,14 +102,7 @@ macro_rules! impl_record_repository {
                         }
                         Verdict::Replace => {
                             let new = Generation::new();
-                            let mut sql = claiming::replace::<$db>(
-                                scope,
-                                key,
-                                claim.fingerprint,
-                                claim.request_body,
-                                &new,
-                                self.policy,
-                            );
+                            let mut sql = claiming::replace::<$db>(*claim, &new, self.policy);
                             let attempts: i32 = sql.build_query_scalar().fetch_one(conn).await?;
                             Claim::Owned(Claimed::replacing(attempts, new))
                         }

@@ -7,9 +7,10 @@ use sqlx::{Postgres, QueryBuilder};
 use super::PgStore;
 use super::statements::push_charge_writes;
 use crate::StoreError;
+use crate::claiming::NewClaim;
 use crate::fenced;
 use crate::model::{Claim, Completion};
-use crate::recording::{ChargeFinish, NewClaim, impl_record_repository};
+use crate::recording::{ChargeFinish, impl_record_repository};
 
 impl PgStore {
     /// Claims a key under the lock (the lock-free read that answers replays, 409s and 422s

@@ -7,9 +7,10 @@ use sqlx::{QueryBuilder, Sqlite};
 use super::SqliteStore;
 use super::reads::insert_charge_writes;
 use crate::StoreError;
+use crate::claiming::NewClaim;
 use crate::fenced;
 use crate::model::{Claim, Completion};
-use crate::recording::{ChargeFinish, NewClaim, impl_record_repository};
+use crate::recording::{ChargeFinish, impl_record_repository};
 
 impl SqliteStore {
     /// The insert, the read and the decision run in one `BEGIN IMMEDIATE` transaction: the
