@@ -10,6 +10,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::ApiError;
 
+/// A request body as `T`: typed parsing from the bytes rejects duplicate fields, unknown
+/// fields (where `T` denies them), wrong types and numbers outside i64, with a message that
+/// names the field.
+pub fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))
+}
+
 /// The body of `POST /charges`. Unknown fields are rejected so a typo (`ammount`) is an error,
 /// not a silently different charge.
 #[derive(Debug, Deserialize)]
@@ -24,12 +32,9 @@ pub struct CreateChargeBody {
 
 impl CreateChargeBody {
     /// The validated request in a `POST /charges` body: by the handler before the claim, and
-    /// by the completer from the canonical body stored with a record. Typed parsing from the
-    /// bytes rejects duplicate fields, unknown fields, wrong types and numbers outside i64 with
-    /// a message that names the field.
+    /// by the completer from the canonical body stored with a record.
     pub fn parse(body: &[u8]) -> Result<ChargeRequest, ApiError> {
-        let typed: Self = serde_json::from_slice(body)
-            .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
+        let typed: Self = json_body(body)?;
         ChargeRequest::try_from(typed)
     }
 }
@@ -116,42 +121,31 @@ where
     T::deserialize(field).map(Some)
 }
 
-/// The request as it is stored with its record: the body and the charge of the path, which
-/// the fingerprint covers too (the same key and body on another charge is another request).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StoredRefundBody {
-    charge: String,
-    #[serde(default)]
-    amount: Option<i64>,
-    #[serde(default)]
-    reason: Option<String>,
-}
-
 impl CreateRefundBody {
     /// The field naming the charge in the stored request.
     pub const CHARGE: &'static str = "charge";
 
     /// The validated refund of `charge` in a `POST /charges/{id}/refunds` body.
     pub fn parse(body: &[u8], charge: ChargeId) -> Result<RefundRequest, ApiError> {
-        let typed: Self = serde_json::from_slice(body)
-            .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
+        let typed: Self = json_body(body)?;
         typed.into_request(charge)
     }
 
-    /// The request stored with a record, for the completer.
+    /// The request stored with a record, for the completer: the body with the charge of the
+    /// path as its [`CHARGE`](Self::CHARGE) field.
     pub fn parse_stored(body: &[u8]) -> Result<RefundRequest, ApiError> {
-        let stored: StoredRefundBody = serde_json::from_slice(body)
-            .map_err(|e| ApiError::InvalidRequest(format!("Invalid stored request: {e}")))?;
-        let charge = stored
-            .charge
-            .parse()
-            .map_err(|e| ApiError::InvalidRequest(format!("charge: {e}")))?;
-        let body = Self {
-            amount: stored.amount,
-            reason: stored.reason,
+        let invalid = |e: &dyn std::fmt::Display| {
+            ApiError::InvalidRequest(format!("Invalid stored request: {e}"))
         };
-        body.into_request(charge)
+        let mut fields: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(body).map_err(|e| invalid(&e))?;
+        let charge = fields
+            .remove(Self::CHARGE)
+            .and_then(|charge| charge.as_str()?.parse().ok())
+            .ok_or_else(|| invalid(&"no charge"))?;
+        let typed: Self =
+            serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| invalid(&e))?;
+        typed.into_request(charge)
     }
 
     fn into_request(self, charge: ChargeId) -> Result<RefundRequest, ApiError> {

@@ -145,7 +145,8 @@ pub(crate) fn replace<'a, DB: Dialect>(
     sql
 }
 
-fn push_where_key<'a, DB: Dialect>(
+/// ` WHERE <the record's primary key>`.
+pub(crate) fn push_where_key<'a, DB: Dialect>(
     sql: &mut QueryBuilder<'a, DB>,
     scope: &'a Scope,
     key: &'a IdempotencyKey,

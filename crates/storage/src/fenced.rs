@@ -265,15 +265,9 @@ pub(crate) fn push_touched_where_fenced<'a, DB: Dialect>(
     key: &'a IdempotencyKey,
     fence: Fence,
 ) {
-    sql.push(", updated_at = ")
-        .push(DB::NOW)
-        .push(" WHERE tenant_id = ")
-        .value(scope.tenant.as_str())
-        .push(" AND operation = ")
-        .value(scope.operation.as_str())
-        .push(" AND idempotency_key = ")
-        .value(key.as_str())
-        .push(" AND attempts = ")
+    sql.push(", updated_at = ").push(DB::NOW);
+    crate::claiming::push_where_key(sql, scope, key);
+    sql.push(" AND attempts = ")
         .value(fence.attempt.0)
         .push(" AND resource_id = ")
         .value(fence.resource_id)

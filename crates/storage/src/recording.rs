@@ -39,6 +39,7 @@ macro_rules! impl_record_repository {
                 Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
             };
 
+            use sqlx::QueryBuilder;
             use $crate::StoreError;
             use $crate::claiming::NewClaim;
             use $crate::model::{
@@ -51,6 +52,17 @@ macro_rules! impl_record_repository {
             type Connection = <$db as sqlx::Database>::Connection;
 
             impl $store {
+                /// Runs a completing statement (`RETURNING expires_at`, fenced) on the caller's
+                /// transaction: the write that ends a record, with what ends with it.
+                pub(crate) async fn complete_on(
+                    conn: &mut Connection,
+                    sql: &mut QueryBuilder<'_, $db>,
+                ) -> Result<Completion, StoreError> {
+                    let expires_at: Option<DateTime<Utc>> =
+                        sql.build_query_scalar().fetch_optional(conn).await?;
+                    Ok(Completion::from_expiry(expires_at))
+                }
+
                 /// Inserts a fresh pending record on `conn`, unless the key exists: `None`
                 /// then.
                 async fn insert_pending(

@@ -28,7 +28,7 @@ macro_rules! impl_refund_repository {
         const _: () = {
             use chrono::{DateTime, Utc};
             use payments_domain::{
-                LedgerTransaction, Money, PAYMENT_REFUNDED, PaymentRefunded, Refund, RefundId,
+                LedgerTransaction, PAYMENT_REFUNDED, PaymentRefunded, Refund, RefundId,
                 RefundRequest, RefundStatus, TenantId,
             };
             use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
@@ -52,24 +52,13 @@ macro_rules! impl_refund_repository {
                     fence: Fence,
                 ) -> Result<Completion, StoreError> {
                     let mut tx = self.$begin().await?;
-                    let completion = Self::ended(&mut tx, &mut ending).await?;
+                    let completion = Self::complete_on(&mut tx, &mut ending).await?;
                     if completion == Completion::Fenced {
                         return Ok(completion);
                     }
                     Self::release_reservation(&mut tx, fence.resource_id).await?;
                     tx.commit().await?;
                     Ok(completion)
-                }
-
-                /// Runs `ending` (a fenced statement `RETURNING expires_at`) on the caller's
-                /// transaction.
-                async fn ended(
-                    conn: &mut <$db as sqlx::Database>::Connection,
-                    ending: &mut QueryBuilder<'_, $db>,
-                ) -> Result<Completion, StoreError> {
-                    let expires_at: Option<DateTime<Utc>> =
-                        ending.build_query_scalar().fetch_optional(conn).await?;
-                    Ok(Completion::from_expiry(expires_at))
                 }
 
                 /// Deletes the pending refund `refund` and gives its amount back to its charge,
@@ -213,14 +202,12 @@ macro_rules! impl_refund_repository {
                         Ok(amount) => amount,
                         Err(refusal) => return Ok(Reservation::Refused(refusal)),
                     };
-                    let currency = charge.currency.parse().map_err(|_| {
-                        StoreError::Corrupt(format!("currency = {:?}", charge.currency))
-                    })?;
+                    let money = $crate::rows::money(amount.minor_units(), &charge.currency)?;
                     let refund = Refund {
                         id: RefundId::from_uuid(fence.resource_id),
                         tenant: TenantId::new(scope.tenant.clone()),
                         charge: request.charge,
-                        money: Money::new(amount, currency),
+                        money,
                         reason: request.reason,
                         status: RefundStatus::Pending,
                         created_at,
@@ -244,7 +231,7 @@ macro_rules! impl_refund_repository {
                         .push_bind(refund.tenant.as_str())
                         .push_bind(refund.charge.as_uuid())
                         .push_bind(amount.minor_units())
-                        .push_bind(currency.code())
+                        .push_bind(money.currency.code())
                         .push_bind(refund.reason.map(|r| r.name()))
                         .push("'pending'");
                     insert.push(", ");
@@ -278,7 +265,7 @@ macro_rules! impl_refund_repository {
                     let mut complete =
                         fenced::complete::<$db>(scope, key, fence, response, self.policy.ttl)?;
                     let mut tx = self.$begin().await?;
-                    let completion = Self::ended(&mut tx, &mut complete).await?;
+                    let completion = Self::complete_on(&mut tx, &mut complete).await?;
                     if completion == Completion::Fenced {
                         return Ok(completion);
                     }

@@ -106,17 +106,10 @@ pub(crate) struct ChargeRow {
 
 impl ChargeRow {
     pub fn into_charge(self) -> Result<Charge, StoreError> {
-        let currency: Currency = self
-            .currency
-            .parse()
-            .map_err(|_| corrupt("currency", &self.currency))?;
         Ok(Charge {
             id: ChargeId::from_uuid(self.id),
             tenant: TenantId::new(self.tenant_id),
-            money: Money::new(
-                Amount::new(self.amount).map_err(|_| corrupt("amount", self.amount))?,
-                currency,
-            ),
+            money: money(self.amount, &self.currency)?,
             source: PaymentSource::new(self.source)
                 .map_err(|e| StoreError::Corrupt(format!("source: {e}")))?,
             description: self
@@ -148,10 +141,6 @@ impl RefundRow {
     /// A refund is succeeded exactly when it has its processor refund id (the schema's
     /// `succeeded_has_processor_refund`), so the id alone gives the status.
     pub fn into_refund(self) -> Result<Refund, StoreError> {
-        let currency: Currency = self
-            .currency
-            .parse()
-            .map_err(|_| corrupt("currency", &self.currency))?;
         let reason = self
             .reason
             .map(|name| RefundReason::from_name(&name).ok_or_else(|| corrupt("reason", &name)))
@@ -160,10 +149,7 @@ impl RefundRow {
             id: RefundId::from_uuid(self.id),
             tenant: TenantId::new(self.tenant_id),
             charge: ChargeId::from_uuid(self.charge_id),
-            money: Money::new(
-                Amount::new(self.amount).map_err(|_| corrupt("amount", self.amount))?,
-                currency,
-            ),
+            money: money(self.amount, &self.currency)?,
             reason,
             status: match self.processor_refund_id {
                 Some(processor_refund_id) => RefundStatus::Succeeded {
@@ -289,6 +275,15 @@ fn page<R, T>(
         .map(convert)
         .collect::<Result<_, _>>()?;
     Ok((items, has_more))
+}
+
+/// An `amount` and `currency` pair of columns as the money they hold.
+pub(crate) fn money(amount: i64, currency: &str) -> Result<Money, StoreError> {
+    let currency: Currency = currency
+        .parse()
+        .map_err(|_| corrupt("currency", currency))?;
+    let amount = Amount::new(amount).map_err(|_| corrupt("amount", amount))?;
+    Ok(Money::new(amount, currency))
 }
 
 fn corrupt(column: &str, value: impl std::fmt::Debug) -> StoreError {

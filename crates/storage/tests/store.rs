@@ -177,6 +177,16 @@ impl TestDb {
         )
     }
 
+    /// The record under `k`, which must exist.
+    async fn record(
+        &self,
+        s: &Scope,
+        k: &IdempotencyKey,
+    ) -> payments_idempotency::IdempotencyRecord {
+        let found = self.store.find_record(s, k).await.expect("read");
+        found.map(|(record, _)| record).expect("a record")
+    }
+
     async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
             .fetch_one(&self.raw)
@@ -501,12 +511,7 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
         Finish::Fenced
     );
     assert_eq!(db.count("charges").await, 0);
-    let (record, _) = db
-        .store
-        .find_record(&s, &k)
-        .await
-        .expect("read")
-        .expect("the new generation's record");
+    let record = db.record(&s, &k).await;
     assert_eq!(
         (
             record.state.as_str(),
@@ -553,12 +558,7 @@ async fn every_completion_counts_retention_from_itself(backend: Backend) {
         expires_at > before + ttl - slack && expires_at < before + ttl + slack,
         "expires_at {expires_at} is one TTL after the finish at {before}"
     );
-    let (record, _) = db
-        .store
-        .find_record(&s, &k)
-        .await
-        .expect("read")
-        .expect("record");
+    let record = db.record(&s, &k).await;
     assert_eq!(record.expires_at, expires_at);
     assert!(matches!(
         db.store
@@ -795,12 +795,7 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
         [1, 1, 2, 1],
         "only the first finish left rows"
     );
-    let (record, _) = db
-        .store
-        .find_record(&s, &key("second"))
-        .await
-        .expect("read")
-        .expect("the record is still there");
+    let record = db.record(&s, &key("second")).await;
     assert_eq!(
         (record.state.as_str(), record.response.is_none()),
         ("pending", true),
@@ -1193,13 +1188,7 @@ mod floors {
             (fence.attempt, fence.resource_id),
             (Attempt(1), resource_id)
         );
-        let pending = db
-            .store
-            .find_record(&s, &k)
-            .await
-            .expect("read")
-            .map(|(record, _)| record)
-            .expect("a record");
+        let pending = db.record(&s, &k).await;
         assert_eq!(
             (pending.state, pending.fingerprint, pending.response),
             (RecordState::Pending, fingerprint(100), None)
@@ -1220,13 +1209,7 @@ mod floors {
             .await
             .expect("finish");
         assert!(matches!(done, Completion::Stored { .. }));
-        let completed = db
-            .store
-            .find_record(&s, &k)
-            .await
-            .expect("read")
-            .map(|(record, _)| record)
-            .expect("a record");
+        let completed = db.record(&s, &k).await;
         assert_eq!(completed.state, RecordState::Completed);
         assert_eq!(completed.response.expect("response").body, b"floor");
     }

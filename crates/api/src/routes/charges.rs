@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{ListParams, run_idempotent, tenants};
 use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
-use crate::views::{ChargeView, CreateChargeBody, List};
+use crate::views::{ChargeView, CreateChargeBody, List, json_body};
 use crate::{ApiError, AppState};
 
 /// Everything is validated before the claim: a bad request stores nothing and leaves the key
@@ -23,8 +23,7 @@ pub async fn create(
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
     let request = CreateChargeBody::parse(&body)?;
-    let canonical: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
+    let canonical: Value = json_body(&body)?;
     let charges = state.charges.as_ref();
     run_idempotent(&state, charges, tenant, key, wait, &canonical, request).await
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::charges::tenants_charge;
 use super::{ListParams, run_idempotent, tenants};
 use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
-use crate::views::{CreateRefundBody, List, RefundView};
+use crate::views::{CreateRefundBody, List, RefundView, json_body};
 use crate::{ApiError, AppState};
 
 /// Everything is validated before the claim, the charge too: a bad request or a charge that is
@@ -28,8 +28,7 @@ pub async fn create(
     let request = CreateRefundBody::parse(&body, charge.id)?;
     // The stored request names the charge, so that the fingerprint covers it and the completer
     // can finish the refund from the record alone.
-    let mut canonical: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))?;
+    let mut canonical: Value = json_body(&body)?;
     let Value::Object(fields) = &mut canonical else {
         return Err(ApiError::InvalidRequest(
             "The body must be a JSON object.".into(),

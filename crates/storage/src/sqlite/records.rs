@@ -1,7 +1,6 @@
 //! Idempotency records on SQLite: what differs from PostgreSQL in `RecordRepository`, whose
 //! one implementation is `crate::recording`'s. Every write runs in a write transaction.
 
-use chrono::{DateTime, Utc};
 use sqlx::{QueryBuilder, Sqlite};
 
 use super::SqliteStore;
@@ -51,10 +50,10 @@ impl SqliteStore {
     /// Runs one completing statement (`RETURNING expires_at`) in a write transaction.
     async fn write_completion(
         &self,
-        sql: QueryBuilder<'_, Sqlite>,
+        mut sql: QueryBuilder<'_, Sqlite>,
     ) -> Result<Completion, StoreError> {
         let mut write = self.begin_write().await?;
-        let completion = complete(&mut write, sql).await?;
+        let completion = Self::complete_on(&mut write, &mut sql).await?;
         write.commit().await?;
         Ok(completion)
     }
@@ -63,9 +62,10 @@ impl SqliteStore {
     /// transaction is dropped (rolled back) having written nothing.
     async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError> {
         let ttl = self.policy.ttl;
-        let sql = fenced::complete(finish.scope, finish.key, finish.fence, finish.response, ttl)?;
+        let mut sql =
+            fenced::complete(finish.scope, finish.key, finish.fence, finish.response, ttl)?;
         let mut write = self.begin_write().await?;
-        let completion = complete(&mut write, sql).await?;
+        let completion = Self::complete_on(&mut write, &mut sql).await?;
         if completion == Completion::Fenced {
             return Ok(Completion::Fenced);
         }
@@ -73,15 +73,6 @@ impl SqliteStore {
         write.commit().await?;
         Ok(completion)
     }
-}
-
-/// Runs a completing statement on the caller's write transaction.
-async fn complete(
-    conn: &mut sqlx::SqliteConnection,
-    mut sql: QueryBuilder<'_, Sqlite>,
-) -> Result<Completion, StoreError> {
-    let stored: Option<DateTime<Utc>> = sql.build_query_scalar().fetch_optional(conn).await?;
-    Ok(Completion::from_expiry(stored))
 }
 
 impl_record_repository!(SqliteStore, sqlx::Sqlite);
