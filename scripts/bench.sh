@@ -94,7 +94,9 @@ OUT="$(cd "$OUT" && pwd)"
 PG_SERVER="${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432}"
 PG_SERVER="${PG_SERVER%/}"
 REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:6379}"
-TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+# The bench build has unauthenticated floor endpoints (/bench/*): it goes to a target directory
+# of its own, so target/release/payments-api is never that binary.
+TARGET_DIR="${BENCH_TARGET_DIR:-$ROOT/target/bench-build}"
 API_BIN="$TARGET_DIR/release/payments-api"
 SIM_BIN="$TARGET_DIR/release/card-sim"
 # The service sheds load above this many requests in flight; keep it clear of the load.
@@ -254,7 +256,7 @@ ensure_tools() {
 build() {
     if ((BUILD)); then
         log "building the release binaries (feature bench)"
-        (cd "$ROOT" && cargo build --release -p payments-api --features payments-api/bench -p payments-card-sim) \
+        (cd "$ROOT" && CARGO_TARGET_DIR="$TARGET_DIR" cargo build --release -p payments-api --features payments-api/bench -p payments-card-sim) \
             >"$OUT/logs/build.log" 2>&1 || die "the build failed; see $OUT/logs/build.log"
     fi
     [[ -x $API_BIN && -x $SIM_BIN ]] || die "no release binaries in $TARGET_DIR/release (run without --no-build)"
@@ -269,10 +271,10 @@ free_port() {
 # SVC_DB, SVC_PREFIX and SVC_LOG.
 
 SERVICE_N=0
-declare -A S_URL S_PID S_DB S_PREFIX S_LOG S_RELAY
+declare -A S_URL S_METRICS S_PID S_DB S_PREFIX S_LOG S_RELAY
 
 use_service() {
-    SVC_ID=$1 SVC_URL=${S_URL[$1]} SVC_PID=${S_PID[$1]} SVC_DB=${S_DB[$1]}
+    SVC_ID=$1 SVC_URL=${S_URL[$1]} SVC_METRICS=${S_METRICS[$1]} SVC_PID=${S_PID[$1]} SVC_DB=${S_DB[$1]}
     SVC_PREFIX=${S_PREFIX[$1]} SVC_LOG=${S_LOG[$1]}
 }
 
@@ -280,7 +282,7 @@ use_service() {
 # A DATABASE_URL=sqlite://FILE among them runs the service on that SQLite file instead of a
 # PostgreSQL database; its SVC_DB is then sqlite:FILE.
 start_service() {
-    local id=$1 attempt port pid i db prefix log_file relay=1 url arg
+    local id=$1 attempt port metrics_port pid i db prefix log_file relay=1 url arg
     shift
     SERVICE_N=$((SERVICE_N + 1))
     db="bench_${RUN}_${SERVICE_N}"
@@ -297,22 +299,27 @@ start_service() {
     fi
     for attempt in 1 2 3; do
         port="$(free_port)"
+        metrics_port="$(free_port)"
         # A clean environment: a REDIS_URL, RUST_LOG or PAYMENTS__* of the caller's shell
         # would otherwise change what is measured.
         env -i PATH="$PATH" HOME="${HOME:-/}" BENCH_RUN="$RUN" \
             DATABASE_URL="$url" \
             PAYMENTS__SERVER__BIND="127.0.0.1:$port" \
+            PAYMENTS__SERVER__METRICS_BIND="127.0.0.1:$metrics_port" \
             PAYMENTS__SERVER__MAX_IN_FLIGHT="$MAX_IN_FLIGHT" \
+            PAYMENTS__SERVER__MAX_IN_FLIGHT_PER_TENANT="$MAX_IN_FLIGHT" \
             PAYMENTS__LOG__FILTER=warn \
             PAYMENTS__REDIS__URL="$REDIS_URL" \
             PAYMENTS__REDIS__KEY_PREFIX="$prefix" \
+            PAYMENTS__REDIS__CACHE_SECRET="bench-cache-secret-$RUN-0123456789abcdef" \
             PAYMENTS__REDIS__STREAM="$prefix:events" \
             "$@" "$API_BIN" >"$log_file" 2>&1 &
         pid=$!
         PIDS+=("$pid")
         for ((i = 0; i < 600; i++)); do
             if curl -fs -o /dev/null --max-time 1 "http://127.0.0.1:$port/readyz"; then
-                S_URL[$id]="http://127.0.0.1:$port" S_PID[$id]=$pid S_DB[$id]=$db
+                S_URL[$id]="http://127.0.0.1:$port" S_METRICS[$id]="http://127.0.0.1:$metrics_port"
+                S_PID[$id]=$pid S_DB[$id]=$db
                 S_PREFIX[$id]=$prefix S_LOG[$id]=$log_file S_RELAY[$id]=$relay
                 use_service "$id"
                 log "service $id ready at $SVC_URL (database $db)"
@@ -432,7 +439,7 @@ prepare_replay_key() {
 }
 
 metric() { # OUTCOME -> idempotency_outcomes_total for it (0 when absent)
-    curl -fs --max-time 5 "$SVC_URL/metrics" |
+    curl -fs --max-time 5 "$SVC_METRICS/metrics" |
         awk -v want="outcome=\"$1\"" 'index($0, "idempotency_outcomes_total{") == 1 && index($0, want) { n = $NF } END { printf "%d\n", n }'
 }
 

@@ -52,26 +52,34 @@ trap cleanup EXIT
 # Starts the service in its own directory and sets STARTED_URL once it listens. (Not called
 # in a command substitution: that would run it in a subshell, and cleanup would never learn
 # the service's pid.)
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Sets STARTED_URL (the API) and STARTED_METRICS (its metrics listener).
 start() {
-    local name=$1; shift
+    local name=$1 port metrics_port; shift
+    port=$(free_port) metrics_port=$(free_port)
     mkdir -p "$WORK/$name"
-    (cd "$WORK/$name" && exec env -i PATH="$PATH" PAYMENTS__SERVER__BIND=127.0.0.1:0 \
+    (cd "$WORK/$name" && exec env -i PATH="$PATH" PAYMENTS__SERVER__BIND="127.0.0.1:$port" \
+        PAYMENTS__SERVER__METRICS_BIND="127.0.0.1:$metrics_port" \
+        PAYMENTS__SERVER__MAX_IN_FLIGHT_PER_TENANT=512 \
         PAYMENTS__LOG__FILTER=warn "$@" "$BIN" >"$WORK/$name.log" 2>&1) &
     PIDS+=($!)
     for _ in $(seq 1 100); do
-        # The start-up line is logged at info, above the warn filter: ask the socket table.
-        local port
-        port=$(ss -ltnpH 2>/dev/null | awk -v pid="${PIDS[-1]}" '$0 ~ "pid="pid"," {split($4, a, ":"); print a[2]; exit}')
-        if [[ -n $port ]]; then STARTED_URL="http://127.0.0.1:$port"; return; fi
+        if curl -fs -o /dev/null --max-time 1 "http://127.0.0.1:$port/readyz"; then
+            STARTED_URL="http://127.0.0.1:$port" STARTED_METRICS="http://127.0.0.1:$metrics_port"
+            return
+        fi
         sleep 0.1
     done
     die "$name did not start (see $WORK/$name.log)"
 }
 
 start postgres DATABASE_URL="$PG_SERVER/$DB"
-PG_URL=$STARTED_URL
+PG_URL=$STARTED_URL PG_METRICS=$STARTED_METRICS
 start sqlite
-SQLITE_URL=$STARTED_URL
+SQLITE_URL=$STARTED_URL SQLITE_METRICS=$STARTED_METRICS
 
 # One completed charge per service for the replay scenario.
 REPLAY_KEY="replay-$$"
@@ -123,7 +131,7 @@ done
 # Any answer other than 201 (by status, and by idempotency outcome), as each service counted it (wrk's non-2xx count
 # includes answers to requests it cut off at the end of a run, which the service may not see).
 for backend in postgres sqlite; do
-    url=$PG_URL; [[ $backend == sqlite ]] && url=$SQLITE_URL
+    url=$PG_METRICS; [[ $backend == sqlite ]] && url=$SQLITE_METRICS
     other=$(curl -s "$url/metrics" |
         grep -E '^(http_requests_total|idempotency_outcomes_total)' |
         grep -vE 'status="201"|outcome="(executed|replayed_db)"' || true)

@@ -28,7 +28,8 @@ run_one() { # BINARY INDEX ROUND
     port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
     # Logs at warn, as scripts/bench.sh runs the service: request logs would be measured too.
     env -i PATH="$PATH" DATABASE_URL=sqlite::memory: REDIS_URL="$REDIS_URL" \
-        PAYMENTS__SERVER__BIND="127.0.0.1:$port" PAYMENTS__LOG__FILTER=warn \
+        PAYMENTS__SERVER__BIND="127.0.0.1:$port" PAYMENTS__SERVER__METRICS_BIND= PAYMENTS__LOG__FILTER=warn \
+        PAYMENTS__REDIS__CACHE_SECRET="replay-cpu-cache-secret-0123456789abcdef" \
         PAYMENTS__REDIS__KEY_PREFIX="replay-cpu:$2:$3:$$" "$bin" >"$log" 2>&1 &
     pid=$!
     pids+=("$pid")

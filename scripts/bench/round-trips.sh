@@ -42,7 +42,7 @@ port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 # One connection, so every statement goes down one socket; workers that would add statements
 # of their own during the measurement run once at start and then not for an hour.
 env -i PATH="$PATH" DATABASE_URL="$SERVER/$db?sslmode=disable" PAYMENTS__DATABASE__MAX_CONNECTIONS=1 \
-    PAYMENTS__SERVER__BIND="127.0.0.1:$port" PAYMENTS__LOG__FILTER=warn \
+    PAYMENTS__SERVER__BIND="127.0.0.1:$port" PAYMENTS__SERVER__METRICS_BIND= PAYMENTS__LOG__FILTER=warn \
     PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS=3600000 PAYMENTS__WORKERS__REAPER_INTERVAL_MS=3600000 \
     "$BIN" >"$work/service.log" 2>&1 &
 pid=$!

@@ -18,6 +18,14 @@ impl ApiKeys {
         Self(std::sync::Arc::new(entries))
     }
 
+    /// Every tenant some key authenticates (once each).
+    pub fn tenants(&self) -> impl Iterator<Item = TenantId> {
+        let mut tenants: Vec<TenantId> = self.0.iter().map(|(_, t)| t.clone()).collect();
+        tenants.sort();
+        tenants.dedup();
+        tenants.into_iter()
+    }
+
     /// The tenant a presented key belongs to.
     pub fn tenant_for(&self, presented: &str) -> Option<&TenantId> {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
@@ -44,6 +52,32 @@ impl std::fmt::Debug for ApiKeys {
 fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
     let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
     std::hint::black_box(difference) == 0
+}
+
+/// The SHA-256 of the demo keys `sk_test_acme` and `sk_test_globex`, which the compiled
+/// defaults configure and the README prints: anyone may know them, so they are refused on any
+/// address but loopback unless `auth.allow_demo_keys` says otherwise.
+pub const DEMO_KEY_HASHES: [[u8; 32]; 2] = [
+    hex_digest(b"0c24ce40313b1ce2b6daefa9dea10a4d3290af661123f6d499a3567b80d5ed49"),
+    hex_digest(b"d588a5beb7a21e90ab68a64c0db32cee0d9a75aaec9a8e4ab3f5008f56f84e91"),
+];
+
+/// 64 hex digits as 32 bytes, at compile time.
+const fn hex_digest(hex: &[u8; 64]) -> [u8; 32] {
+    const fn nibble(c: u8) -> u8 {
+        match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => panic!("not a lower-case hex digit"),
+        }
+    }
+    let mut out = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        out[i] = nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]);
+        i += 1;
+    }
+    out
 }
 
 /// Parses a configured `key_sha256` value.
@@ -77,6 +111,15 @@ mod tests {
         assert!(parse_key_hash(&"ab".repeat(32)).is_some());
         assert!(parse_key_hash(&"ab".repeat(31)).is_none());
         assert!(parse_key_hash("not hex").is_none());
+    }
+
+    #[test]
+    fn the_demo_hashes_are_those_of_the_demo_keys() {
+        let hash = |k: &str| -> [u8; 32] { Sha256::digest(k.as_bytes()).into() };
+        assert_eq!(
+            DEMO_KEY_HASHES,
+            [hash("sk_test_acme"), hash("sk_test_globex")]
+        );
     }
 
     #[test]

@@ -11,11 +11,11 @@ use std::time::Duration;
 use config::{Config, Environment, File, FileFormat};
 use payments_domain::TenantId;
 use payments_idempotency::IdempotencyPolicy;
-use payments_storage::{Database, PoolSettings};
+use payments_storage::{CacheSecret, Database, PoolSettings};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
-use crate::auth::{ApiKeys, parse_key_hash};
+use crate::auth::{ApiKeys, DEMO_KEY_HASHES, parse_key_hash};
 use crate::state::Limits;
 use crate::workers::WorkerSettings;
 
@@ -39,9 +39,12 @@ pub struct Settings {
 #[serde(deny_unknown_fields)]
 pub struct ServerSettings {
     pub bind: String,
+    /// Where `/metrics` is served, apart from the API; empty serves no metrics.
+    pub metrics_bind: String,
     pub body_limit_bytes: usize,
     pub body_timeout_ms: u64,
     pub max_in_flight: usize,
+    pub max_in_flight_per_tenant: usize,
     pub header_limit_bytes: usize,
     pub request_timeout_ms: u64,
 }
@@ -75,6 +78,8 @@ pub struct ProcessorSettings {
 #[serde(deny_unknown_fields)]
 pub struct RedisSettings {
     pub url: String,
+    /// The replay cache's MAC key: never sent to Redis, never printed.
+    pub cache_secret: SecretString,
     pub timeout_ms: u64,
     pub stream: String,
     pub key_prefix: String,
@@ -98,6 +103,8 @@ pub struct WorkersSettings {
 #[serde(deny_unknown_fields)]
 pub struct AuthSettings {
     pub api_keys: Vec<ApiKeySetting>,
+    /// Lets the public demo keys serve on an address other than loopback.
+    pub allow_demo_keys: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,6 +133,8 @@ pub enum LogFormat {
 #[derive(Debug)]
 pub struct ValidSettings {
     pub bind: SocketAddr,
+    /// `None` when metrics are not served (an empty `server.metrics_bind`).
+    pub metrics_bind: Option<SocketAddr>,
     pub database: Database,
     pub pool: PoolSettings,
     pub policy: IdempotencyPolicy,
@@ -136,6 +145,11 @@ pub struct ValidSettings {
     pub workers: WorkerSettings,
     /// `None` when Redis is disabled (an empty `redis.url`).
     pub redis: Option<RedisSettings>,
+    /// The replay cache's MAC key, present exactly when Redis is.
+    pub cache_secret: Option<CacheSecret>,
+    /// The demo keys are configured on a non-loopback address, as `auth.allow_demo_keys`
+    /// permits: warned about on every start.
+    pub demo_keys_exposed: bool,
     pub log: LogSettings,
 }
 
@@ -148,8 +162,12 @@ pub enum StartupError {
     Invalid { key: &'static str, reason: String },
     #[error("database.url: {0}")]
     Database(String),
-    #[error("server.bind: cannot listen on {addr}: {reason}")]
-    Bind { addr: SocketAddr, reason: String },
+    #[error("{key}: cannot listen on {addr}: {reason}")]
+    Bind {
+        key: &'static str,
+        addr: SocketAddr,
+        reason: String,
+    },
     #[error("server: {0}")]
     Serve(String),
 }
@@ -198,6 +216,15 @@ impl Settings {
                 self.server.bind
             ),
         })?;
+        let metrics_bind = match self.server.metrics_bind.trim() {
+            "" => None,
+            address => Some(SocketAddr::from_str(address).map_err(|e| StartupError::Invalid {
+                key: "server.metrics_bind",
+                reason: format!(
+                    "{address:?} is not an address like 127.0.0.1:9464, or empty for no metrics ({e})"
+                ),
+            })?),
+        };
         let database = Database::parse(self.database.url.expose_secret()).map_err(|reason| {
             StartupError::Invalid {
                 key: "database.url",
@@ -218,6 +245,12 @@ impl Settings {
         }
         if self.server.max_in_flight == 0 {
             return Err(invalid("server.max_in_flight", "must be at least 1"));
+        }
+        if self.server.max_in_flight_per_tenant == 0 {
+            return Err(invalid(
+                "server.max_in_flight_per_tenant",
+                "must be at least 1",
+            ));
         }
         if self.server.body_limit_bytes == 0 {
             return Err(invalid("server.body_limit_bytes", "must be at least 1"));
@@ -296,7 +329,15 @@ impl Settings {
                 if self.redis.stream_max_len == 0 {
                     return Err(invalid("redis.stream_max_len", "must be more than 0"));
                 }
-                Some(self.redis.clone())
+                let secret = self.redis.cache_secret.expose_secret().as_bytes();
+                let secret = CacheSecret::new(secret).map_err(|e| StartupError::Invalid {
+                    key: "redis.cache_secret",
+                    reason: format!(
+                        "{e} when Redis is used: the replay cache is authenticated with it \
+                         (generate one with: openssl rand -hex 32)"
+                    ),
+                })?;
+                Some((self.redis.clone(), secret))
             }
             _ => {
                 return Err(invalid(
@@ -315,19 +356,39 @@ impl Settings {
             relay_batch: i64::from(w.relay_batch_size),
             outbox_retention: Duration::from_secs(w.outbox_retention_secs),
         };
+        let (redis, cache_secret) = redis.unzip();
+        let api_keys = api_keys(&self.auth.api_keys)?;
+        let demo_keys = self.auth.api_keys.iter().any(ApiKeySetting::is_demo_key);
+        let demo_keys_exposed = demo_keys && !bind.ip().is_loopback();
+        if demo_keys_exposed && !self.auth.allow_demo_keys {
+            return Err(StartupError::Invalid {
+                key: "auth.allow_demo_keys",
+                reason: format!(
+                    "the public demo API keys (sk_test_acme, sk_test_globex) are configured and \
+                     server.bind {bind} is not a loopback address: configure your own \
+                     auth.api_keys, bind to 127.0.0.1, or set auth.allow_demo_keys = true"
+                ),
+            });
+        }
         Ok(ValidSettings {
             bind,
+            metrics_bind,
             database,
             pool: PoolSettings {
                 max_connections: self.database.max_connections,
                 acquire_timeout: Duration::from_millis(self.database.acquire_timeout_ms),
             },
             policy,
-            api_keys: api_keys(self.auth.api_keys)?,
+            api_keys,
             limits: Limits {
                 body_limit_bytes: self.server.body_limit_bytes,
                 body_timeout: Duration::from_millis(self.server.body_timeout_ms),
                 max_in_flight: self.server.max_in_flight,
+                // A share larger than the whole is the whole.
+                max_in_flight_per_tenant: self
+                    .server
+                    .max_in_flight_per_tenant
+                    .min(self.server.max_in_flight),
                 header_limit_bytes: self.server.header_limit_bytes,
                 request_timeout: Duration::from_millis(self.server.request_timeout_ms),
             },
@@ -335,12 +396,22 @@ impl Settings {
             processor_timeout,
             workers,
             redis,
+            cache_secret,
+            demo_keys_exposed,
             log: self.log,
         })
     }
 }
 
-fn api_keys(entries: Vec<ApiKeySetting>) -> Result<ApiKeys, StartupError> {
+impl ApiKeySetting {
+    /// Whether this is one of the demo keys of the compiled defaults, whose plain text is
+    /// public.
+    fn is_demo_key(&self) -> bool {
+        parse_key_hash(&self.key_sha256).is_some_and(|hash| DEMO_KEY_HASHES.contains(&hash))
+    }
+}
+
+fn api_keys(entries: &[ApiKeySetting]) -> Result<ApiKeys, StartupError> {
     if entries.is_empty() {
         return Err(invalid("auth.api_keys", "at least one API key is required"));
     }
@@ -361,7 +432,7 @@ fn api_keys(entries: Vec<ApiKeySetting>) -> Result<ApiKeys, StartupError> {
         if keys.iter().any(|(known, _)| *known == hash) {
             return Err(invalid("auth.api_keys", "the same key is listed twice"));
         }
-        keys.push((hash, TenantId::new(entry.tenant)));
+        keys.push((hash, TenantId::new(entry.tenant.clone())));
     }
     Ok(ApiKeys::new(keys))
 }

@@ -38,6 +38,14 @@ pub enum ApiError {
     /// 400 `invalid_request`: the body or query is not a valid request.
     #[error("{0}")]
     InvalidRequest(String),
+    /// 400 `card_number_not_allowed`: a field holds a card number. Refused before the claim,
+    /// so the number is stored nowhere; the detail names the field, never the number.
+    #[error("{field}: {reason}")]
+    CardNumberNotAllowed { field: &'static str, reason: String },
+    /// 400 `invalid_authorization`: more than one `Authorization` header; which one to honour
+    /// would be a guess, and a proxy and this service might guess differently.
+    #[error("Send exactly one Authorization header.")]
+    AuthorizationRepeated,
     /// 401 `unauthorized`: no API key, another scheme, or an unknown key.
     #[error("A valid API key is required: send `Authorization: Bearer <api key>`.")]
     Unauthorized,
@@ -87,6 +95,14 @@ pub enum ApiError {
     /// off here is settled by a retry with the same key or by the completer.
     #[error("The request took too long. Retry it with the same Idempotency-Key.")]
     Timeout,
+    /// 429 `tenant_in_flight_limit`: the tenant already has its share of this instance's
+    /// requests in flight (`server.max_in_flight_per_tenant`); nothing was done, the key is
+    /// not consumed.
+    #[error(
+        "Too many of your requests are in flight at once. Retry the request with the same \
+         Idempotency-Key."
+    )]
+    TenantInFlightLimit,
     /// 503 `overloaded`: this instance is at its limit of requests in flight; nothing was done.
     #[error("The service is at capacity. Retry the request with the same Idempotency-Key.")]
     Overloaded,
@@ -107,6 +123,8 @@ impl ApiError {
             Self::IdempotencyKeyMissing
             | Self::IdempotencyKeyInvalid(_)
             | Self::InvalidRequest(_)
+            | Self::CardNumberNotAllowed { .. }
+            | Self::AuthorizationRepeated
             | Self::RefundAmountTooLarge { .. }
             | Self::ChargeAlreadyRefunded => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -116,6 +134,7 @@ impl ApiError {
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::IdempotencyKeyInUse { .. } => StatusCode::CONFLICT,
+            Self::TenantInFlightLimit => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
@@ -135,6 +154,9 @@ impl ApiError {
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::IdempotencyKeyInUse { .. } => "idempotency_key_in_use",
             Self::InvalidRequest(_) => "invalid_request",
+            Self::CardNumberNotAllowed { .. } => "card_number_not_allowed",
+            Self::AuthorizationRepeated => "invalid_authorization",
+            Self::TenantInFlightLimit => "tenant_in_flight_limit",
             Self::Unauthorized => "unauthorized",
             Self::CardDeclined { .. } => "card_declined",
             Self::RefundDeclined { .. } => "refund_declined",
@@ -161,6 +183,7 @@ impl ApiError {
             Self::ProcessorUnavailable
             | Self::StoreUnavailable(_)
             | Self::Overloaded
+            | Self::TenantInFlightLimit
             | Self::Timeout => Some(1),
             _ => None,
         }

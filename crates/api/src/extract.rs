@@ -4,12 +4,12 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use payments_domain::TenantId;
 use payments_idempotency::IdempotencyKey;
 use serde::de::DeserializeOwned;
 
-use crate::{ApiError, AppState};
+use crate::{ApiError, ApiKeys, AppState};
 
 /// The tenant authenticated by `Authorization: Bearer <api key>`.
 #[derive(Debug, Clone)]
@@ -22,21 +22,35 @@ impl FromRequestParts<AppState> for Tenant {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let presented = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(bearer_token)
-            .ok_or(ApiError::Unauthorized)?;
-        match state.api_keys.tenant_for(presented) {
-            Some(tenant) => Ok(Self(tenant.clone())),
-            None => {
-                // The key itself is never logged.
-                tracing::info!("authentication failed: unknown API key");
-                Err(ApiError::Unauthorized)
-            }
+        // Admission authenticated the request already, before its body was read.
+        if let Some(tenant) = parts.extensions.get::<Self>() {
+            return Ok(tenant.clone());
         }
+        authenticate(&parts.headers, &state.api_keys)
+            .map(Self)
+            .inspect_err(|_| {
+                // The key itself is never logged.
+                tracing::info!("authentication failed");
+            })
     }
+}
+
+/// The tenant whose API key `headers` carry. Exactly one `Authorization` header: with two, a
+/// proxy in front and this service might each honour a different one.
+pub fn authenticate(headers: &HeaderMap, keys: &ApiKeys) -> Result<TenantId, ApiError> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let value = values.next().ok_or(ApiError::Unauthorized)?;
+    if values.next().is_some() {
+        return Err(ApiError::AuthorizationRepeated);
+    }
+    let presented = value
+        .to_str()
+        .ok()
+        .and_then(bearer_token)
+        .ok_or(ApiError::Unauthorized)?;
+    keys.tenant_for(presented)
+        .cloned()
+        .ok_or(ApiError::Unauthorized)
 }
 
 /// The token of a `Bearer` credential; the scheme is case-insensitive (RFC 9110 §11.1).

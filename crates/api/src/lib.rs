@@ -8,6 +8,7 @@
 //! `payments-idempotency`, the rules in `payments-domain`, the SQL in `payments-storage`;
 //! this crate converts between HTTP and those types at the edge.
 
+mod admission;
 mod auth;
 mod completions;
 pub mod config;
@@ -45,6 +46,14 @@ use crate::config::{Settings, StartupError};
 pub async fn run() -> Result<(), StartupError> {
     let settings = Settings::load()?.validate()?;
     telemetry::init(&settings.log);
+    if settings.demo_keys_exposed {
+        tracing::warn!(
+            bind = %settings.bind,
+            "the public demo API keys (sk_test_acme, sk_test_globex) are accepted on a \
+             non-loopback address (auth.allow_demo_keys = true): anyone who can reach it can \
+             charge and refund as their tenants"
+        );
+    }
 
     let store = settings
         .database
@@ -77,7 +86,7 @@ pub async fn run() -> Result<(), StartupError> {
     };
     let mut state = AppState::new(store, processor, settings.api_keys.clone(), settings.limits);
     state.metrics = metrics::install();
-    if let Some(redis) = &settings.redis {
+    if let (Some(redis), Some(secret)) = (&settings.redis, &settings.cache_secret) {
         let link = |timeout_ms| {
             RedisLink::new(&redis.url, Duration::from_millis(timeout_ms)).map_err(|e| {
                 StartupError::Invalid {
@@ -92,6 +101,7 @@ pub async fn run() -> Result<(), StartupError> {
         state.cache = Some(ReplayCache::new(
             link(redis.timeout_ms)?,
             redis.key_prefix.clone(),
+            secret.clone(),
         ));
         state.events = Some(EventStream::new(
             link(redis.stream_timeout_ms)?,
@@ -104,25 +114,39 @@ pub async fn run() -> Result<(), StartupError> {
         .as_ref()
         .map_or_else(|| "disabled".to_owned(), |r| without_credentials(&r.url));
 
-    let listener = TcpListener::bind(settings.bind)
-        .await
-        .map_err(|e| StartupError::Bind {
-            addr: settings.bind,
-            reason: e.to_string(),
-        })?;
-    let address = listener.local_addr().map_err(|e| StartupError::Bind {
-        addr: settings.bind,
-        reason: e.to_string(),
-    })?;
-    tracing::info!(%address, database = %settings.database.describe(),
+    let (listener, address) = listen("server.bind", settings.bind).await?;
+    let metrics_listener = match settings.metrics_bind {
+        Some(addr) => Some(listen("server.metrics_bind", addr).await?),
+        None => None,
+    };
+    let metrics_address = metrics_listener
+        .as_ref()
+        .map_or_else(|| "disabled".to_owned(), |(_, address)| address.to_string());
+    tracing::info!(%address, metrics = %metrics_address, database = %settings.database.describe(),
         processor = %processor_name, redis = %redis_name, "listening");
 
-    // One shutdown signal stops the server (after draining requests) and then the workers.
+    // One shutdown signal stops the servers (after draining requests) and then the workers.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
     let (stop_workers, workers_stopped) = tokio::sync::watch::channel(false);
     let workers = workers::spawn(state.clone(), settings.workers, workers_stopped);
+    let metrics_server = metrics_listener.map(|(listener, _)| {
+        let serve = axum::serve(listener, routes::metrics_app(state.clone()))
+            .with_graceful_shutdown(until_stopped(stopped.clone()));
+        tokio::spawn(async move { serve.await })
+    });
     let served = axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(until_stopped(stopped))
         .await;
+    if let Some(metrics_server) = metrics_server {
+        let _ = metrics_server.await;
+    }
     let _ = stop_workers.send(true);
     for worker in workers {
         let _ = worker.await;
@@ -130,6 +154,21 @@ pub async fn run() -> Result<(), StartupError> {
     served.map_err(|e| StartupError::Serve(e.to_string()))?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A listener on `addr`, the setting `key` names, and the address it got (port 0 picks one).
+async fn listen(
+    key: &'static str,
+    addr: std::net::SocketAddr,
+) -> Result<(TcpListener, std::net::SocketAddr), StartupError> {
+    let failed = |e: std::io::Error| StartupError::Bind {
+        key,
+        addr,
+        reason: e.to_string(),
+    };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let address = listener.local_addr().map_err(failed)?;
+    Ok((listener, address))
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM; in-flight requests are then drained.

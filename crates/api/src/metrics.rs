@@ -124,6 +124,11 @@ pub fn processor_mismatch() {
     counter!("processor_mismatch_total").increment(1);
 }
 
+/// A replay-cache entry failed its MAC check or did not parse: it was not served.
+pub fn replay_cache_rejected() {
+    counter!("replay_cache_rejected_total").increment(1);
+}
+
 pub fn processor_call(call: ProcessorCall, started: Instant) {
     histogram!("processor_call_duration_seconds", "operation" => call.as_str())
         .record(started.elapsed().as_secs_f64());

@@ -4,7 +4,7 @@ use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use payments_idempotency::StoredResponse;
+use payments_idempotency::{REPLAYED_HEADERS, StoredResponse};
 
 use crate::ApiError;
 
@@ -15,6 +15,11 @@ pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-
 /// key's retention, counted from the record's completion, as an HTTP date (RFC 9110).
 pub const IDEMPOTENCY_KEY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-key-expires");
 
+/// The statuses this service stores as final answers: 201 (created), 400 (a refusal that
+/// depends on state, such as `refund_amount_too_large`) and 402 (a decline). A stored response
+/// with any other is not one this service wrote, and is never sent.
+const STORED_STATUSES: [u16; 3] = [201, 400, 402];
+
 /// An HTTP date (IMF-fixdate), the format of `Date`, `Expires` and `Retry-After` dates.
 pub fn http_date(at: DateTime<Utc>) -> String {
     at.format("%a, %d %b %Y %H:%M:%S GMT").to_string()
@@ -23,15 +28,33 @@ pub fn http_date(at: DateTime<Utc>) -> String {
 /// Sends a stored response: the first answer and every replay are built from the same bytes, so
 /// a replay is byte-identical by construction. The replay marker and the retention header
 /// belong to each exchange and are added here, never stored.
+///
+/// Whatever the stored response came from, only a status of [`STORED_STATUSES`] and only the
+/// [`REPLAYED_HEADERS`] are sent: a stored `Set-Cookie`, `Content-Length` or status 101 could
+/// otherwise speak for the service.
 pub fn respond(stored: StoredResponse, replayed: bool, expires_at: DateTime<Utc>) -> Response {
-    let Ok(status) = StatusCode::from_u16(stored.status) else {
-        return ApiError::Internal(format!("stored status {} is not valid", stored.status).into())
-            .into_response();
+    let status = STORED_STATUSES
+        .contains(&stored.status)
+        .then(|| StatusCode::from_u16(stored.status).ok())
+        .flatten();
+    let Some(status) = status else {
+        return ApiError::Internal(
+            format!(
+                "stored status {} is not one this service stores",
+                stored.status
+            )
+            .into(),
+        )
+        .into_response();
     };
     let mut response = Response::new(Body::from(stored.body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    for (name, value) in &stored.headers {
+    let replayable = stored
+        .headers
+        .iter()
+        .filter(|(name, _)| REPLAYED_HEADERS.contains(&name.to_ascii_lowercase().as_str()));
+    for (name, value) in replayable {
         let (Ok(name), Ok(value)) = (
             HeaderName::try_from(name.as_str()),
             HeaderValue::try_from(value.as_str()),
@@ -54,6 +77,38 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    #[test]
+    fn only_allow_listed_headers_and_stored_statuses_are_sent() {
+        let forged = StoredResponse {
+            status: 201,
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("set-cookie".into(), "a=b".into()),
+                ("content-length".into(), "2".into()),
+                ("Access-Control-Allow-Origin".into(), "*".into()),
+            ],
+            body: b"{}".to_vec(),
+        };
+        let response = respond(forged, true, Utc::now());
+        let names: Vec<&str> = response.headers().keys().map(|n| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "content-type",
+                "idempotent-replayed",
+                "idempotency-key-expires"
+            ]
+        );
+        for status in [101, 200, 302, 500, 999] {
+            let stored = StoredResponse::new(status, [], Vec::new());
+            assert_eq!(
+                respond(stored, true, Utc::now()).status(),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "status {status}"
+            );
+        }
+    }
 
     #[test]
     fn an_http_date_is_an_imf_fixdate() {

@@ -6,6 +6,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use payments_domain::CardProcessor;
 use payments_storage::{EventStream, ReplayCache, Store};
 
+use crate::admission::InFlight;
 use crate::auth::ApiKeys;
 use crate::completions::Completions;
 use crate::operations::charge::CreateCharge;
@@ -18,8 +19,10 @@ pub struct Limits {
     pub body_limit_bytes: usize,
     /// How long a client may take to send its body.
     pub body_timeout: std::time::Duration,
-    /// Requests one instance handles at once before shedding load.
+    /// Requests one instance handles at once, over all routes, before shedding load.
     pub max_in_flight: usize,
+    /// The most of those one tenant may hold.
+    pub max_in_flight_per_tenant: usize,
     /// Total bytes of request header names and values accepted.
     pub header_limit_bytes: usize,
     /// The longest a whole request may take.
@@ -34,12 +37,15 @@ pub struct AppState {
     pub processor: Arc<dyn CardProcessor>,
     pub api_keys: ApiKeys,
     pub limits: Limits,
+    /// The instance's in-flight slots, shared by every route.
+    pub in_flight: InFlight,
     pub completions: Completions,
     /// The Redis replay cache, when Redis is configured.
     pub cache: Option<ReplayCache>,
     /// The stream the outbox relay publishes to, when Redis is configured.
     pub events: Option<EventStream>,
-    /// Renders `GET /metrics`; `None` if this process has no recorder of its own.
+    /// Renders `/metrics` on the metrics listener; `None` if this process has no recorder of
+    /// its own.
     pub metrics: Option<PrometheusHandle>,
     /// The operations the protocol runs.
     pub charges: Arc<Idempotent<CreateCharge>>,
@@ -63,11 +69,17 @@ impl AppState {
         api_keys: ApiKeys,
         limits: Limits,
     ) -> Self {
+        let in_flight = InFlight::new(
+            limits.max_in_flight,
+            limits.max_in_flight_per_tenant,
+            api_keys.tenants(),
+        );
         Self {
             store,
             processor,
             api_keys,
             limits,
+            in_flight,
             completions: Completions::default(),
             cache: None,
             events: None,

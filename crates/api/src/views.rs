@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use payments_domain::{
-    Amount, Charge, ChargeId, ChargeRequest, Currency, Description, Money, PaymentSource, Refund,
-    RefundReason, RefundRequest, RefundStatus,
+    Amount, Charge, ChargeId, ChargeRequest, Currency, Description, DescriptionError, Money,
+    PaymentSource, Refund, RefundReason, RefundRequest, RefundStatus, SourceError,
 };
 use payments_storage::Balance;
 use serde::{Deserialize, Serialize};
@@ -13,7 +13,15 @@ use crate::ApiError;
 /// A request body as `T`: typed parsing from the bytes rejects duplicate fields, unknown
 /// fields (where `T` denies them), wrong types and numbers outside i64, with a message that
 /// names the field.
+///
+/// The body must be a JSON object. A typed parse would also read a struct from an array (in
+/// field order), and a gateway rule that inspects the object's fields would never see them.
 pub fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return Err(ApiError::InvalidRequest(
+            "The request body must be a JSON object.".into(),
+        ));
+    }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::InvalidRequest(format!("Invalid JSON body: {e}")))
 }
@@ -48,15 +56,32 @@ impl TryFrom<CreateChargeBody> for ChargeRequest {
         };
         let amount = Amount::new(body.amount).map_err(|e| field("amount", &e))?;
         let currency: Currency = body.currency.parse().map_err(|e| field("currency", &e))?;
-        Ok(ChargeRequest {
-            money: Money::new(amount, currency),
-            source: PaymentSource::new(body.source).map_err(|e| field("source", &e))?,
-            description: body
-                .description
+        let source = PaymentSource::new(body.source).map_err(|e| match e {
+            SourceError::CardNumber => card_number("source", &e),
+            SourceError::NotAToken => field("source", &e),
+        })?;
+        let description =
+            body.description
                 .map(Description::new)
                 .transpose()
-                .map_err(|e| field("description", &e))?,
+                .map_err(|e| match e {
+                    DescriptionError::CardNumber => card_number("description", &e),
+                    DescriptionError::Malformed => field("description", &e),
+                })?;
+        Ok(ChargeRequest {
+            money: Money::new(amount, currency),
+            source,
+            description,
         })
+    }
+}
+
+/// 400 `card_number_not_allowed` for `field`: the message says what to send instead, and
+/// never repeats the number.
+fn card_number(field: &'static str, reason: &dyn std::fmt::Display) -> ApiError {
+    ApiError::CardNumberNotAllowed {
+        field,
+        reason: reason.to_string(),
     }
 }
 

@@ -59,6 +59,7 @@ impl Target {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
+            .env("PAYMENTS__SERVER__METRICS_BIND", "127.0.0.1:0")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::card_number::contains_card_number;
 use crate::{ChargeId, Money, TenantId};
 
 /// The card token to charge (`tok_visa`): an opaque reference, never a card number.
@@ -11,13 +12,22 @@ pub struct PaymentSource(String);
 impl PaymentSource {
     /// The longest token accepted.
     pub const MAX_LEN: usize = 255;
+    /// What every card token starts with.
+    pub const PREFIX: &str = "tok_";
 
-    /// A token is 1 to 255 visible ASCII characters.
+    /// A token is `tok_` and then up to 251 ASCII letters, digits and underscores, and holds no
+    /// card number: a client that sends the number itself is told so (a PCI matter), not
+    /// merely that the token is malformed.
     pub fn new(token: impl Into<String>) -> Result<Self, SourceError> {
         let token = token.into();
-        let visible = token.bytes().all(|b| b.is_ascii_graphic());
-        if token.is_empty() || token.len() > Self::MAX_LEN || !visible {
-            return Err(SourceError);
+        if contains_card_number(&token) {
+            return Err(SourceError::CardNumber);
+        }
+        let well_formed = token.strip_prefix(Self::PREFIX).is_some_and(|rest| {
+            !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        });
+        if !well_formed || token.len() > Self::MAX_LEN {
+            return Err(SourceError::NotAToken);
         }
         Ok(Self(token))
     }
@@ -27,13 +37,18 @@ impl PaymentSource {
     }
 }
 
-/// The token is empty, too long or not visible ASCII.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "source must be a card token of 1 to {} visible ASCII characters",
-    PaymentSource::MAX_LEN
-)]
-pub struct SourceError;
+/// Why a source was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    #[error("a card number is not accepted; send the card's token (tok_...) instead")]
+    CardNumber,
+    #[error(
+        "source must be a card token: tok_ and then letters, digits or underscores, at most {} \
+         characters in all",
+        PaymentSource::MAX_LEN
+    )]
+    NotAToken,
+}
 
 /// A free-text description shown to the merchant, at most 500 characters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -42,12 +57,16 @@ pub struct Description(String);
 impl Description {
     pub const MAX_CHARS: usize = 500;
 
-    /// At most [`Description::MAX_CHARS`] characters and no NUL: a NUL cannot be stored in a
-    /// text column, and finding that out after the card was charged would strand the charge.
+    /// At most [`Description::MAX_CHARS`] characters, no NUL and no card number: a NUL cannot
+    /// be stored in a text column, and finding that out after the card was charged would
+    /// strand the charge; a card number must never be stored at all.
     pub fn new(text: impl Into<String>) -> Result<Self, DescriptionError> {
         let text = text.into();
+        if contains_card_number(&text) {
+            return Err(DescriptionError::CardNumber);
+        }
         if text.chars().count() > Self::MAX_CHARS || text.contains('\0') {
-            return Err(DescriptionError);
+            return Err(DescriptionError::Malformed);
         }
         Ok(Self(text))
     }
@@ -57,13 +76,17 @@ impl Description {
     }
 }
 
-/// The description is longer than [`Description::MAX_CHARS`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "description must be at most {} characters, without NUL",
-    Description::MAX_CHARS
-)]
-pub struct DescriptionError;
+/// Why a description was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptionError {
+    #[error("a card number is not accepted in a description; send the card's token as the source")]
+    CardNumber,
+    #[error(
+        "description must be at most {} characters, without NUL",
+        Description::MAX_CHARS
+    )]
+    Malformed,
+}
 
 /// A validated request to charge a card.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,12 +115,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn source_must_be_visible_ascii_of_bounded_length() {
+    fn source_must_be_a_token_of_bounded_length() {
         assert!(PaymentSource::new("tok_visa").is_ok());
-        assert!(PaymentSource::new("").is_err());
-        assert!(PaymentSource::new("tok visa").is_err());
-        assert!(PaymentSource::new("tok_é").is_err());
-        assert!(PaymentSource::new("t".repeat(256)).is_err());
+        assert!(PaymentSource::new("tok_chargeDeclined").is_ok());
+        for bad in [
+            "",
+            "tok_",
+            "visa",
+            "card_visa",
+            "tok visa",
+            "tok_é",
+            "tok_a-b",
+        ] {
+            assert_eq!(
+                PaymentSource::new(bad),
+                Err(SourceError::NotAToken),
+                "{bad:?}"
+            );
+        }
+        assert!(PaymentSource::new(format!("tok_{}", "t".repeat(251))).is_ok());
+        assert!(PaymentSource::new(format!("tok_{}", "t".repeat(252))).is_err());
+    }
+
+    #[test]
+    fn a_card_number_is_never_a_source_nor_a_description() {
+        for number in [
+            "4111111111111111",
+            "4111 1111 1111 1111",
+            "tok_4111111111111111",
+        ] {
+            assert_eq!(PaymentSource::new(number), Err(SourceError::CardNumber));
+        }
+        assert_eq!(
+            Description::new("card 4111-1111-1111-1111 exp 12/29"),
+            Err(DescriptionError::CardNumber)
+        );
+        assert!(Description::new("order 4111111111111112").is_ok());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! never zero or negative, a ledger transaction always balances. It performs no I/O and must not
 //! import axum, sqlx, redis or any other crate of the workspace.
 
+mod card_number;
 mod charge;
 mod event;
 mod ids;
@@ -13,6 +14,7 @@ mod money;
 mod processor;
 mod refund;
 
+pub use card_number::contains_card_number;
 pub use charge::{
     Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError,
 };

@@ -119,6 +119,7 @@ mod tests {
             key: IdempotencyKey::parse("k1").unwrap_or_else(|e| panic!("{e}")),
             fingerprint: fingerprint(100),
             state,
+            generation: uuid::Uuid::nil(),
             recovery_point: point,
             locked_until,
             attempts: Attempt(1),

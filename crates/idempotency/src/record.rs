@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
 use crate::{Fingerprint, IdempotencyKey};
 
@@ -92,6 +93,13 @@ pub struct StoredResponse {
 }
 
 impl StoredResponse {
+    /// Whether `status` is a final answer that may be stored and replayed: a success or a
+    /// client error. Never an interim (1xx), a redirect, or a server error, which a retry
+    /// should execute again rather than receive again.
+    pub fn is_final_status(status: u16) -> bool {
+        matches!(status, 200..=299 | 400..=499)
+    }
+
     /// Keeps only the [`REPLAYED_HEADERS`] of `headers`.
     pub fn new<'a>(
         status: u16,
@@ -118,6 +126,10 @@ pub struct IdempotencyRecord {
     pub key: IdempotencyKey,
     pub fingerprint: Fingerprint,
     pub state: RecordState,
+    /// The record's generation: the id of the resource its current request creates, new
+    /// whenever the key starts a new request (a fresh claim, or a replaced expired or failed
+    /// record). Every write is fenced by it, and a cached replay is bound to it.
+    pub generation: Uuid,
     pub recovery_point: RecoveryPoint,
     /// Set while pending: the owning attempt's lock ends then.
     pub locked_until: Option<DateTime<Utc>>,

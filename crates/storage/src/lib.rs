@@ -44,7 +44,9 @@ pub use model::{
     ListCharges, ListRefunds, RefundPage, RefundRefusal, Reservation,
 };
 pub use redis_link::{RedisFailure, RedisLink};
-pub use replay_cache::{CachedReplay, ReplayCache};
+pub use replay_cache::{
+    CacheRead, CacheSecret, CacheSecretTooShort, CachedReplay, Rejection, ReplayCache,
+};
 #[cfg(feature = "bench")]
 pub use repository::FloorRepository;
 pub use repository::{

@@ -17,6 +17,8 @@ pub enum Claim {
     /// record expires).
     Replay {
         response: StoredResponse,
+        /// The record's generation, which a cached copy of the response is bound to.
+        generation: Uuid,
         expires_at: DateTime<Utc>,
     },
     /// Another attempt holds the lock.
@@ -132,6 +134,7 @@ pub(crate) fn judge(
     match decide(Some(record), fingerprint, now) {
         Decision::Replay(response) => Verdict::Answer(Claim::Replay {
             response,
+            generation: record.generation,
             expires_at: record.expires_at,
         }),
         Decision::InFlight { retry_after_secs } => {

@@ -21,6 +21,7 @@ pub(crate) struct RecordRow {
     pub idempotency_key: String,
     pub fingerprint: Vec<u8>,
     pub state: String,
+    pub resource_id: Uuid,
     pub recovery_point: String,
     pub locked_until: Option<DateTime<Utc>>,
     pub attempts: i32,
@@ -56,6 +57,7 @@ impl RecordRow {
                 .state
                 .parse()
                 .map_err(|_| corrupt("state", &self.state))?,
+            generation: self.resource_id,
             recovery_point: self
                 .recovery_point
                 .parse()

@@ -3,6 +3,8 @@
 
 use chrono::{DateTime, Utc};
 use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
+use payments_storage::CacheRead;
+use uuid::Uuid;
 
 use super::{Answer, Attempt, Engine, ProtocolError};
 use crate::error_chain;
@@ -18,16 +20,30 @@ pub(super) async fn replay<R>(
     match cache.get(scope, &attempt.key).await {
         // An entry outliving its record (Redis's clock behind) is a miss: the claim judges the
         // key by the database's clock, and replacing the record deletes the entry.
-        Ok(Some(hit)) if hit.expires_at <= Utc::now() => None,
-        Ok(Some(hit)) if hit.fingerprint == attempt.fingerprint => {
+        Ok(CacheRead::Hit(hit)) if hit.expires_at <= Utc::now() => None,
+        Ok(CacheRead::Hit(hit)) if hit.fingerprint == attempt.fingerprint => {
             metrics::outcome(Outcome::ReplayedCache);
             Some(Ok(Answer::replayed(hit.response, hit.expires_at)))
         }
-        Ok(Some(_)) => {
+        Ok(CacheRead::Hit(_)) => {
             metrics::outcome(Outcome::Mismatch);
             Some(Err(ProtocolError::KeyReused))
         }
-        Ok(None) => None,
+        Ok(CacheRead::Miss) => None,
+        Ok(CacheRead::Rejected(rejection)) => {
+            // Someone with write access to Redis, or a build with another secret, wrote it:
+            // never served, and the database answers instead (and overwrites it if the key
+            // has a final answer).
+            metrics::replay_cache_rejected();
+            tracing::warn!(
+                idempotency.tenant = %scope.tenant,
+                idempotency.operation = %scope.operation,
+                idempotency.key = %attempt.key,
+                reason = %rejection,
+                "replay cache entry rejected; using the database"
+            );
+            None
+        }
         Err(error) => {
             metrics::redis_error(RedisCall::CacheGet);
             tracing::warn!(error = %error_chain(&error), "replay cache read failed; using the database");
@@ -43,6 +59,7 @@ pub(super) async fn remember<R>(
     engine: Engine<'_>,
     scope: &Scope,
     attempt: &Attempt<R>,
+    generation: Uuid,
     response: &StoredResponse,
     expires_at: DateTime<Utc>,
 ) {
@@ -51,6 +68,7 @@ pub(super) async fn remember<R>(
         .put(
             scope,
             &attempt.key,
+            generation,
             &attempt.fingerprint,
             response,
             expires_at,

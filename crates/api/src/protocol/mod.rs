@@ -152,10 +152,11 @@ pub async fn run<O: Operation>(
         return match claim {
             Claim::Replay {
                 response,
+                generation,
                 expires_at,
             } => {
                 metrics::outcome(Outcome::ReplayedDb);
-                cache::remember(engine, &scope, &attempt, &response, expires_at).await;
+                cache::remember(engine, &scope, &attempt, generation, &response, expires_at).await;
                 Ok(Answer::replayed(response, expires_at))
             }
             Claim::InFlight { retry_after_secs } => match deadline {
@@ -309,7 +310,16 @@ async fn answer_stored<O: Operation>(
     };
     engine.completions.announce(owner.scope, owner.key);
     metrics::outcome(Outcome::Executed);
-    cache::remember(engine, owner.scope, attempt, &response, expires_at).await;
+    let generation = owner.fence.resource_id;
+    cache::remember(
+        engine,
+        owner.scope,
+        attempt,
+        generation,
+        &response,
+        expires_at,
+    )
+    .await;
     Ok(Answer::fresh(response, expires_at))
 }
 

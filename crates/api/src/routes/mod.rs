@@ -7,16 +7,15 @@ mod health;
 mod keys;
 mod ledger;
 mod refunds;
+mod request_id;
 
 use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, Request, header};
+use axum::http::{HeaderName, header};
 use axum::routing::get;
 use axum::{BoxError, Router};
 use tower::ServiceBuilder;
-use tower::limit::ConcurrencyLimitLayer;
-use tower::load_shed::LoadShedLayer;
 use tower::timeout::TimeoutLayer;
 use tower_http::map_request_body::MapRequestBodyLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -32,6 +31,7 @@ use payments_domain::TenantId;
 use payments_idempotency::{IdempotencyKey, canonical_json};
 use payments_storage::StoreError;
 
+use crate::admission;
 use crate::protocol::{self, Attempt, Idempotent, Operation};
 use crate::replay::respond;
 use crate::{ApiError, AppState};
@@ -123,7 +123,6 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn app(state: AppState) -> Router {
     let body_limit = state.limits.body_limit_bytes;
     let body_timeout = state.limits.body_timeout;
-    let max_in_flight = state.limits.max_in_flight;
     let header_limit = state.limits.header_limit_bytes;
     let request_timeout = state.limits.request_timeout;
     Router::new()
@@ -138,7 +137,6 @@ pub fn app(state: AppState) -> Router {
         .route("/idempotency-keys/{key}", get(keys::show))
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))
-        .route("/metrics", get(health::metrics))
         .merge(bench_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -151,36 +149,25 @@ pub fn app(state: AppState) -> Router {
                 .layer(SetSensitiveRequestHeadersLayer::new([
                     header::AUTHORIZATION,
                 ]))
+                // A client's request id is kept only if it is a UUID, so whatever it sends
+                // cannot reach a log line as written; otherwise the next layer makes one.
+                .layer(axum::middleware::from_fn(request_id::vet))
                 .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-                .layer(
-                    TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-                        let request_id = request
-                            .headers()
-                            .get(REQUEST_ID)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default();
-                        tracing::info_span!(
-                            "request",
-                            http.method = %request.method(),
-                            http.path = %request.uri().path(),
-                            request.id = %request_id,
-                        )
-                    }),
-                )
+                .layer(TraceLayer::new_for_http().make_span_with(request_id::span))
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-                // Shed load beyond the in-flight limit at once (503 + Retry-After) rather
-                // than queueing requests until their clients time out and retry.
+                // One in-flight limit for the whole instance, and a share of it per tenant:
+                // a request beyond either is refused at once (503 or 429, with Retry-After)
+                // rather than queued until its client times out and retries. The layer is
+                // applied to every route, and every copy counts on the same slots.
+                .layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    admission::limit_in_flight,
+                ))
                 // A request over the whole-request timeout is cut off (503 `timeout`); a
                 // charge stopped mid-way is settled by a retry or the completer.
-                .layer(HandleErrorLayer::new(|error: BoxError| async move {
-                    if error.is::<tower::timeout::error::Elapsed>() {
-                        ApiError::Timeout
-                    } else {
-                        ApiError::Overloaded
-                    }
+                .layer(HandleErrorLayer::new(|_: BoxError| async move {
+                    ApiError::Timeout
                 }))
-                .layer(LoadShedLayer::new())
-                .layer(ConcurrencyLimitLayer::new(max_in_flight))
                 .layer(TimeoutLayer::new(request_timeout))
                 .layer(axum::middleware::from_fn(move |request, next| {
                     limit_header_size(request, next, header_limit)
@@ -190,6 +177,15 @@ pub fn app(state: AppState) -> Router {
                 .layer(RequestBodyTimeoutLayer::new(body_timeout))
                 .layer(MapRequestBodyLayer::new(Body::new)),
         )
+        .with_state(state)
+}
+
+/// The metrics listener's router: `/metrics` only, apart from the API, because the metrics
+/// show every tenant's counts (`server.metrics_bind`).
+pub fn metrics_app(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(health::metrics))
+        .fallback(not_found)
         .with_state(state)
 }
 

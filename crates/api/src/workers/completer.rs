@@ -8,6 +8,7 @@
 //! is no charge".
 
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use super::{WorkerSettings, stopped};
 use crate::{AppState, error_chain, operations};
@@ -33,11 +34,18 @@ pub async fn run_round(
                 return;
             }
         };
+        // Every line about the record names its tenant and operation: a key alone is only
+        // unique within them.
+        let span = tracing::info_span!(
+            "settle",
+            idempotency.tenant = %record.scope.tenant,
+            idempotency.operation = %record.scope.operation,
+        );
         tokio::select! {
-            settled = operations::settle(state, &record) => {
+            settled = operations::settle(state, &record).instrument(span.clone()) => {
                 if let Err(error) = settled {
                     // The record keeps the completer's lock; a later round or a retry resumes it.
-                    tracing::warn!(idempotency.key = %record.key, error = %error_chain(&error), "completer: record left pending");
+                    span.in_scope(|| tracing::warn!(idempotency.key = %record.key, error = %error_chain(&error), "completer: record left pending"));
                 }
             }
             () = stopped(shutdown) => return,

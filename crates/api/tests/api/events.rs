@@ -166,7 +166,7 @@ pub(crate) fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f
 
 pub(crate) async fn scrape(service: &Service) -> String {
     let response = http_client()
-        .get(service.url("/metrics"))
+        .get(&service.metrics_url)
         .send()
         .await
         .expect("GET /metrics");

@@ -14,6 +14,9 @@ use tokio::process::{Child, Command};
 pub const ACME: &str = "sk_test_acme";
 pub const GLOBEX: &str = "sk_test_globex";
 
+/// The replay cache's MAC secret every test service runs with (`redis.cache_secret`).
+pub const CACHE_SECRET: &str = "test-cache-secret-that-is-longer-than-32-bytes";
+
 /// The server every test database is created on. Tests fail (never skip) when it is down.
 pub fn admin_url() -> String {
     std::env::var("TEST_DATABASE_URL")
@@ -173,6 +176,8 @@ impl Drop for TestDatabase {
 /// One running `payments-api` process, killed when dropped.
 pub struct Service {
     pub base_url: String,
+    /// Where its own metrics listener serves `/metrics` (`server.metrics_bind`).
+    pub metrics_url: String,
     child: Child,
 }
 
@@ -185,6 +190,7 @@ impl Service {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("DATABASE_URL", database_url)
             .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
+            .env("PAYMENTS__SERVER__METRICS_BIND", "127.0.0.1:0")
             .env("PAYMENTS__LOG__FORMAT", "text")
             .env("RUST_LOG", "info,sqlx=warn")
             // Each test database gets its own stream and cache keys on the shared Redis.
@@ -194,14 +200,22 @@ impl Service {
                 "PAYMENTS__REDIS__KEY_PREFIX",
                 format!("test:{}", database_name(database_url)),
             )
+            .env("PAYMENTS__REDIS__CACHE_SECRET", CACHE_SECRET)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
         let mut child = command.spawn().expect("start payments-api");
-        let (address, _) = read_listening_line(&mut child, "payments-api").await;
+        let (address, line) = read_listening_line(&mut child, "payments-api").await;
+        Self::listening(child, &address, &line)
+    }
+
+    /// The service whose listening log line is `line`.
+    fn listening(child: Child, address: &str, line: &str) -> Self {
+        let metrics = field_of(line, "metrics=").unwrap_or_default();
         Self {
             base_url: format!("http://{address}"),
+            metrics_url: format!("http://{metrics}/metrics"),
             child,
         }
     }
@@ -214,17 +228,14 @@ impl Service {
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
+            .env("PAYMENTS__SERVER__METRICS_BIND", "127.0.0.1:0")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
             .expect("start payments-api");
         let (address, line) = read_listening_line(&mut child, "payments-api").await;
-        let service = Self {
-            base_url: format!("http://{address}"),
-            child,
-        };
-        (service, line)
+        (Self::listening(child, &address, &line), line)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -271,6 +282,8 @@ impl Service {
 /// A running service and a connection to its database.
 pub struct TestApp {
     pub base_url: String,
+    /// The service's own `/metrics` listener.
+    pub metrics_url: String,
     pub client: Client,
     // Declared before the database so that the process is killed before the database drops.
     _service: Service,
@@ -288,6 +301,7 @@ pub async fn spawn_app_with(backend: Backend, env: &[(&str, &str)]) -> TestApp {
     let service = Service::start(&database.url, env).await;
     TestApp {
         base_url: service.base_url.clone(),
+        metrics_url: service.metrics_url.clone(),
         client: http_client(),
         _service: service,
         database,
@@ -314,13 +328,9 @@ pub async fn read_listening_line(child: &mut Child, what: &str) -> (String, Stri
     let address = tokio::time::timeout(Duration::from_secs(60), async {
         while let Ok(Some(line)) = lines.next_line().await {
             if line.contains("listening")
-                && let Some(rest) = line.split("address=").nth(1)
+                && let Some(address) = field_of(&line, "address=")
             {
-                let address = rest
-                    .split_whitespace()
-                    .next()
-                    .map(|a| a.trim_matches('"').to_owned());
-                return address.map(|a| (a, line.clone()));
+                return Some((address, line.clone()));
             }
         }
         None
@@ -331,6 +341,13 @@ pub async fn read_listening_line(child: &mut Child, what: &str) -> (String, Stri
     .unwrap_or_else(|| panic!("{what} did not report a listening address (see its stderr above)"));
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     address
+}
+
+/// The value after `name` (e.g. `address=`) in a text log line.
+fn field_of(line: &str, name: &str) -> Option<String> {
+    let rest = line.split(name).nth(1)?;
+    let value = rest.split_whitespace().next()?;
+    Some(value.trim_matches('"').to_owned())
 }
 
 impl TestApp {

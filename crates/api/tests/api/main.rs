@@ -46,6 +46,7 @@ mod recovery;
 mod redis_server;
 mod refunds;
 mod retention;
+mod security;
 mod shutdown;
 mod soak;
 mod startup;

@@ -1,6 +1,6 @@
-//! `GET /metrics` is unauthenticated, and so is every request it counts: nothing a client
-//! sends may become a label value, or each request could add a series until the exporter
-//! runs out of memory.
+//! `GET /metrics` (on the metrics listener, `server.metrics_bind`) is unauthenticated, and so
+//! is every request it counts: nothing a client sends may become a label value, or each
+//! request could add a series until the exporter runs out of memory.
 
 use reqwest::Method;
 
@@ -10,7 +10,7 @@ use crate::helpers::{Backend, TestApp, spawn_app};
 async fn series(app: &TestApp) -> usize {
     let response = app
         .client
-        .get(app.url("/metrics"))
+        .get(&app.metrics_url)
         .send()
         .await
         .expect("GET /metrics");

@@ -18,6 +18,7 @@ async fn start_with(env: &[(&str, &str)]) -> Output {
         .current_dir(&dir)
         .env_clear()
         .env("PAYMENTS__SERVER__BIND", "127.0.0.1:0")
+        .env("PAYMENTS__SERVER__METRICS_BIND", "127.0.0.1:0")
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -157,7 +157,7 @@ async fn record_state(db: &TestDatabase, key: &str) -> String {
 /// The value of an unlabelled metric in the service's `/metrics`, 0 when absent.
 async fn metric(service: &Service, name: &str) -> f64 {
     let text = http_client()
-        .get(service.url("/metrics"))
+        .get(&service.metrics_url)
         .send()
         .await
         .expect("metrics")

@@ -1,0 +1,176 @@
+//! One in-flight limit for the whole instance, and a share of it per tenant.
+
+use std::time::Duration;
+
+use reqwest::Response;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{address_of, code_of, header, header_of, read_answer, status_of};
+use crate::helpers::{
+    ACME, Backend, Footprint, GLOBEX, TestApp, new_key, problem, spawn_app_with, visa,
+};
+
+/// `POST /charges` requests as acme whose bodies stall after their first byte (of 60): each
+/// holds whatever in-flight slot it was given until the body timeout. The write halves keep
+/// the requests open (dropping one ends its body); each answer, when it comes, is sent on the
+/// channel with the request's index.
+struct Stalled {
+    _writers: Vec<OwnedWriteHalf>,
+    answers: mpsc::UnboundedReceiver<(usize, String)>,
+}
+
+async fn stall_charges(app: &TestApp, n: usize) -> Stalled {
+    let (sender, answers) = mpsc::unbounded_channel();
+    let mut writers = Vec::new();
+    for i in 0..n {
+        let stream = TcpStream::connect(address_of(app)).await.expect("connect");
+        let (mut reader, mut writer) = stream.into_split();
+        let head = format!(
+            "POST /charges HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {ACME}\r\n\
+             Idempotency-Key: {}\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n{{",
+            new_key()
+        );
+        writer.write_all(head.as_bytes()).await.expect("write");
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let answer = read_answer(&mut reader).await;
+            let _ = sender.send((i, answer));
+        });
+        writers.push(writer);
+    }
+    Stalled {
+        _writers: writers,
+        answers,
+    }
+}
+
+impl Stalled {
+    /// The answers that arrive until `n` have or the deadline passes.
+    async fn answers_until(&mut self, n: usize, deadline: Instant) -> Vec<(usize, String)> {
+        let mut answers = Vec::new();
+        while answers.len() < n {
+            match tokio::time::timeout_at(deadline, self.answers.recv()).await {
+                Ok(Some(answer)) => answers.push(answer),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        answers
+    }
+
+    /// Asserts none of the stalled requests still waiting has been answered: they held their
+    /// slots all along.
+    fn assert_still_waiting(&mut self) {
+        let early = self.answers.try_recv();
+        assert!(
+            matches!(early, Err(mpsc::error::TryRecvError::Empty)),
+            "a stalled request was answered before the assertions were done: {early:?}"
+        );
+    }
+}
+
+/// Asserts a problem answer with `Retry-After: 1`.
+async fn assert_shed(response: Response, status: u16, code: &str) {
+    assert_eq!(header(&response, "retry-after").as_deref(), Some("1"));
+    let (answered, body) = problem(response).await;
+    assert_eq!((answered, body["code"].as_str()), (status, Some(code)));
+}
+
+/// One tenant's clients that send their bodies slowly (or an attacker with one tenant's key)
+/// would otherwise hold every in-flight slot of the instance, and every other tenant would get
+/// 503. Each tenant gets a share: of acme's eight stalled requests, four hold acme's share and
+/// four are turned away at once with 429 `tenant_in_flight_limit`; acme's next charge is 429
+/// too, while globex's charge goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_stalled_bodies_take_only_its_share_of_the_in_flight_limit() {
+    let app = spawn_app_with(
+        Backend::Postgres,
+        &[
+            ("PAYMENTS__SERVER__MAX_IN_FLIGHT", "8"),
+            ("PAYMENTS__SERVER__MAX_IN_FLIGHT_PER_TENANT", "4"),
+            ("PAYMENTS__SERVER__BODY_TIMEOUT_MS", "5000"),
+        ],
+    )
+    .await;
+    let mut stalled = stall_charges(&app, 8).await;
+    let turned_away = stalled
+        .answers_until(4, Instant::now() + Duration::from_secs(3))
+        .await;
+    assert_eq!(
+        turned_away.len(),
+        4,
+        "four beyond acme's share: {turned_away:?}"
+    );
+    for (i, answer) in &turned_away {
+        assert_eq!(
+            (status_of(answer), code_of(answer).as_deref()),
+            (Some(429), Some("tenant_in_flight_limit")),
+            "stalled request {i}: {answer}"
+        );
+        assert_eq!(header_of(answer, "retry-after").as_deref(), Some("1"));
+    }
+
+    let extra = app.post_charge(ACME, &new_key(), &visa(100)).await;
+    assert_shed(extra, 429, "tenant_in_flight_limit").await;
+    let other_tenant = app.post_charge(GLOBEX, &new_key(), &visa(100)).await;
+    assert_eq!(
+        other_tenant.status().as_u16(),
+        201,
+        "globex is not starved by acme"
+    );
+    stalled.assert_still_waiting();
+    assert_eq!(
+        app.footprint().await,
+        Footprint::charged(1),
+        "only globex's charge"
+    );
+}
+
+/// The in-flight limit is one for the whole instance, not one per route: requests stalled on
+/// `POST /charges` leave no room for a `GET /charges`, which is shed with 503 `overloaded`
+/// and `Retry-After` (so memory and connections stay bounded whatever the mix of routes). Once
+/// the stalled requests end, the slots are free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_flight_limit_is_one_for_the_whole_service() {
+    let app = spawn_app_with(
+        Backend::Postgres,
+        &[
+            ("PAYMENTS__SERVER__MAX_IN_FLIGHT", "4"),
+            ("PAYMENTS__SERVER__MAX_IN_FLIGHT_PER_TENANT", "4"),
+            ("PAYMENTS__SERVER__BODY_TIMEOUT_MS", "5000"),
+        ],
+    )
+    .await;
+    let mut stalled = stall_charges(&app, 4).await;
+
+    // Until the service has read all four heads, a GET may still find a free slot.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let shed = loop {
+        let response = app.get(GLOBEX, "/charges").await;
+        if response.status().as_u16() != 200 || Instant::now() >= deadline {
+            break response;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_shed(shed, 503, "overloaded").await;
+    stalled.assert_still_waiting();
+
+    // Ending the stalled requests frees their slots.
+    drop(stalled);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut status = 0;
+    while Instant::now() < deadline {
+        status = app.get(GLOBEX, "/charges").await.status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        status, 200,
+        "the slots are free once the stalled requests end"
+    );
+}
