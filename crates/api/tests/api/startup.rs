@@ -210,3 +210,27 @@ fn temp_dir(prefix: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("create a temporary directory");
     dir
 }
+
+#[tokio::test]
+async fn redis_without_a_cache_secret_is_refused() {
+    assert_refused(
+        &[("PAYMENTS__REDIS__URL", "redis://127.0.0.1:6379")],
+        "redis.cache_secret",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_cache_secret_shorter_than_32_bytes_is_refused() {
+    assert_refused(
+        &[
+            ("PAYMENTS__REDIS__URL", "redis://127.0.0.1:6379"),
+            (
+                "PAYMENTS__REDIS__CACHE_SECRET",
+                "only-31-bytes-of-secret-0123456",
+            ),
+        ],
+        "redis.cache_secret",
+    )
+    .await;
+}

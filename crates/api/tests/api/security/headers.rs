@@ -9,7 +9,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::{address_of, header, header_of, read_answer, status_of};
-use crate::helpers::{ACME, Backend, Footprint, GLOBEX, new_key, problem, spawn_app, visa};
+use crate::helpers::{
+    ACME, Backend, Footprint, GLOBEX, Service, TestDatabase, new_key, problem, spawn_app, visa,
+};
 
 /// The metrics name routes, tenants' traffic and internal errors; on the API port anyone who
 /// can reach the API could read them. `/metrics` is not a route of the API port, with or
@@ -164,6 +166,28 @@ async fn sqlite_files_are_readable_and_writable_by_their_owner_only() {
             .mode();
         assert_eq!(mode & 0o777, 0o600, "{file} has mode {:o}", mode & 0o777);
     }
+}
+
+/// A database file left world-readable (created by an older version, or by hand) is narrowed
+/// to its owner when the service starts on it, not left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_world_readable_sqlite_file_is_narrowed_to_its_owner() {
+    let database = TestDatabase::create(Backend::Sqlite).await;
+    let path = database
+        .url
+        .strip_prefix("sqlite://")
+        .expect("a sqlite URL")
+        .to_owned();
+    let dir = std::path::Path::new(&path).parent().expect("a directory");
+    std::fs::create_dir_all(dir).expect("create the directory");
+    std::fs::write(&path, b"").expect("create the file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let _service = Service::start(&database.url, &[]).await;
+    let mode = std::fs::metadata(&path)
+        .expect("metadata")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{path} has mode {:o}", mode & 0o777);
 }
 
 // ---------------------------------------------------------------------------------------------
