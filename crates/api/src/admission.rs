@@ -16,7 +16,7 @@ use payments_domain::TenantId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::extract::{Tenant, authenticate};
-use crate::{ApiError, AppState};
+use crate::{ApiError, ApiKeys};
 
 /// The in-flight slots of one instance.
 #[derive(Debug, Clone)]
@@ -60,6 +60,14 @@ impl InFlight {
     }
 }
 
+/// What admission needs of the application: the keys to authenticate with and the slots.
+/// Only these two (cheap `Arc` clones), not the whole state, are cloned for every request.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    pub api_keys: ApiKeys,
+    pub in_flight: InFlight,
+}
+
 /// Slots held until the response is ready.
 struct Admitted {
     _service: OwnedSemaphorePermit,
@@ -73,12 +81,12 @@ struct Admitted {
 /// client that stalls its body holds only its own tenant's slots. A request that does not
 /// authenticate holds no tenant's share; its handler refuses it before reading any body.
 pub async fn limit_in_flight(
-    State(state): State<AppState>,
+    State(admission): State<Admission>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let tenant = authenticate(request.headers(), &state.api_keys).ok();
-    let admitted = match state.in_flight.admit(tenant.as_ref()) {
+    let tenant = authenticate(request.headers(), &admission.api_keys).ok();
+    let admitted = match admission.in_flight.admit(tenant.as_ref()) {
         Ok(admitted) => admitted,
         Err(refused) => return refused.into_response(),
     };

@@ -54,8 +54,9 @@ pub enum Rejection {
 }
 
 /// The key of the replay cache's MAC: at least [`CacheSecret::MIN_LEN`] bytes, never printed.
+/// Kept as the HMAC state already keyed with it, so each entry costs only its own bytes.
 #[derive(Clone)]
-pub struct CacheSecret(Vec<u8>);
+pub struct CacheSecret(Hmac<Sha256>);
 
 impl CacheSecret {
     /// The shortest secret accepted: as long as the HMAC-SHA256 output.
@@ -65,7 +66,10 @@ impl CacheSecret {
         if secret.len() < Self::MIN_LEN {
             return Err(CacheSecretTooShort);
         }
-        Ok(Self(secret.to_vec()))
+        // HMAC takes a key of any length, so this cannot fail once the length is checked.
+        let keyed =
+            <Hmac<Sha256> as Mac>::new_from_slice(secret).map_err(|_| CacheSecretTooShort)?;
+        Ok(Self(keyed))
     }
 }
 
@@ -202,9 +206,7 @@ impl ReplayCache {
     /// The MAC over where an entry belongs and what it holds. Every variable-length part is
     /// preceded by its length, so no two different inputs run together into the same bytes.
     fn mac(&self, scope: &Scope, key: &IdempotencyKey, content: &[u8]) -> Hmac<Sha256> {
-        // A key of any length is accepted by HMAC; the secret's length is checked at start-up.
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.secret.0)
-            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        let mut mac = self.secret.0.clone();
         for part in [
             MAC_CONTEXT.as_bytes(),
             self.prefix.as_bytes(),
