@@ -16,11 +16,12 @@ use payments_domain::TenantId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::extract::{Tenant, authenticate};
+use crate::state::Limits;
 use crate::{ApiError, ApiKeys};
 
 /// The in-flight slots of one instance.
 #[derive(Debug, Clone)]
-pub struct InFlight {
+struct InFlight {
     service: Arc<Semaphore>,
     /// One share per configured tenant: the tenants come from the configuration, never from a
     /// request, so this map cannot grow.
@@ -28,7 +29,7 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    pub fn new(max: usize, per_tenant: usize, tenants: impl IntoIterator<Item = TenantId>) -> Self {
+    fn new(max: usize, per_tenant: usize, tenants: impl IntoIterator<Item = TenantId>) -> Self {
         let tenants = tenants
             .into_iter()
             .map(|tenant| (tenant, Arc::new(Semaphore::new(per_tenant))))
@@ -60,12 +61,28 @@ impl InFlight {
     }
 }
 
-/// What admission needs of the application: the keys to authenticate with and the slots.
-/// Only these two (cheap `Arc` clones), not the whole state, are cloned for every request.
+/// What admission needs: the keys to authenticate with and the instance's slots. Only these
+/// two (cheap `Arc` clones), not the whole application state, are cloned for every request.
 #[derive(Debug, Clone)]
 pub struct Admission {
-    pub api_keys: ApiKeys,
-    pub in_flight: InFlight,
+    api_keys: ApiKeys,
+    in_flight: InFlight,
+}
+
+impl Admission {
+    /// The slots of `limits`, one share for each tenant `api_keys` authenticates. Built once
+    /// per router: every route's copy of the layer counts on the same slots.
+    pub fn new(api_keys: ApiKeys, limits: &Limits) -> Self {
+        let in_flight = InFlight::new(
+            limits.max_in_flight,
+            limits.max_in_flight_per_tenant,
+            api_keys.tenants(),
+        );
+        Self {
+            api_keys,
+            in_flight,
+        }
+    }
 }
 
 /// Slots held until the response is ready.

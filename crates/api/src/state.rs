@@ -6,7 +6,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use payments_domain::CardProcessor;
 use payments_storage::{EventStream, ReplayCache, Store};
 
-use crate::admission::InFlight;
 use crate::auth::ApiKeys;
 use crate::completions::Completions;
 use crate::operations::charge::CreateCharge;
@@ -37,8 +36,6 @@ pub struct AppState {
     pub processor: Arc<dyn CardProcessor>,
     pub api_keys: ApiKeys,
     pub limits: Limits,
-    /// The instance's in-flight slots, shared by every route.
-    pub in_flight: InFlight,
     pub completions: Completions,
     /// The Redis replay cache, when Redis is configured.
     pub cache: Option<ReplayCache>,
@@ -69,17 +66,11 @@ impl AppState {
         api_keys: ApiKeys,
         limits: Limits,
     ) -> Self {
-        let in_flight = InFlight::new(
-            limits.max_in_flight,
-            limits.max_in_flight_per_tenant,
-            api_keys.tenants(),
-        );
         Self {
             store,
             processor,
             api_keys,
             limits,
-            in_flight,
             completions: Completions::default(),
             cache: None,
             events: None,

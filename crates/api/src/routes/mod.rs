@@ -160,10 +160,7 @@ pub fn app(state: AppState) -> Router {
                 // rather than queued until its client times out and retries. The layer is
                 // applied to every route, and every copy counts on the same slots.
                 .layer(axum::middleware::from_fn_with_state(
-                    admission::Admission {
-                        api_keys: state.api_keys.clone(),
-                        in_flight: state.in_flight.clone(),
-                    },
+                    admission::Admission::new(state.api_keys.clone(), &state.limits),
                     admission::limit_in_flight,
                 ))
                 // A request over the whole-request timeout is cut off (503 `timeout`); a

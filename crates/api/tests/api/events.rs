@@ -12,7 +12,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::helpers::{
-    Backend, Service, TestDatabase, http_client, new_key, problem, stream_for, test_redis_url, visa,
+    Backend, Service, TestDatabase, metrics_text, new_key, problem, stream_for, test_redis_url,
+    visa,
 };
 use crate::redis_server::RedisServer;
 
@@ -165,13 +166,7 @@ pub(crate) fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> f
 }
 
 pub(crate) async fn scrape(service: &Service) -> String {
-    let response = http_client()
-        .get(&service.metrics_url)
-        .send()
-        .await
-        .expect("GET /metrics");
-    assert_eq!(response.status().as_u16(), 200);
-    response.text().await.expect("metrics text")
+    metrics_text(&service.metrics_url).await
 }
 
 async fn a_replay_is_served_from_the_cache_and_a_cached_other_payload_is_still_422(

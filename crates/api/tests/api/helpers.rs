@@ -308,6 +308,17 @@ pub async fn spawn_app_with(backend: Backend, env: &[(&str, &str)]) -> TestApp {
     }
 }
 
+/// The text of a metrics listener's `/metrics` (`Service::metrics_url`), which must answer 200.
+pub async fn metrics_text(metrics_url: &str) -> String {
+    let response = http_client()
+        .get(metrics_url)
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(response.status().as_u16(), 200);
+    response.text().await.expect("metrics text")
+}
+
 pub fn http_client() -> Client {
     Client::builder()
         .timeout(Duration::from_secs(30))
@@ -380,6 +391,12 @@ impl TestApp {
             .send()
             .await
             .expect("POST /charges")
+    }
+
+    /// Asserts that `key` was not consumed: a valid charge under it is made (201).
+    pub async fn assert_key_is_free(&self, key: &str) {
+        let status = self.post_charge(ACME, key, &visa(100)).await.status();
+        assert_eq!(status.as_u16(), 201, "the key {key} was consumed");
     }
 
     /// A `POST /charges/{charge}/refunds` with an API key, an idempotency key and a body.

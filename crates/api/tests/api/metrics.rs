@@ -4,18 +4,11 @@
 
 use reqwest::Method;
 
-use crate::helpers::{Backend, TestApp, spawn_app};
+use crate::helpers::{Backend, TestApp, metrics_text, spawn_app};
 
 /// The sample lines of the exposition (one per series; `#` lines are help and type).
 async fn series(app: &TestApp) -> usize {
-    let response = app
-        .client
-        .get(&app.metrics_url)
-        .send()
-        .await
-        .expect("GET /metrics");
-    assert_eq!(response.status().as_u16(), 200);
-    let text = response.text().await.expect("metrics text");
+    let text = metrics_text(&app.metrics_url).await;
     text.lines()
         .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
         .count()

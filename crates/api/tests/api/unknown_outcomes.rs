@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::card_sim::CardSim;
 use crate::helpers::{
-    Backend, Footprint, Service, TestDatabase, http_client, new_key, problem, visa,
+    Backend, Footprint, Service, TestDatabase, metrics_text, new_key, problem, visa,
 };
 
 /// The processor needs 2.5 s for a charge; the service gives up after 0.5 s and lets the
@@ -156,14 +156,7 @@ async fn record_state(db: &TestDatabase, key: &str) -> String {
 
 /// The value of an unlabelled metric in the service's `/metrics`, 0 when absent.
 async fn metric(service: &Service, name: &str) -> f64 {
-    let text = http_client()
-        .get(&service.metrics_url)
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let text = metrics_text(&service.metrics_url).await;
     text.lines()
         .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)

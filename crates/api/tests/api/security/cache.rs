@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use super::header;
 use crate::events::sample;
 use crate::helpers::{
-    ACME, Backend, CACHE_SECRET, Footprint, TestApp, new_key, problem, snapshot, spawn_app,
-    test_redis_url, visa,
+    ACME, Backend, CACHE_SECRET, Footprint, TestApp, metrics_text, new_key, problem, snapshot,
+    spawn_app, test_redis_url, visa,
 };
 
 /// A secret that is not the service's: what an attacker with write access to Redis, but not
@@ -206,17 +206,6 @@ fn idempotency_key(key: &str) -> IdempotencyKey {
     IdempotencyKey::parse(key).expect("a valid key")
 }
 
-async fn scrape(app: &TestApp) -> String {
-    let response = app
-        .client
-        .get(&app.metrics_url)
-        .send()
-        .await
-        .expect("GET /metrics");
-    assert_eq!(response.status().as_u16(), 200);
-    response.text().await.expect("metrics text")
-}
-
 /// The cache entries the service refused to serve, and its replays by source.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct CacheCounts {
@@ -226,7 +215,7 @@ struct CacheCounts {
 }
 
 async fn cache_counts(app: &TestApp) -> CacheCounts {
-    let metrics = scrape(app).await;
+    let metrics = metrics_text(&app.metrics_url).await;
     let outcome = |name| sample(&metrics, "idempotency_outcomes_total", &[("outcome", name)]);
     CacheCounts {
         rejected: sample(&metrics, "replay_cache_rejected_total", &[]),
