@@ -144,13 +144,19 @@ pub struct ValidSettings {
     pub processor_timeout: Duration,
     pub workers: WorkerSettings,
     /// `None` when Redis is disabled (an empty `redis.url`).
-    pub redis: Option<RedisSettings>,
-    /// The replay cache's MAC key, present exactly when Redis is.
-    pub cache_secret: Option<CacheSecret>,
+    pub redis: Option<ValidRedis>,
     /// The demo keys are configured on a non-loopback address, as `auth.allow_demo_keys`
     /// permits: warned about on every start.
     pub demo_keys_exposed: bool,
     pub log: LogSettings,
+}
+
+/// Redis as the service uses it: its settings and the replay cache's MAC key, which it never
+/// runs without.
+#[derive(Debug)]
+pub struct ValidRedis {
+    pub settings: RedisSettings,
+    pub cache_secret: CacheSecret,
 }
 
 /// Why the service did not start. Each message is one line that names the setting.
@@ -337,7 +343,10 @@ impl Settings {
                          (generate one with: openssl rand -hex 32)"
                     ),
                 })?;
-                Some((self.redis.clone(), secret))
+                Some(ValidRedis {
+                    settings: self.redis.clone(),
+                    cache_secret: secret,
+                })
             }
             _ => {
                 return Err(invalid(
@@ -356,7 +365,6 @@ impl Settings {
             relay_batch: i64::from(w.relay_batch_size),
             outbox_retention: Duration::from_secs(w.outbox_retention_secs),
         };
-        let (redis, cache_secret) = redis.unzip();
         let api_keys = api_keys(&self.auth.api_keys)?;
         let demo_keys = self.auth.api_keys.iter().any(ApiKeySetting::is_demo_key);
         let demo_keys_exposed = demo_keys && !bind.ip().is_loopback();
@@ -396,7 +404,6 @@ impl Settings {
             processor_timeout,
             workers,
             redis,
-            cache_secret,
             demo_keys_exposed,
             log: self.log,
         })

@@ -40,7 +40,7 @@ pub use events_tail::tail_events;
 pub use routes::app;
 pub use state::AppState;
 
-use crate::config::{Settings, StartupError};
+use crate::config::{Settings, StartupError, ValidRedis};
 
 /// Loads the configuration, prepares the database and serves until SIGINT or SIGTERM.
 pub async fn run() -> Result<(), StartupError> {
@@ -86,7 +86,11 @@ pub async fn run() -> Result<(), StartupError> {
     };
     let mut state = AppState::new(store, processor, settings.api_keys.clone(), settings.limits);
     state.metrics = metrics::install();
-    if let (Some(redis), Some(secret)) = (&settings.redis, &settings.cache_secret) {
+    if let Some(ValidRedis {
+        settings: redis,
+        cache_secret,
+    }) = &settings.redis
+    {
         let link = |timeout_ms| {
             RedisLink::new(&redis.url, Duration::from_millis(timeout_ms)).map_err(|e| {
                 StartupError::Invalid {
@@ -101,7 +105,7 @@ pub async fn run() -> Result<(), StartupError> {
         state.cache = Some(ReplayCache::new(
             link(redis.timeout_ms)?,
             redis.key_prefix.clone(),
-            secret.clone(),
+            cache_secret.clone(),
         ));
         state.events = Some(EventStream::new(
             link(redis.stream_timeout_ms)?,
@@ -109,10 +113,10 @@ pub async fn run() -> Result<(), StartupError> {
             redis.stream_max_len,
         ));
     }
-    let redis_name = settings
-        .redis
-        .as_ref()
-        .map_or_else(|| "disabled".to_owned(), |r| without_credentials(&r.url));
+    let redis_name = settings.redis.as_ref().map_or_else(
+        || "disabled".to_owned(),
+        |r| without_credentials(&r.settings.url),
+    );
 
     let (listener, address) = listen("server.bind", settings.bind).await?;
     let metrics_listener = match settings.metrics_bind {
