@@ -54,6 +54,7 @@ impl InFlight {
         let service = Arc::clone(&self.service)
             .try_acquire_owned()
             .map_err(|_| ApiError::Overloaded)?;
+        crate::metrics::request_admitted();
         Ok(Admitted {
             _service: service,
             _share: share,
@@ -89,6 +90,12 @@ impl Admission {
 struct Admitted {
     _service: OwnedSemaphorePermit,
     _share: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        crate::metrics::request_finished();
+    }
 }
 
 /// Runs a request only if a slot is free for it: 503 `overloaded` when the instance is full,

@@ -139,6 +139,16 @@ pub fn outbox_backlog(unpublished: i64, oldest_age_secs: f64) {
     gauge!("outbox_relay_lag_seconds").set(oldest_age_secs);
 }
 
+/// A request took an in-flight slot (`http_requests_in_flight`).
+pub fn request_admitted() {
+    gauge!("http_requests_in_flight").increment(1.0);
+}
+
+/// A request gave its in-flight slot back.
+pub fn request_finished() {
+    gauge!("http_requests_in_flight").decrement(1.0);
+}
+
 pub fn events_published(count: usize) {
     counter!("outbox_events_published_total").increment(count as u64);
 }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::{address_of, code_of, header, header_of, read_answer, status_of};
 use crate::helpers::{
-    ACME, Backend, Footprint, GLOBEX, TestApp, new_key, problem, spawn_app_with, visa,
+    ACME, Backend, Footprint, GLOBEX, TestApp, metrics_text, new_key, problem, spawn_app_with, visa,
 };
 
 /// `POST /charges` requests as acme whose bodies stall after their first byte (of 60): each
@@ -145,33 +145,41 @@ async fn the_in_flight_limit_is_one_for_the_whole_service() {
     )
     .await;
     let mut stalled = stall_charges(&app, 4).await;
+    wait_for_in_flight(&app, 4).await;
 
-    // Until the service has read all four heads, a GET may still find a free slot; on a busy
-    // machine that can take seconds, while the stalled bodies are held for 20.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let shed = loop {
-        let response = app.get(GLOBEX, "/charges").await;
-        if response.status().as_u16() != 200 || Instant::now() >= deadline {
-            break response;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let shed = app.get(GLOBEX, "/charges").await;
     assert_shed(shed, 503, "overloaded").await;
     stalled.assert_still_waiting();
 
     // Ending the stalled requests frees their slots.
     drop(stalled);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut status = 0;
-    while Instant::now() < deadline {
-        status = app.get(GLOBEX, "/charges").await.status().as_u16();
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_in_flight(&app, 0).await;
+    let status = app.get(GLOBEX, "/charges").await.status().as_u16();
     assert_eq!(
         status, 200,
         "the slots are free once the stalled requests end"
     );
+}
+
+/// Waits until the service reports `n` requests holding in-flight slots
+/// (`http_requests_in_flight`, read on the metrics listener, which admission does not count):
+/// on a busy machine the service may take seconds to read the heads of stalled requests.
+async fn wait_for_in_flight(app: &TestApp, n: usize) {
+    let wanted = format!("http_requests_in_flight {n}\n");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = metrics_text(&app.metrics_url).await;
+        if metrics.contains(&wanted) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the service never held {n} requests in flight: {}",
+            metrics
+                .lines()
+                .find(|line| line.starts_with("http_requests_in_flight"))
+                .unwrap_or("no http_requests_in_flight gauge")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
