@@ -70,6 +70,11 @@ step "Tests (cargo test --workspace --all-features; database tests on PostgreSQL
 ulimit -c 0
 cargo test --workspace --all-targets --all-features --locked
 
+step "The engine's schedules (printed: how many, and the seed that replays them)"
+# Already run above; again here with their output, so the log says what was explored.
+cargo test -p payments-idempotency --all-features --locked --test engine_schedules -- --nocapture 2>&1 |
+    grep -E '^(explored|test result|ENGINE_SEED)'
+
 step "The deployed build (no failpoints): the crash, pause and fail variables do nothing"
 # Rebuilds only the api crate without features; the contract step below uses this binary too.
 cargo test -p payments-api --test api --locked -- without_failpoints::

@@ -11,7 +11,7 @@ use payments_storage::StoreError;
 use serde::Serialize;
 
 use crate::error_chain;
-use crate::protocol::ProtocolError;
+use payments_idempotency::engine::ProtocolError;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -111,7 +111,7 @@ pub enum ApiError {
     #[error(
         "The service cannot reach its database. Retry the request with the same Idempotency-Key."
     )]
-    StoreUnavailable(#[source] StoreError),
+    StoreUnavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// 500 `internal`.
     #[error("An internal error occurred.")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -219,7 +219,7 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::Unavailable(_) => Self::StoreUnavailable(error),
+            StoreError::Unavailable(_) => Self::StoreUnavailable(Box::new(error)),
             other => Self::Internal(Box::new(other)),
         }
     }
@@ -233,7 +233,10 @@ impl From<ProtocolError> for ApiError {
                 Self::IdempotencyKeyInUse { retry_after_secs }
             }
             ProtocolError::ProcessorUnavailable => Self::ProcessorUnavailable,
-            ProtocolError::Store(error) => error.into(),
+            ProtocolError::Store(failure) if failure.is_unavailable() => {
+                Self::StoreUnavailable(failure.into_source())
+            }
+            ProtocolError::Store(failure) => Self::Internal(failure.into_source()),
             ProtocolError::Internal(error) => Self::Internal(error),
         }
     }

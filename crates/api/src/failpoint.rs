@@ -7,35 +7,16 @@
 //! finishing transaction fail as if the database had gone away, to reach the path that leaves
 //! the `charged` recovery point behind.
 
-/// The points of `POST /charges` where a crash or pause can be injected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[expect(
-    clippy::enum_variant_names,
-    reason = "the names mirror the PAYMENTS_CRASH_AT values"
-)]
-pub enum Failpoint {
-    /// The record is claimed and the operation prepared (a refund's amount reserved); the
-    /// processor has not been called.
-    AfterClaim,
-    /// The processor made the effect (charged the card, refunded); the finishing transaction
-    /// has not run.
-    AfterCharge,
-    /// The finishing transaction failed and the attempt recorded the `charged` recovery point
-    /// instead; the client has not been answered.
-    AfterRecordCharged,
-    /// The finishing transaction committed; the client has not been answered.
-    AfterCommit,
-}
+use payments_idempotency::engine::Checkpoint;
 
-impl Failpoint {
-    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
-    fn name(self) -> &'static str {
-        match self {
-            Self::AfterClaim => "after_claim",
-            Self::AfterCharge => "after_charge",
-            Self::AfterRecordCharged => "after_charged",
-            Self::AfterCommit => "after_commit",
-        }
+/// The engine's checkpoints by the names `PAYMENTS_CRASH_AT` and `PAYMENTS_PAUSE_AT` take.
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+fn name(point: Checkpoint) -> &'static str {
+    match point {
+        Checkpoint::AfterClaim => "after_claim",
+        Checkpoint::AfterEffect => "after_charge",
+        Checkpoint::AfterRecordEffect => "after_charged",
+        Checkpoint::AfterCommit => "after_commit",
     }
 }
 
@@ -57,7 +38,7 @@ impl Failure {
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-pub async fn hit(_point: Failpoint) {}
+pub async fn hit(_point: Checkpoint) {}
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
@@ -76,25 +57,23 @@ pub fn fails(step: Failure) -> bool {
 }
 
 #[cfg(feature = "failpoints")]
-pub async fn hit(point: Failpoint) {
-    if std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == point.name()) {
-        eprintln!("failpoint: aborting at {}", point.name());
+pub async fn hit(point: Checkpoint) {
+    if std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == name(point)) {
+        eprintln!("failpoint: aborting at {}", name(point));
         std::process::abort();
     }
     if let Some(millis) = std::env::var("PAYMENTS_PAUSE_AT")
         .ok()
         .and_then(|spec| pause_millis(&spec, point))
     {
-        tracing::warn!(failpoint = point.name(), millis, "failpoint: pausing");
+        tracing::warn!(failpoint = name(point), millis, "failpoint: pausing");
         tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
     }
 }
 
 /// `after_charge:1500` -> 1500 when `point` is `after_charge`.
 #[cfg(feature = "failpoints")]
-fn pause_millis(spec: &str, point: Failpoint) -> Option<u64> {
-    let (name, millis) = spec.split_once(':')?;
-    (name == point.name())
-        .then(|| millis.parse().ok())
-        .flatten()
+fn pause_millis(spec: &str, point: Checkpoint) -> Option<u64> {
+    let (at, millis) = spec.split_once(':')?;
+    (at == name(point)).then(|| millis.parse().ok()).flatten()
 }

@@ -10,7 +10,6 @@
 
 mod admission;
 mod auth;
-mod completions;
 pub mod config;
 mod error;
 mod events_tail;
@@ -18,7 +17,6 @@ mod extract;
 mod failpoint;
 mod metrics;
 mod operations;
-mod protocol;
 mod replay;
 mod routes;
 mod state;
@@ -84,8 +82,8 @@ pub async fn run() -> Result<(), StartupError> {
             "in-process simulator".to_owned(),
         ),
     };
-    let mut state = AppState::new(store, processor, settings.api_keys.clone(), settings.limits);
-    state.metrics = metrics::install();
+    let mut cache = None;
+    let mut events = None;
     if let Some(ValidRedis {
         settings: redis,
         cache_secret,
@@ -102,17 +100,26 @@ pub async fn run() -> Result<(), StartupError> {
         // Two links: a request must give up on the cache within milliseconds, while the relay
         // may wait for a whole batch to be accepted. Apart, neither's timeout drops the other's
         // connection, and no request queues behind a large pipeline.
-        state.cache = Some(ReplayCache::new(
+        cache = Some(ReplayCache::new(
             link(redis.timeout_ms)?,
             redis.key_prefix.clone(),
             cache_secret.clone(),
         ));
-        state.events = Some(EventStream::new(
+        events = Some(EventStream::new(
             link(redis.stream_timeout_ms)?,
             redis.stream.clone(),
             redis.stream_max_len,
         ));
     }
+    let mut state = AppState::new(
+        store,
+        processor,
+        settings.api_keys.clone(),
+        settings.limits,
+        cache,
+    );
+    state.events = events;
+    state.metrics = metrics::install();
     let redis_name = settings.redis.as_ref().map_or_else(
         || "disabled".to_owned(),
         |r| without_credentials(&r.settings.url),
@@ -208,20 +215,7 @@ fn without_credentials(url: &str) -> String {
 }
 
 /// An error and its sources on one line, for logs and start-up messages.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        // Drivers often wrap an error and also display its source: say each thing once.
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use payments_idempotency::engine::error_chain;
 
 #[cfg(test)]
 mod tests {

@@ -1,14 +1,18 @@
 //! Prometheus metrics: what matters about requests, idempotency outcomes, the processor, the
 //! outbox and Redis. Rendered at `GET /metrics`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use axum::extract::{MatchedPath, Request};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use payments_idempotency::engine::{CacheCall, Checkpoint, Observer, Outcome};
+
+use crate::failpoint;
 
 /// Latency buckets in seconds: from sub-millisecond replays to slow processor calls.
 const BUCKETS: [f64; 14] = [
@@ -24,67 +28,45 @@ pub fn install() -> Option<PrometheusHandle> {
         .ok()
 }
 
-/// What the protocol did with a request or an abandoned record: the `outcome` label of
-/// `idempotency_outcomes_total`, and the `idempotency.outcome` log field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The attempt ran the operation and stored its answer.
-    Executed,
-    /// A replay served from the Redis cache.
-    ReplayedCache,
-    /// A replay served from the database.
-    ReplayedDb,
-    /// A duplicate of an attempt in flight (409, or a wait that ran out).
-    InFlight,
-    /// Another payload under a used key (422).
-    Mismatch,
-    /// The attempt took over an abandoned record.
-    TakenOver,
-    /// The attempt lost its record to another and answered from it.
-    Fenced,
-    /// The completer finished a record whose effect the processor had made.
-    CompletedByCompleter,
-    /// The completer failed a record after the processor tombstoned its key.
-    FailedByCompleter,
-}
+/// The engine's observer: its outcomes, effect calls and cache failures as metrics (with each
+/// request's log carrying its outcome), and its checkpoints as the crash tests' failpoints.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineMetrics;
 
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Executed => "executed",
-            Self::ReplayedCache => "replayed_cache",
-            Self::ReplayedDb => "replayed_db",
-            Self::InFlight => "in_flight",
-            Self::Mismatch => "mismatch",
-            Self::TakenOver => "taken_over",
-            Self::Fenced => "fenced",
-            Self::CompletedByCompleter => "completed_by_completer",
-            Self::FailedByCompleter => "failed_by_completer",
-        }
+#[async_trait]
+impl Observer for EngineMetrics {
+    /// `idempotency_outcomes_total`, and the `idempotency.outcome` log field (inside the
+    /// request span).
+    fn outcome(&self, outcome: Outcome) {
+        let name = outcome.as_str();
+        counter!("idempotency_outcomes_total", "outcome" => name).increment(1);
+        tracing::info!(idempotency.outcome = name, "idempotency outcome");
     }
-}
 
-/// Counts an idempotency outcome, and logs it, so each request's log carries its outcome
-/// (inside the request span).
-pub fn outcome(outcome: Outcome) {
-    let name = outcome.as_str();
-    counter!("idempotency_outcomes_total", "outcome" => name).increment(1);
-    tracing::info!(idempotency.outcome = name, "idempotency outcome");
-}
+    /// `processor_call_duration_seconds`, labelled by the operation's effect (`charge`,
+    /// `refund`), a name fixed in the code.
+    fn effect_called(&self, effect: &'static str, took: Duration) {
+        histogram!("processor_call_duration_seconds", "operation" => effect)
+            .record(took.as_secs_f64());
+    }
 
-/// A call to the processor: the `operation` label of `processor_call_duration_seconds`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProcessorCall {
-    Charge,
-    Refund,
-}
+    /// The processor reported an effect that is not the one requested (another amount or
+    /// currency, or a status other than succeeded): it was not recorded.
+    fn effect_mismatch(&self) {
+        counter!("processor_mismatch_total").increment(1);
+    }
 
-impl ProcessorCall {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Charge => "charge",
-            Self::Refund => "refund",
-        }
+    /// A replay-cache entry failed its MAC check or did not parse: it was not served.
+    fn cache_rejected(&self) {
+        counter!("replay_cache_rejected_total").increment(1);
+    }
+
+    fn cache_failed(&self, call: CacheCall) {
+        redis_error(RedisCall::Cache(call));
+    }
+
+    async fn reached(&self, point: Checkpoint) {
+        failpoint::hit(point).await;
     }
 }
 
@@ -97,12 +79,8 @@ pub fn redis_error(call: RedisCall) {
 /// `redis_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RedisCall {
-    /// Reading the replay cache (the database answers instead).
-    CacheGet,
-    /// Writing the replay cache (the next replay reads the database).
-    CachePut,
-    /// Deleting a replaced generation's cached response (it expires with its record anyway).
-    CacheForget,
+    /// A replay-cache call of the engine.
+    Cache(CacheCall),
     /// Publishing outbox events to the stream (the relay tries again).
     Xadd,
 }
@@ -110,28 +88,12 @@ pub enum RedisCall {
 impl RedisCall {
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::CacheGet => "cache_get",
-            Self::CachePut => "cache_put",
-            Self::CacheForget => "cache_forget",
+            Self::Cache(CacheCall::Get) => "cache_get",
+            Self::Cache(CacheCall::Put) => "cache_put",
+            Self::Cache(CacheCall::Forget) => "cache_forget",
             Self::Xadd => "xadd",
         }
     }
-}
-
-/// The processor reported a charge that is not the one requested (another amount or
-/// currency, or a status other than succeeded): it was not recorded.
-pub fn processor_mismatch() {
-    counter!("processor_mismatch_total").increment(1);
-}
-
-/// A replay-cache entry failed its MAC check or did not parse: it was not served.
-pub fn replay_cache_rejected() {
-    counter!("replay_cache_rejected_total").increment(1);
-}
-
-pub fn processor_call(call: ProcessorCall, started: Instant) {
-    histogram!("processor_call_duration_seconds", "operation" => call.as_str())
-        .record(started.elapsed().as_secs_f64());
 }
 
 pub fn outbox_backlog(unpublished: i64, oldest_age_secs: f64) {

@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_domain::CardProcessor;
-use payments_storage::{EventStream, ReplayCache, Store};
+use payments_idempotency::engine::{Engine, Idempotent, ResponseCache};
+use payments_storage::{EventStream, Records, ReplayCache, Store};
 
 use crate::auth::ApiKeys;
-use crate::completions::Completions;
+use crate::metrics::EngineMetrics;
+use crate::operations::Ports;
 use crate::operations::charge::CreateCharge;
 use crate::operations::refund::CreateRefund;
-use crate::protocol::{Engine, Idempotent};
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
@@ -33,50 +34,52 @@ pub struct Limits {
 pub struct AppState {
     /// The database, PostgreSQL or SQLite: the handlers see only the repositories.
     pub store: Arc<dyn Store>,
-    pub processor: Arc<dyn CardProcessor>,
     pub api_keys: ApiKeys,
     pub limits: Limits,
-    pub completions: Completions,
-    /// The Redis replay cache, when Redis is configured.
-    pub cache: Option<ReplayCache>,
+    /// The Redis replay cache, when Redis is configured (the engine's cache port).
+    pub cache: Option<Arc<ReplayCache>>,
     /// The stream the outbox relay publishes to, when Redis is configured.
     pub events: Option<EventStream>,
     /// Renders `/metrics` on the metrics listener; `None` if this process has no recorder of
     /// its own.
     pub metrics: Option<PrometheusHandle>,
-    /// The operations the protocol runs.
+    /// The exactly-once engine, over the store's records and the cache, with every
+    /// operation below registered for the completer.
+    pub engine: Arc<Engine>,
+    /// The operations the engine runs.
     pub charges: Arc<Idempotent<CreateCharge>>,
     pub refunds: Arc<Idempotent<CreateRefund>>,
 }
 
 impl AppState {
-    /// The protocol's view of the shared state: the ports it works through, nothing else.
-    pub(crate) fn engine(&self) -> Engine<'_> {
-        Engine {
-            store: self.store.as_ref(),
-            processor: self.processor.as_ref(),
-            cache: self.cache.as_ref(),
-            completions: &self.completions,
-        }
-    }
-
     pub fn new(
         store: Arc<dyn Store>,
         processor: Arc<dyn CardProcessor>,
         api_keys: ApiKeys,
         limits: Limits,
+        cache: Option<ReplayCache>,
     ) -> Self {
+        let ports = Ports::new(Arc::clone(&store), processor);
+        let charges = Arc::new(Idempotent::new(CreateCharge(ports.clone())));
+        let refunds = Arc::new(Idempotent::new(CreateRefund(ports)));
+        let cache = cache.map(Arc::new);
+        let mut engine = Engine::new(Arc::new(Records::new(Arc::clone(&store))))
+            .with_observer(Arc::new(EngineMetrics))
+            .with_operation(Arc::clone(&charges))
+            .with_operation(Arc::clone(&refunds));
+        if let Some(cache) = &cache {
+            engine = engine.with_cache(Arc::clone(cache) as Arc<dyn ResponseCache>);
+        }
         Self {
             store,
-            processor,
             api_keys,
             limits,
-            completions: Completions::default(),
-            cache: None,
+            cache,
             events: None,
             metrics: None,
-            charges: Arc::default(),
-            refunds: Arc::default(),
+            engine: Arc::new(engine),
+            charges,
+            refunds,
         }
     }
 }

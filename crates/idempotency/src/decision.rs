@@ -114,7 +114,7 @@ mod tests {
         IdempotencyRecord {
             scope: Scope {
                 tenant: "acme".into(),
-                operation: crate::CHARGES_CREATE_V1.into(),
+                operation: "charges.create.v1".into(),
             },
             key: IdempotencyKey::parse("k1").unwrap_or_else(|e| panic!("{e}")),
             fingerprint: fingerprint(100),

@@ -1,13 +1,17 @@
-//! The idempotency-key protocol, independent of any web framework or database.
+//! The idempotency-key protocol and its exactly-once engine, independent of any web framework,
+//! database or cache.
 //!
 //! It owns the rules a payment API must get exactly right: what a valid key is, what counts as
 //! "the same request" (the [`Fingerprint`] over canonical JSON), the record's states and recovery
 //! points, and the one pure [`decide`] function that says what a request carrying a key must do
 //! given the record already stored under it. Records hold plain data (status code, allow-listed
-//! headers, body bytes), so any framework can replay them. This crate must not import axum, sqlx,
-//! redis or any other crate of the workspace.
+//! headers, body bytes), so any framework can replay them. The [`engine`] drives an
+//! [`engine::Operation`] through those rules, working only through the ports it defines (a
+//! record store, a response cache, an observer). This crate must not import axum, sqlx, redis
+//! or any other crate of the workspace.
 
 mod decision;
+pub mod engine;
 mod fingerprint;
 mod key;
 mod policy;
@@ -23,10 +27,3 @@ pub use record::{
     StoredResponse, UnknownValue,
 };
 pub use retry_after::RecentDurations;
-
-/// The operation name of `POST /charges`, carrying its response schema version: a stored
-/// response is only ever replayed in the shape it was recorded in.
-pub const CHARGES_CREATE_V1: &str = "charges.create.v1";
-
-/// The operation of `POST /charges/{id}/refunds`, with its response schema version.
-pub const REFUNDS_CREATE_V1: &str = "refunds.create.v1";

@@ -12,7 +12,8 @@ use crate::{Fingerprint, IdempotencyKey};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Scope {
     pub tenant: String,
-    /// The endpoint and its response schema version, e.g. [`crate::CHARGES_CREATE_V1`].
+    /// The operation and its response schema version, e.g. `charges.create.v1`
+    /// ([`engine::Operation::NAME`](crate::engine::Operation::NAME)).
     pub operation: String,
 }
 

@@ -1,5 +1,6 @@
 //! The storage layer's one error type.
 
+use payments_idempotency::engine::{ProtocolError, StoreFailure};
 use sqlx::error::DatabaseError;
 
 /// Why a storage operation failed. The API maps `Unavailable` to 503 (fail closed: no record,
@@ -42,6 +43,24 @@ impl From<sqlx::Error> for StoreError {
             },
             None => Self::Database(error),
         }
+    }
+}
+
+/// What the engine sees of a storage failure: whether it was unavailability (503, retry
+/// later) or anything else, with the error itself as the source.
+impl From<StoreError> for StoreFailure {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(_) => Self::unavailable(error),
+            other => Self::other(other),
+        }
+    }
+}
+
+/// An operation's own writes fail the attempt as the engine's do.
+impl From<StoreError> for ProtocolError {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error.into())
     }
 }
 

@@ -19,6 +19,7 @@ mod outbox;
 mod postgres;
 mod reading;
 mod recording;
+mod records;
 mod redis_link;
 mod refunding;
 mod replay_cache;
@@ -40,13 +41,11 @@ use crate::sqlite::SqliteStore;
 
 pub use error::StoreError;
 pub use model::{
-    Abandoned, Backlog, Balance, ChargePage, Claim, Claimed, Completion, Fence, Finish,
-    ListCharges, ListRefunds, RefundPage, RefundRefusal, Reservation,
+    Backlog, Balance, ChargePage, ListCharges, ListRefunds, RefundPage, RefundRefusal, Reservation,
 };
+pub use records::Records;
 pub use redis_link::{RedisFailure, RedisLink};
-pub use replay_cache::{
-    CacheRead, CacheSecret, CacheSecretTooShort, CachedReplay, Rejection, ReplayCache,
-};
+pub use replay_cache::{CacheSecret, CacheSecretTooShort, Rejection, ReplayCache};
 #[cfg(feature = "bench")]
 pub use repository::FloorRepository;
 pub use repository::{

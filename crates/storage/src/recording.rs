@@ -43,7 +43,7 @@ macro_rules! impl_record_repository {
             use $crate::StoreError;
             use $crate::claiming::NewClaim;
             use $crate::model::{
-                Claim, Claimed, Completion, Fence, Finish, Generation, TakenOver, Verdict, judge,
+                Claim, Claimed, Completion, Fence, Finish, Generation, TakenOver, Verdict,
             };
             use $crate::recording::ChargeFinish;
             use $crate::rows::RecordWithClock;
@@ -74,7 +74,7 @@ macro_rules! impl_record_repository {
                     let mut sql = claiming::insert_pending::<$db>(*claim, &new, self.policy);
                     let inserted: Option<i32> =
                         sql.build_query_scalar().fetch_optional(conn).await?;
-                    Ok(inserted.map(|attempts| Claimed::fresh(attempts, new)))
+                    Ok(inserted.map(|attempts| new.claimed(attempts)))
                 }
 
                 /// Reads a record and the database clock on `conn`, under a row lock when
@@ -100,23 +100,19 @@ macro_rules! impl_record_repository {
                 ) -> Result<Option<Claim>, StoreError> {
                     let record = found.row.into_record()?;
                     let (scope, key) = (claim.scope, claim.key);
-                    let outcome = match judge(&record, claim.fingerprint, found.db_now) {
+                    let outcome = match Verdict::of(&record, claim.fingerprint, found.db_now) {
                         Verdict::Answer(answer) => answer,
                         Verdict::Resume(from) => {
                             let mut sql =
                                 claiming::take_over::<$db>(scope, key, self.policy.lock_timeout);
                             let taken: TakenOver = sql.build_query_as().fetch_one(conn).await?;
-                            Claim::Owned(Claimed::taken_over(
-                                taken,
-                                from,
-                                record.processor_charge_id,
-                            ))
+                            Claim::Owned(taken.claimed(from, record.processor_charge_id))
                         }
                         Verdict::Replace => {
                             let new = Generation::new();
                             let mut sql = claiming::replace::<$db>(*claim, &new, self.policy);
                             let attempts: i32 = sql.build_query_scalar().fetch_one(conn).await?;
-                            Claim::Owned(Claimed::replacing(attempts, new))
+                            Claim::Owned(new.replacing(attempts))
                         }
                         Verdict::Absent => return Ok(None),
                     };

@@ -8,36 +8,15 @@
 //! the fingerprint, the expiry, the status, the headers and the body). An entry that fails the
 //! check, or that does not parse, is a miss, and the request goes on to the database.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
+use payments_idempotency::engine::{CacheFailure, CacheRead, CachedReplay, ResponseCache};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
 use sha2::Sha256;
 use uuid::Uuid;
 
 use crate::redis_link::{RedisFailure, RedisLink};
-
-/// A cached response and the fingerprint of the request that produced it: a hit for another
-/// payload is still a mismatch (422), exactly as from the database.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CachedReplay {
-    /// The generation of the record the response was stored in.
-    pub generation: Uuid,
-    pub fingerprint: Fingerprint,
-    pub response: StoredResponse,
-    /// When the record's retention ends: the entry itself expires at this same instant.
-    pub expires_at: DateTime<Utc>,
-}
-
-/// What a cache read found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CacheRead {
-    /// An authentic entry.
-    Hit(CachedReplay),
-    /// No entry.
-    Miss,
-    /// An entry that is not one this service wrote: served by nobody, read as a miss.
-    Rejected(Rejection),
-}
 
 /// Why an entry was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -109,71 +88,11 @@ impl ReplayCache {
         )
     }
 
-    /// The cached replay for a key, if an authentic one is there.
-    pub async fn get(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<CacheRead, RedisFailure> {
-        let bytes: Option<Vec<u8>> = self
-            .link
-            .query(redis::cmd("GET").arg(self.key(scope, key)))
-            .await?;
-        Ok(match bytes {
-            None => CacheRead::Miss,
-            Some(bytes) => match self.open(scope, key, &bytes) {
-                Ok(hit) => CacheRead::Hit(hit),
-                Err(rejection) => CacheRead::Rejected(rejection),
-            },
-        })
-    }
-
     /// One GET of a fixed key: the floor a cached replay is measured against in the
     /// benchmarks.
     pub async fn probe(&self) -> Result<Option<Vec<u8>>, RedisFailure> {
         self.link
             .query(redis::cmd("GET").arg(format!("{}:probe", self.prefix)))
-            .await
-    }
-
-    /// Stores a completed response of the record's `generation` until `expires_at`, the
-    /// record's own expiry, as an absolute time (`SET .. PXAT`): the entry and the record end
-    /// at the same instant, so the cache can never replay a key the database already
-    /// considers expired.
-    pub async fn put(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        generation: Uuid,
-        fingerprint: &Fingerprint,
-        response: &StoredResponse,
-        expires_at: DateTime<Utc>,
-    ) -> Result<(), RedisFailure> {
-        let Ok(at_millis) = u64::try_from(expires_at.timestamp_millis()) else {
-            return Ok(());
-        };
-        let entry = CachedReplay {
-            generation,
-            fingerprint: *fingerprint,
-            response: response.clone(),
-            expires_at,
-        };
-        let value = self.seal(scope, key, &entry);
-        self.link
-            .query::<()>(
-                redis::cmd("SET")
-                    .arg(self.key(scope, key))
-                    .arg(value)
-                    .arg("PXAT")
-                    .arg(at_millis),
-            )
-            .await
-    }
-
-    /// Removes a key's entry: its record was replaced by a new generation.
-    pub async fn forget(&self, scope: &Scope, key: &IdempotencyKey) -> Result<(), RedisFailure> {
-        self.link
-            .query::<()>(redis::cmd("DEL").arg(self.key(scope, key)))
             .await
     }
 
@@ -219,6 +138,68 @@ impl ReplayCache {
             mac.update(part);
         }
         mac
+    }
+}
+
+/// The engine's cache port: a failed call is the engine's to work around.
+#[async_trait]
+impl ResponseCache for ReplayCache {
+    /// The cached replay for a key, if an authentic one is there.
+    async fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<CacheRead, CacheFailure> {
+        let bytes: Option<Vec<u8>> = self
+            .link
+            .query(redis::cmd("GET").arg(self.key(scope, key)))
+            .await?;
+        Ok(match bytes {
+            None => CacheRead::Miss,
+            Some(bytes) => match self.open(scope, key, &bytes) {
+                Ok(hit) => CacheRead::Hit(hit),
+                Err(rejection) => CacheRead::Rejected(Box::new(rejection)),
+            },
+        })
+    }
+
+    /// Stores a completed response of the record's `generation` until `expires_at`, the
+    /// record's own expiry, as an absolute time (`SET .. PXAT`): the entry and the record end
+    /// at the same instant, so the cache can never replay a key the database already
+    /// considers expired.
+    async fn put(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        generation: Uuid,
+        fingerprint: &Fingerprint,
+        response: &StoredResponse,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), CacheFailure> {
+        let Ok(at_millis) = u64::try_from(expires_at.timestamp_millis()) else {
+            return Ok(());
+        };
+        let entry = CachedReplay {
+            generation,
+            fingerprint: *fingerprint,
+            response: response.clone(),
+            expires_at,
+        };
+        let value = self.seal(scope, key, &entry);
+        self.link
+            .query::<()>(
+                redis::cmd("SET")
+                    .arg(self.key(scope, key))
+                    .arg(value)
+                    .arg("PXAT")
+                    .arg(at_millis),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a key's entry: its record was replaced by a new generation.
+    async fn forget(&self, scope: &Scope, key: &IdempotencyKey) -> Result<(), CacheFailure> {
+        self.link
+            .query::<()>(redis::cmd("DEL").arg(self.key(scope, key)))
+            .await?;
+        Ok(())
     }
 }
 

@@ -29,7 +29,7 @@ use payments_idempotency::{
 use crate::StoreError;
 use crate::model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish, ListCharges,
-    ListRefunds, RefundPage, Reservation, Verdict, judge,
+    ListRefunds, RefundPage, Reservation, Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -53,7 +53,7 @@ pub trait RecordRepository: Send + Sync {
         request_body: &[u8],
     ) -> Result<Claim, StoreError> {
         if let Some((record, now)) = self.find_record(scope, key).await?
-            && let Verdict::Answer(answer) = judge(&record, fingerprint, now)
+            && let Verdict::Answer(answer) = Verdict::of(&record, fingerprint, now)
         {
             return Ok(answer);
         }

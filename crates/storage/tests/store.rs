@@ -11,17 +11,18 @@ use futures::future::join_all;
 use payments_domain::{
     Amount, Charge, ChargeId, Currency, Money, PaymentSource, RefundRequest, TenantId,
 };
+use payments_idempotency::engine::{Claim, Claimed, Completion, Fence, Finish};
 use payments_idempotency::{
-    Attempt, CHARGES_CREATE_V1, Fingerprint, IdempotencyKey, IdempotencyPolicy, REFUNDS_CREATE_V1,
-    RecoveryPoint, Scope, StoredResponse,
+    Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, Scope, StoredResponse,
 };
-use payments_storage::{
-    Backend, Claim, Claimed, Completion, Database, Fence, Finish, PoolSettings, RefundRefusal,
-    Reservation, Store,
-};
+use payments_storage::{Backend, Database, PoolSettings, RefundRefusal, Reservation, Store};
 use serde_json::json;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Connection, PgConnection};
+
+/// The operation names the service's charges and refunds are stored under.
+const CHARGES_CREATE_V1: &str = "charges.create.v1";
+const REFUNDS_CREATE_V1: &str = "refunds.create.v1";
 
 /// Runs each named test once per backend: `postgres::<name>` and `sqlite::<name>`.
 macro_rules! on_every_backend {

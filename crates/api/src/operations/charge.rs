@@ -4,23 +4,22 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use payments_domain::{
-    CancelOutcome, CardProcessor, Charge, ChargeId, ChargeRequest, ProcessorCharge,
-    ProcessorChargeRequest, ProcessorError,
+use payments_domain::{Charge, ChargeId, ChargeRequest, ProcessorCharge, ProcessorChargeRequest};
+use payments_idempotency::StoredResponse;
+use payments_idempotency::engine::{
+    Completion, EffectError, Operation, Owner, Prepared, ProtocolError, Settled,
 };
-use payments_idempotency::{CHARGES_CREATE_V1, StoredResponse};
-use payments_storage::{Completion, Store, StoreError};
+use payments_storage::StoreError;
 
-use super::created;
+use super::{Ports, created, effect_error, settled, tenant_of};
 use crate::ApiError;
 use crate::failpoint::{self, Failure};
-use crate::metrics::ProcessorCall;
-use crate::protocol::{Operation, Owner, Prepared, ProtocolError};
 use crate::views::{ChargeView, CreateChargeBody};
 
-/// Creating a charge.
-#[derive(Debug, Default)]
-pub struct CreateCharge;
+/// Creating a charge: the card processor is its effect port, and the store holds its charge,
+/// ledger and outbox rows.
+#[derive(Debug)]
+pub struct CreateCharge(pub Ports);
 
 #[async_trait]
 impl Operation for CreateCharge {
@@ -28,8 +27,8 @@ impl Operation for CreateCharge {
     type Plan = ChargeRequest;
     type Effect = ProcessorCharge;
 
-    const NAME: &'static str = CHARGES_CREATE_V1;
-    const PROCESSOR_CALL: ProcessorCall = ProcessorCall::Charge;
+    const NAME: &'static str = "charges.create.v1";
+    const EFFECT: &'static str = "charge";
     const ROUTE: (&'static str, &'static str) = ("POST", "/charges");
 
     fn stored_request(&self, body: &[u8]) -> Option<ChargeRequest> {
@@ -40,7 +39,6 @@ impl Operation for CreateCharge {
     /// commits (the claim and the finish).
     async fn prepare(
         &self,
-        _store: &dyn Store,
         _owner: Owner<'_>,
         request: &ChargeRequest,
     ) -> Result<Prepared<ChargeRequest>, ProtocolError> {
@@ -49,25 +47,27 @@ impl Operation for CreateCharge {
 
     async fn effect(
         &self,
-        processor: &dyn CardProcessor,
         request: &ChargeRequest,
-        processor_key: &str,
-    ) -> Result<ProcessorCharge, ProcessorError> {
-        processor
+        effect_key: &str,
+    ) -> Result<ProcessorCharge, EffectError> {
+        self.0
+            .processor
             .charge(ProcessorChargeRequest {
-                idempotency_key: processor_key.to_owned(),
+                idempotency_key: effect_key.to_owned(),
                 money: request.money,
                 source: request.source.clone(),
             })
             .await
+            .map_err(effect_error)
     }
 
-    async fn settle(
-        &self,
-        processor: &dyn CardProcessor,
-        processor_key: &str,
-    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
-        processor.cancel(processor_key).await
+    async fn settle(&self, effect_key: &str) -> Result<Settled<ProcessorCharge>, EffectError> {
+        self.0
+            .processor
+            .cancel(effect_key)
+            .await
+            .map(settled)
+            .map_err(effect_error)
     }
 
     fn effect_id(charge: &ProcessorCharge) -> String {
@@ -78,9 +78,9 @@ impl Operation for CreateCharge {
         charge.confirms(request.money).map_err(|e| e.to_string())
     }
 
-    fn declined(&self, decline_code: String, message: String) -> StoredResponse {
+    fn declined(&self, code: String, message: String) -> StoredResponse {
         ApiError::CardDeclined {
-            decline_code,
+            decline_code: code,
             message,
         }
         .to_stored_response()
@@ -90,14 +90,13 @@ impl Operation for CreateCharge {
     /// statement, fenced by the owner's generation and attempt.
     async fn finish(
         &self,
-        store: &dyn Store,
         owner: Owner<'_>,
         request: &ChargeRequest,
         processor_charge_id: String,
     ) -> Result<(Completion, StoredResponse), ProtocolError> {
         let charge = Charge {
             id: ChargeId::from_uuid(owner.fence.resource_id),
-            tenant: owner.tenant(),
+            tenant: tenant_of(&owner),
             money: request.money,
             source: request.source.clone(),
             description: request.description.clone(),
@@ -109,7 +108,9 @@ impl Operation for CreateCharge {
         if failpoint::fails(Failure::Finish) {
             return Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut).into());
         }
-        let completion = store
+        let completion = self
+            .0
+            .store
             .finish_charge(owner.scope, owner.key, owner.fence, &charge, &response)
             .await?;
         if completion != Completion::Fenced {

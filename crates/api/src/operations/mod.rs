@@ -1,37 +1,29 @@
-//! The operations the protocol runs, one module each: what each one supplies (its request,
-//! its effect at the processor, the writes of its finish), and nothing of the protocol.
+//! The operations the engine runs, one module each: what each one supplies (its request, its
+//! effect at the processor, the writes of its finish), and nothing of the protocol.
 
 pub mod charge;
 pub mod refund;
 
+use std::sync::Arc;
+
+use payments_domain::{CancelOutcome, CardProcessor, ProcessorError};
 use payments_idempotency::StoredResponse;
-use payments_storage::Abandoned;
+use payments_idempotency::engine::{EffectError, ProtocolError, Settled};
+use payments_storage::Store;
 use serde::Serialize;
 
-use crate::AppState;
-use crate::protocol::{self, Operation, Owner, ProtocolError};
-use charge::CreateCharge;
-use refund::CreateRefund;
+/// What every operation of this service works with: the card processor for its effect, and
+/// the database for its rows.
+#[derive(Debug, Clone)]
+pub struct Ports {
+    store: Arc<dyn Store>,
+    processor: Arc<dyn CardProcessor>,
+}
 
-/// Settles an abandoned record with the operation it was claimed for. A record of an operation
-/// this build does not know is left alone (released), never failed: it may hold an effect.
-pub async fn settle(state: &AppState, record: &Abandoned) -> Result<(), ProtocolError> {
-    let engine = state.engine();
-    let operation = record.scope.operation.as_str();
-    if operation == CreateCharge::NAME {
-        return protocol::settle::settle(engine, state.charges.as_ref(), record).await;
+impl Ports {
+    pub fn new(store: Arc<dyn Store>, processor: Arc<dyn CardProcessor>) -> Self {
+        Self { store, processor }
     }
-    if operation == CreateRefund::NAME {
-        return protocol::settle::settle(engine, state.refunds.as_ref(), record).await;
-    }
-    tracing::error!(idempotency.key = %record.key, idempotency.operation = operation,
-        "completer: a record of an unknown operation; left pending");
-    let owner = Owner {
-        scope: &record.scope,
-        key: &record.key,
-        fence: record.fence(),
-    };
-    protocol::release(engine, owner).await
 }
 
 /// A 201 with `view` as its body and `location` as its `Location`, serialised once: the bytes
@@ -46,4 +38,32 @@ pub(crate) fn created<V: Serialize>(
         [("content-type", "application/json"), ("location", location)],
         body,
     ))
+}
+
+/// The processor's refusal or silence, as the engine tells them apart.
+fn effect_error(error: ProcessorError) -> EffectError {
+    match error {
+        ProcessorError::Declined {
+            decline_code,
+            message,
+        } => EffectError::Declined {
+            code: decline_code,
+            message,
+        },
+        ProcessorError::Unavailable { reason } => EffectError::Unavailable { reason },
+    }
+}
+
+/// The processor's answer to a cancel, as the engine's settle reads it.
+fn settled<E>(outcome: CancelOutcome<E>) -> Settled<E> {
+    match outcome {
+        CancelOutcome::Exists(effect) => Settled::Exists(effect),
+        CancelOutcome::StillProcessing => Settled::StillProcessing,
+        CancelOutcome::Canceled => Settled::Tombstoned,
+    }
+}
+
+/// The tenant an owned record belongs to.
+fn tenant_of(owner: &payments_idempotency::engine::Owner<'_>) -> payments_domain::TenantId {
+    payments_domain::TenantId::new(owner.scope.tenant.clone())
 }

@@ -7,23 +7,23 @@
 //! reservation in the transaction that ends its record.
 
 use async_trait::async_trait;
-use payments_domain::{
-    CancelOutcome, CardProcessor, ProcessorError, ProcessorRefund, ProcessorRefundRequest, Refund,
-    RefundRequest,
+use payments_domain::{ProcessorRefund, ProcessorRefundRequest, Refund, RefundRequest};
+use payments_idempotency::StoredResponse;
+use payments_idempotency::engine::{
+    Completion, EffectError, Finish, Operation, Owner, Prepared, ProtocolError, RecordStore,
+    Settled,
 };
-use payments_idempotency::{REFUNDS_CREATE_V1, StoredResponse};
-use payments_storage::{Completion, Finish, RefundRefusal, Reservation, Store};
+use payments_storage::{RefundRefusal, Reservation};
 
 use super::charge::now_to_the_microsecond;
-use super::created;
+use super::{Ports, created, effect_error, settled};
 use crate::ApiError;
-use crate::metrics::ProcessorCall;
-use crate::protocol::{Operation, Owner, Prepared, ProtocolError};
 use crate::views::{CreateRefundBody, RefundView};
 
-/// Refunding a charge.
-#[derive(Debug, Default)]
-pub struct CreateRefund;
+/// Refunding a charge: the card processor is its effect port, and the store holds its
+/// reservation, refund, ledger and outbox rows.
+#[derive(Debug)]
+pub struct CreateRefund(pub Ports);
 
 /// A refund reserved on its charge, ready for the processor.
 #[derive(Debug)]
@@ -40,8 +40,8 @@ impl Operation for CreateRefund {
     type Plan = ReservedRefund;
     type Effect = ProcessorRefund;
 
-    const NAME: &'static str = REFUNDS_CREATE_V1;
-    const PROCESSOR_CALL: ProcessorCall = ProcessorCall::Refund;
+    const NAME: &'static str = "refunds.create.v1";
+    const EFFECT: &'static str = "refund";
     const ROUTE: (&'static str, &'static str) = ("POST", "/charges/{id}/refunds");
 
     fn stored_request(&self, body: &[u8]) -> Option<RefundRequest> {
@@ -52,11 +52,12 @@ impl Operation for CreateRefund {
     /// answers for good when the charge cannot give it.
     async fn prepare(
         &self,
-        store: &dyn Store,
         owner: Owner<'_>,
         request: &RefundRequest,
     ) -> Result<Prepared<ReservedRefund>, ProtocolError> {
-        let reservation = store
+        let reservation = self
+            .0
+            .store
             .reserve_refund(
                 owner.scope,
                 owner.key,
@@ -89,25 +90,27 @@ impl Operation for CreateRefund {
 
     async fn effect(
         &self,
-        processor: &dyn CardProcessor,
         reserved: &ReservedRefund,
-        processor_key: &str,
-    ) -> Result<ProcessorRefund, ProcessorError> {
-        processor
+        effect_key: &str,
+    ) -> Result<ProcessorRefund, EffectError> {
+        self.0
+            .processor
             .refund(ProcessorRefundRequest {
-                idempotency_key: processor_key.to_owned(),
+                idempotency_key: effect_key.to_owned(),
                 processor_charge_id: reserved.processor_charge_id.clone(),
                 money: reserved.refund.money,
             })
             .await
+            .map_err(effect_error)
     }
 
-    async fn settle(
-        &self,
-        processor: &dyn CardProcessor,
-        processor_key: &str,
-    ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError> {
-        processor.cancel_refund(processor_key).await
+    async fn settle(&self, effect_key: &str) -> Result<Settled<ProcessorRefund>, EffectError> {
+        self.0
+            .processor
+            .cancel_refund(effect_key)
+            .await
+            .map(settled)
+            .map_err(effect_error)
     }
 
     fn effect_id(refund: &ProcessorRefund) -> String {
@@ -120,9 +123,9 @@ impl Operation for CreateRefund {
             .map_err(|e| e.to_string())
     }
 
-    fn declined(&self, decline_code: String, message: String) -> StoredResponse {
+    fn declined(&self, code: String, message: String) -> StoredResponse {
         ApiError::RefundDeclined {
-            decline_code,
+            decline_code: code,
             message,
         }
         .to_stored_response()
@@ -130,7 +133,6 @@ impl Operation for CreateRefund {
 
     async fn finish(
         &self,
-        store: &dyn Store,
         owner: Owner<'_>,
         reserved: &ReservedRefund,
         processor_refund_id: String,
@@ -140,7 +142,9 @@ impl Operation for CreateRefund {
             &RefundView::from(&refund),
             &format!("/refunds/{}", refund.id),
         )?;
-        let completion = store
+        let completion = self
+            .0
+            .store
             .finish_refund(owner.scope, owner.key, owner.fence, &refund, &response)
             .await?;
         if completion != Completion::Fenced {
@@ -149,19 +153,29 @@ impl Operation for CreateRefund {
         Ok((completion, response))
     }
 
+    /// The refund's own store completes the record, releasing the reservation with it.
     async fn refuse(
         &self,
-        store: &dyn Store,
+        _records: &dyn RecordStore,
         owner: Owner<'_>,
         response: &StoredResponse,
     ) -> Result<Completion, ProtocolError> {
-        Ok(store
+        Ok(self
+            .0
+            .store
             .refuse_refund(owner.scope, owner.key, owner.fence, response)
             .await?)
     }
 
-    async fn fail(&self, store: &dyn Store, owner: Owner<'_>) -> Result<Finish, ProtocolError> {
-        Ok(store
+    /// The refund's own store fails the record, releasing the reservation with it.
+    async fn fail(
+        &self,
+        _records: &dyn RecordStore,
+        owner: Owner<'_>,
+    ) -> Result<Finish, ProtocolError> {
+        Ok(self
+            .0
+            .store
             .fail_refund(owner.scope, owner.key, owner.fence)
             .await?)
     }

@@ -11,8 +11,8 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, TenantId};
+use payments_idempotency::engine::{self, Completion};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
-use payments_storage::Completion;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -20,7 +20,6 @@ use tokio::sync::watch;
 
 use crate::extract::{ApiQuery, JsonBytes};
 use crate::operations::charge::{CreateCharge, created_response};
-use crate::protocol;
 use crate::views::CreateChargeBody;
 use crate::workers::reaper;
 use crate::{ApiError, AppState};
@@ -170,7 +169,7 @@ pub async fn reap(
 }
 
 fn scope() -> Scope {
-    protocol::scope_of::<CreateCharge>(&TenantId::new(TENANT))
+    engine::scope_of::<CreateCharge>(TENANT)
 }
 
 /// The charge a valid request body makes, as the charge flow would make it (minus the

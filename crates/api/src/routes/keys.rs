@@ -7,13 +7,13 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use chrono::SecondsFormat;
+use payments_idempotency::engine::{self, Operation};
 use payments_idempotency::{IdempotencyKey, IdempotencyRecord, RecordState};
 use serde::{Deserialize, Serialize};
 
 use crate::extract::{ApiQuery, Tenant};
 use crate::operations::charge::CreateCharge;
 use crate::operations::refund::CreateRefund;
-use crate::protocol::{self, Operation};
 use crate::{ApiError, AppState};
 
 /// The query: which operation's key (a key is scoped to its operation); a charge's by default.
@@ -76,8 +76,8 @@ pub async fn show(
     let key =
         IdempotencyKey::parse(&raw).map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
     let scope = match params.operation.as_deref() {
-        None | Some(CreateCharge::NAME) => protocol::scope_of::<CreateCharge>(&tenant),
-        Some(CreateRefund::NAME) => protocol::scope_of::<CreateRefund>(&tenant),
+        None | Some(CreateCharge::NAME) => engine::scope_of::<CreateCharge>(tenant.as_str()),
+        Some(CreateRefund::NAME) => engine::scope_of::<CreateRefund>(tenant.as_str()),
         Some(other) => {
             return Err(ApiError::InvalidRequest(format!(
                 "operation: must be {} or {}, got {other}",

@@ -28,15 +28,15 @@ use std::time::Duration;
 use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
 use payments_domain::TenantId;
+use payments_idempotency::engine::{self, Idempotent, KeyedRequest, Operation};
 use payments_idempotency::{IdempotencyKey, canonical_json};
 use payments_storage::StoreError;
 
 use crate::admission;
-use crate::protocol::{self, Attempt, Idempotent, Operation};
 use crate::replay::respond;
 use crate::{ApiError, AppState};
 
-/// Runs `request` of `op`, validated, through the protocol under `key` and answers with what
+/// Runs `request` of `op`, validated, through the engine under `key` and answers with what
 /// it gives. `canonical` is the request as JSON: the fingerprint covers it (with the
 /// operation's route), and it is stored with the record for the completer.
 async fn run_idempotent<O: Operation>(
@@ -48,15 +48,15 @@ async fn run_idempotent<O: Operation>(
     canonical: &serde_json::Value,
     request: O::Request,
 ) -> Result<axum::response::Response, ApiError> {
-    let attempt = Attempt {
-        tenant,
+    let request = KeyedRequest {
+        tenant: tenant.as_str().to_owned(),
         key,
-        fingerprint: protocol::fingerprint_of::<O>(canonical),
+        fingerprint: engine::fingerprint_of::<O>(canonical),
         canonical_body: canonical_json(canonical).into_bytes(),
         request,
         wait,
     };
-    let answer = protocol::run(state.engine(), op, attempt).await?;
+    let answer = state.engine.run(op, request).await?;
     Ok(respond(answer.response, answer.replayed, answer.expires_at))
 }
 

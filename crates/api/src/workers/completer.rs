@@ -3,7 +3,7 @@
 //!
 //! It takes over one record at a time, and only once the record's lock ended at least
 //! `processor.settle_after_ms` ago, so that any processor call made under that lock has
-//! finished at the processor; the protocol's settle step (`protocol::settle`), with the
+//! finished at the processor; the engine's settle step (`Engine::settle_abandoned`), with the
 //! record's own operation, does the rest. "I could not find a charge" is never read as "there
 //! is no charge".
 
@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::{WorkerSettings, stopped};
-use crate::{AppState, error_chain, operations};
+use crate::{AppState, error_chain};
 
 /// Settles up to `completer_batch` records, one at a time, and stops between records (or
 /// abandons the one in hand) as soon as `shutdown` says so. A record abandoned mid-way is left
@@ -26,7 +26,11 @@ pub async fn run_round(
         if *shutdown.borrow() {
             return;
         }
-        let record = match state.store.take_over_abandoned(settings.settle_after).await {
+        let record = match state
+            .engine
+            .take_over_abandoned(settings.settle_after)
+            .await
+        {
             Ok(Some(record)) => record,
             Ok(None) => return,
             Err(error) => {
@@ -42,7 +46,7 @@ pub async fn run_round(
             idempotency.operation = %record.scope.operation,
         );
         tokio::select! {
-            settled = operations::settle(state, &record).instrument(span.clone()) => {
+            settled = state.engine.settle_abandoned(&record).instrument(span.clone()) => {
                 if let Err(error) = settled {
                     // The record keeps the completer's lock; a later round or a retry resumes it.
                     span.in_scope(|| tracing::warn!(idempotency.key = %record.key, error = %error_chain(&error), "completer: record left pending"));

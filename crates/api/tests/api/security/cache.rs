@@ -1,6 +1,7 @@
 //! The replay cache is never trusted: an entry that this service did not write, or that was
 //! edited in Redis, is never served.
 
+use payments_idempotency::engine::ResponseCache;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -36,11 +37,14 @@ fn key_prefix(app: &TestApp) -> String {
     format!("test:{}", database_name(&app.database.url))
 }
 
+/// The operation `POST /charges` is stored under.
+const CHARGES_CREATE_V1: &str = "charges.create.v1";
+
 /// The scope of acme's charges.
 fn acme_charges() -> Scope {
     Scope {
         tenant: "acme".into(),
-        operation: payments_idempotency::CHARGES_CREATE_V1.into(),
+        operation: CHARGES_CREATE_V1.into(),
     }
 }
 
@@ -49,7 +53,7 @@ fn replay_key(app: &TestApp, key: &str) -> String {
     format!(
         "{}:replay:{{acme:{}:{key}}}",
         key_prefix(app),
-        payments_idempotency::CHARGES_CREATE_V1
+        CHARGES_CREATE_V1
     )
 }
 

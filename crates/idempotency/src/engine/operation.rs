@@ -1,29 +1,14 @@
-//! What an operation plugs into the protocol: its request, its effect at the processor, and
-//! the writes of its finish. Everything else (the claim, the recovery points, the fence, the
-//! cache, the completer's settle) is the protocol's, the same for every operation.
+//! What an operation plugs into the engine: its request, its effect through a port of its own,
+//! and the writes of its finish. Everything else (the claim, the recovery points, the fence,
+//! the cache, the completer's settle) is the engine's, the same for every operation.
+
+use std::fmt;
 
 use async_trait::async_trait;
-use payments_domain::{CancelOutcome, CardProcessor, ProcessorError, TenantId};
-use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
-use payments_storage::{Completion, Fence, Finish, Store};
 
 use super::ProtocolError;
-use crate::metrics::ProcessorCall;
-
-/// The record an attempt owns, and the fence it writes under.
-#[derive(Debug, Clone, Copy)]
-pub struct Owner<'a> {
-    pub scope: &'a Scope,
-    pub key: &'a IdempotencyKey,
-    pub fence: Fence,
-}
-
-impl Owner<'_> {
-    /// The tenant the record belongs to.
-    pub fn tenant(&self) -> TenantId {
-        TenantId::new(self.scope.tenant.clone())
-    }
-}
+use super::ports::{Completion, Finish, Owner, RecordStore};
+use crate::StoredResponse;
 
 /// What [`Operation::prepare`] decided.
 #[derive(Debug)]
@@ -37,13 +22,45 @@ pub enum Prepared<P> {
     Fenced,
 }
 
+/// Why an effect call made no effect, or may have made one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EffectError {
+    /// A definitive refusal (a decline): nothing was made, and the answer is final.
+    Declined { code: String, message: String },
+    /// The outcome is unknown: the call may or may not have made the effect.
+    Unavailable { reason: String },
+}
+
+impl fmt::Display for EffectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Declined { code, message } => write!(f, "declined ({code}): {message}"),
+            Self::Unavailable { reason } => write!(f, "unavailable: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for EffectError {}
+
+/// The definitive answer to "what did the calls under this key make?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled<E> {
+    /// The effect exists.
+    Exists(E),
+    /// A call under the key is still being processed: ask again later.
+    StillProcessing,
+    /// Nothing was made, and the key is now tombstoned: nothing ever can be under it.
+    Tombstoned,
+}
+
 /// One idempotent operation, such as creating a charge.
 ///
-/// After the claim, the protocol asks the operation to [`prepare`](Self::prepare) the effect
-/// (a refund reserves its amount on the charge there), then calls [`effect`](Self::effect) at
-/// most once per attempt, always with the record's processor key, so that the processor
-/// deduplicates every attempt of one request; [`settle`](Self::settle) is the completer's
-/// definitive question under the same key, and must never create anything.
+/// After the claim, the engine asks the operation to [`prepare`](Self::prepare) the effect
+/// (a refund reserves its amount there), then calls [`effect`](Self::effect) at most once per
+/// attempt, always with the record's effect key, so that the processor deduplicates every
+/// attempt of one request; [`settle`](Self::settle) is the completer's definitive question
+/// under the same key, and must never create anything. The operation holds its own ports (its
+/// processor, its tables); the engine sees only these methods.
 #[async_trait]
 pub trait Operation: Send + Sync + 'static {
     /// The validated request.
@@ -57,8 +74,8 @@ pub trait Operation: Send + Sync + 'static {
     /// The scope's operation, with its schema version (`charges.create.v1`).
     const NAME: &'static str;
 
-    /// The processor call of [`effect`](Self::effect), as the metrics name it.
-    const PROCESSOR_CALL: ProcessorCall;
+    /// The effect's name, as metrics and logs call its calls (`charge`).
+    const EFFECT: &'static str;
 
     /// The method and route template the request's fingerprint covers (`POST`, `/charges`):
     /// the same body sent to another endpoint under the same key is another request.
@@ -73,43 +90,35 @@ pub trait Operation: Send + Sync + 'static {
     /// generation: a second call returns what the first one prepared.
     async fn prepare(
         &self,
-        store: &dyn Store,
         owner: Owner<'_>,
         request: &Self::Request,
     ) -> Result<Prepared<Self::Plan>, ProtocolError>;
 
-    /// Performs the effect at the processor under `processor_key`, or returns the one already
-    /// performed under it.
+    /// Performs the effect under `effect_key`, or returns the one already performed under it.
     async fn effect(
         &self,
-        processor: &dyn CardProcessor,
         plan: &Self::Plan,
-        processor_key: &str,
-    ) -> Result<Self::Effect, ProcessorError>;
+        effect_key: &str,
+    ) -> Result<Self::Effect, EffectError>;
 
-    /// Settles `processor_key` for good: the effect made under it, "still processing", or a
+    /// Settles `effect_key` for good: the effect made under it, "still processing", or a
     /// tombstone that makes any later effect under it impossible.
-    async fn settle(
-        &self,
-        processor: &dyn CardProcessor,
-        processor_key: &str,
-    ) -> Result<CancelOutcome<Self::Effect>, ProcessorError>;
+    async fn settle(&self, effect_key: &str) -> Result<Settled<Self::Effect>, EffectError>;
 
     /// The processor's id of the effect, kept by the `charged` recovery point.
     fn effect_id(effect: &Self::Effect) -> String;
 
     /// Whether the processor's effect is the one `plan` asked for; a mismatch is never
-    /// posted. The reason goes to the log.
+    /// recorded. The reason goes to the log.
     fn confirms(effect: &Self::Effect, plan: &Self::Plan) -> Result<(), String>;
 
     /// The stored answer to a definitive refusal by the processor (a decline).
-    fn declined(&self, decline_code: String, message: String) -> StoredResponse;
+    fn declined(&self, code: String, message: String) -> StoredResponse;
 
-    /// Writes what the operation created, with the completed record and its `response`, in
-    /// one transaction fenced by `owner`; returns the response it stored.
+    /// Writes what the operation created, with the completed record and its response, in one
+    /// transaction fenced by `owner`; returns the response it stored.
     async fn finish(
         &self,
-        store: &dyn Store,
         owner: Owner<'_>,
         plan: &Self::Plan,
         effect_id: String,
@@ -119,20 +128,20 @@ pub trait Operation: Send + Sync + 'static {
     /// undoing whatever [`prepare`](Self::prepare) held, in one transaction fenced by `owner`.
     async fn refuse(
         &self,
-        store: &dyn Store,
+        records: &dyn RecordStore,
         owner: Owner<'_>,
         response: &StoredResponse,
     ) -> Result<Completion, ProtocolError> {
-        Ok(store
-            .finish_without_charge(owner.scope, owner.key, owner.fence, response)
-            .await?)
+        Ok(records.complete_without_effect(owner, response).await?)
     }
 
     /// Fails the record once the processor has tombstoned its key (nothing was made, and
     /// nothing can be), undoing whatever [`prepare`](Self::prepare) held, in one transaction.
-    async fn fail(&self, store: &dyn Store, owner: Owner<'_>) -> Result<Finish, ProtocolError> {
-        Ok(store
-            .mark_failed(owner.scope, owner.key, owner.fence)
-            .await?)
+    async fn fail(
+        &self,
+        records: &dyn RecordStore,
+        owner: Owner<'_>,
+    ) -> Result<Finish, ProtocolError> {
+        Ok(records.fail(owner).await?)
     }
 }

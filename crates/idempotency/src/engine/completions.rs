@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use payments_idempotency::{IdempotencyKey, Scope};
+use crate::{IdempotencyKey, Scope};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 

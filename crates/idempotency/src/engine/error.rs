@@ -1,0 +1,84 @@
+//! Why the engine gives no answer of its own, and how a port says it failed. Each
+//! [`ProtocolError`] is an error response, mapped by the service in one place.
+
+use std::error::Error;
+
+type Source = Box<dyn Error + Send + Sync>;
+
+/// A record store call that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", if *.unavailable { "the record store is unavailable" } else { "the record store failed" })]
+pub struct StoreFailure {
+    /// Whether the store could not be reached or did not answer in time (a retry later may
+    /// succeed), rather than refusing or failing the call.
+    unavailable: bool,
+    #[source]
+    source: Source,
+}
+
+impl StoreFailure {
+    /// The store could not be reached or did not answer in time.
+    pub fn unavailable(source: impl Into<Source>) -> Self {
+        Self {
+            unavailable: true,
+            source: source.into(),
+        }
+    }
+
+    /// Any other failure.
+    pub fn other(source: impl Into<Source>) -> Self {
+        Self {
+            unavailable: false,
+            source: source.into(),
+        }
+    }
+
+    pub fn is_unavailable(&self) -> bool {
+        self.unavailable
+    }
+
+    /// The store's own error.
+    pub fn into_source(self) -> Source {
+        self.source
+    }
+}
+
+/// A cache call that failed: always worked around.
+pub type CacheFailure = Source;
+
+/// An attempt that ends without a stored answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    /// The key was first used with a different request (422).
+    #[error("the idempotency key was used with a different request")]
+    KeyReused,
+    /// Another attempt holds the key (409).
+    #[error("the idempotency key is in use; retry after {retry_after_secs} s")]
+    KeyInUse { retry_after_secs: u64 },
+    /// The outcome at the processor is unknown, or its effect was not the one requested;
+    /// nothing was stored, and a retry with the same key resumes the record (503).
+    #[error("the processor is unavailable")]
+    ProcessorUnavailable,
+    /// The records could not be read or written.
+    #[error(transparent)]
+    Store(#[from] StoreFailure),
+    /// A response could not be built.
+    #[error("internal error: {0}")]
+    Internal(#[source] Source),
+}
+
+/// `error` with its causes, for a log line: `a: b: c`.
+pub fn error_chain(error: &dyn Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        // Drivers often wrap an error and also display its source: say each thing once.
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

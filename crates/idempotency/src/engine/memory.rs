@@ -1,0 +1,471 @@
+//! An in-memory record store and response cache, for tests of the engine and for examples
+//! (the `memory` feature). One process, one mutex: every call is atomic, as a transaction
+//! would be, and the clock is the store's own, moved on by the caller.
+//!
+//! Each call first yields once to whatever polls it, so a test that polls several engine
+//! futures in turn interleaves them at every port call, as concurrent requests interleave at
+//! every round trip to a database.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeDelta, Utc};
+use uuid::Uuid;
+
+use super::error::{CacheFailure, StoreFailure};
+use super::ports::{
+    Abandoned, CacheRead, CachedReplay, Claim, Claimed, Completion, Finish, Owner, RecordStore,
+    ResponseCache, Verdict,
+};
+use crate::{
+    Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState,
+    RecoveryPoint, Scope, StoredResponse,
+};
+
+/// Returns `Pending` once (waking itself), then `Ready`: one interleaving point.
+#[derive(Debug, Default)]
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// One interleaving point, for ports of tests (a fake processor's call) as for this store.
+pub async fn yield_once() {
+    YieldOnce::default().await;
+}
+
+/// What an operation wrote with a completed record: the effect it recorded, in the same
+/// atomic step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectRow {
+    pub scope: Scope,
+    pub key: IdempotencyKey,
+    /// The generation the row belongs to (the resource id).
+    pub generation: Uuid,
+    pub effect_id: String,
+}
+
+#[derive(Debug)]
+struct Stored {
+    record: IdempotencyRecord,
+    request_body: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    now: DateTime<Utc>,
+    policy: IdempotencyPolicy,
+    records: HashMap<(Scope, IdempotencyKey), Stored>,
+    rows: Vec<EffectRow>,
+    /// Generations holding something their end must give back (a refund's reservation).
+    holds: HashSet<Uuid>,
+    /// The effect keys of every record that was failed.
+    failed_keys: Vec<String>,
+    /// Whether fenced writes check the fence (only a test that proves the checks catch a
+    /// store without it turns this off).
+    fenced: bool,
+}
+
+/// Idempotency records in memory.
+#[derive(Debug)]
+pub struct MemoryRecords {
+    inner: Mutex<Inner>,
+}
+
+impl MemoryRecords {
+    /// An empty store under `policy`, its clock at `now`.
+    pub fn new(policy: IdempotencyPolicy, now: DateTime<Utc>) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                now,
+                policy,
+                records: HashMap::new(),
+                rows: Vec::new(),
+                holds: HashSet::new(),
+                failed_keys: Vec::new(),
+                fenced: true,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind: still readable.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Moves the store's clock on.
+    pub fn advance(&self, by: Duration) {
+        let mut inner = self.lock();
+        inner.now += delta(by);
+    }
+
+    /// The store's clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.lock().now
+    }
+
+    /// Writes fenced calls without checking the fence: a broken store, for a test that shows
+    /// its checks would catch one.
+    pub fn without_fence(self) -> Self {
+        self.lock().fenced = false;
+        self
+    }
+
+    /// A copy of every record.
+    pub fn records(&self) -> Vec<IdempotencyRecord> {
+        self.lock()
+            .records
+            .values()
+            .map(|stored| stored.record.clone())
+            .collect()
+    }
+
+    /// Every row the operations wrote with their completions.
+    pub fn rows(&self) -> Vec<EffectRow> {
+        self.lock().rows.clone()
+    }
+
+    /// The generations still holding something.
+    pub fn holds(&self) -> HashSet<Uuid> {
+        self.lock().holds.clone()
+    }
+
+    /// The effect keys of every record that was failed.
+    pub fn failed_keys(&self) -> Vec<String> {
+        self.lock().failed_keys.clone()
+    }
+
+    /// For an operation's preparation: holds something for the owner's generation (a
+    /// reservation), fenced; idempotent per generation.
+    pub async fn hold(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        yield_once().await;
+        let mut inner = self.lock();
+        if inner.owned(owner).is_none() {
+            return Ok(Finish::Fenced);
+        }
+        inner.holds.insert(owner.fence.resource_id);
+        Ok(Finish::Written)
+    }
+
+    /// For an operation's finish: completes the record with `response` and writes the row of
+    /// `effect_id` with it, atomically and fenced; what the generation held becomes the row.
+    pub async fn complete_with_effect(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+        effect_id: &str,
+    ) -> Result<Completion, StoreFailure> {
+        yield_once().await;
+        let mut inner = self.lock();
+        let completion = inner.complete(owner, response);
+        if completion != Completion::Fenced {
+            inner.rows.push(EffectRow {
+                scope: owner.scope.clone(),
+                key: owner.key.clone(),
+                generation: owner.fence.resource_id,
+                effect_id: effect_id.to_owned(),
+            });
+        }
+        Ok(completion)
+    }
+}
+
+fn delta(duration: Duration) -> TimeDelta {
+    TimeDelta::from_std(duration).unwrap_or(TimeDelta::MAX)
+}
+
+impl Inner {
+    /// The pending record `owner` still owns (unless fences are off).
+    fn owned(&mut self, owner: Owner<'_>) -> Option<&mut IdempotencyRecord> {
+        let fenced = self.fenced;
+        let stored = self
+            .records
+            .get_mut(&(owner.scope.clone(), owner.key.clone()))?;
+        let record = &mut stored.record;
+        let owns = record.state == RecordState::Pending
+            && record.generation == owner.fence.resource_id
+            && record.attempts == owner.fence.attempt;
+        (owns || !fenced).then_some(record)
+    }
+
+    /// Completes the owned record with `response`; what its generation held ends with it.
+    fn complete(&mut self, owner: Owner<'_>, response: &StoredResponse) -> Completion {
+        let expires_at = self.now + delta(self.policy.ttl);
+        let Some(record) = self.owned(owner) else {
+            return Completion::Fenced;
+        };
+        record.state = RecordState::Completed;
+        record.recovery_point = RecoveryPoint::Finished;
+        record.locked_until = None;
+        record.response = Some(response.clone());
+        record.expires_at = expires_at;
+        self.holds.remove(&owner.fence.resource_id);
+        Completion::Stored { expires_at }
+    }
+
+    fn locked_until(&self) -> DateTime<Utc> {
+        self.now + delta(self.policy.lock_timeout)
+    }
+
+    fn new_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+    ) -> IdempotencyRecord {
+        let generation = Uuid::new_v4();
+        IdempotencyRecord {
+            scope: scope.clone(),
+            key: key.clone(),
+            fingerprint: *fingerprint,
+            state: RecordState::Pending,
+            generation,
+            recovery_point: RecoveryPoint::Started,
+            locked_until: Some(self.locked_until()),
+            attempts: Attempt(1),
+            processor_key: format!("effect_{}", generation.simple()),
+            processor_charge_id: None,
+            response: None,
+            created_at: self.now,
+            expires_at: self.now + delta(self.policy.ttl),
+        }
+    }
+}
+
+#[async_trait]
+impl RecordStore for MemoryRecords {
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreFailure> {
+        yield_once().await;
+        let mut inner = self.lock();
+        let now = inner.now;
+        let locked_until = inner.locked_until();
+        let id = (scope.clone(), key.clone());
+        let verdict = inner
+            .records
+            .get(&id)
+            .map(|stored| Verdict::of(&stored.record, fingerprint, now));
+        let fresh = |inner: &mut Inner| {
+            let record = inner.new_record(scope, key, fingerprint);
+            let claimed = Claimed::fresh(
+                record.attempts,
+                record.generation,
+                record.processor_key.clone(),
+            );
+            let request_body = request_body.to_vec();
+            inner.records.insert(
+                id.clone(),
+                Stored {
+                    record,
+                    request_body,
+                },
+            );
+            claimed
+        };
+        Ok(match verdict {
+            None | Some(Verdict::Absent) => Claim::Owned(fresh(&mut inner)),
+            Some(Verdict::Answer(answer)) => answer,
+            Some(Verdict::Replace) => {
+                let claimed = fresh(&mut inner);
+                Claim::Owned(Claimed::replacing(
+                    claimed.attempt,
+                    claimed.resource_id,
+                    claimed.processor_key,
+                ))
+            }
+            Some(Verdict::Resume(from)) => {
+                let Some(stored) = inner.records.get_mut(&id) else {
+                    return Ok(Claim::Owned(fresh(&mut inner)));
+                };
+                let record = &mut stored.record;
+                record.attempts = Attempt(record.attempts.0 + 1);
+                record.locked_until = Some(locked_until);
+                Claim::Owned(Claimed::taken_over(
+                    record.attempts,
+                    record.generation,
+                    record.processor_key.clone(),
+                    from,
+                    record.processor_charge_id.clone(),
+                ))
+            }
+        })
+    }
+
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure> {
+        yield_once().await;
+        let inner = self.lock();
+        let record = inner
+            .records
+            .get(&(scope.clone(), key.clone()))
+            .map(|stored| stored.record.clone());
+        Ok(record.map(|record| (record, inner.now)))
+    }
+
+    async fn record_effect(
+        &self,
+        owner: Owner<'_>,
+        effect_id: &str,
+    ) -> Result<Finish, StoreFailure> {
+        yield_once().await;
+        let mut inner = self.lock();
+        let Some(record) = inner.owned(owner) else {
+            return Ok(Finish::Fenced);
+        };
+        record.recovery_point = RecoveryPoint::Charged;
+        record.processor_charge_id = Some(effect_id.to_owned());
+        Ok(Finish::Written)
+    }
+
+    async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        yield_once().await;
+        let mut inner = self.lock();
+        let now = inner.now;
+        let Some(record) = inner.owned(owner) else {
+            return Ok(Finish::Fenced);
+        };
+        record.locked_until = Some(now);
+        Ok(Finish::Written)
+    }
+
+    async fn complete_without_effect(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreFailure> {
+        yield_once().await;
+        Ok(self.lock().complete(owner, response))
+    }
+
+    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        yield_once().await;
+        let mut inner = self.lock();
+        let expires_at = inner.now + delta(inner.policy.ttl);
+        let Some(record) = inner.owned(owner) else {
+            return Ok(Finish::Fenced);
+        };
+        // A record holding an effect id is never failed.
+        if record.processor_charge_id.is_some() {
+            return Ok(Finish::Fenced);
+        }
+        record.state = RecordState::Failed;
+        record.locked_until = None;
+        record.expires_at = expires_at;
+        let effect_key = record.processor_key.clone();
+        inner.failed_keys.push(effect_key);
+        inner.holds.remove(&owner.fence.resource_id);
+        Ok(Finish::Written)
+    }
+
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreFailure> {
+        yield_once().await;
+        let mut inner = self.lock();
+        let stale_before = inner.now - delta(settle_after);
+        let locked_until = inner.locked_until();
+        let oldest = inner
+            .records
+            .values_mut()
+            .filter(|stored| {
+                stored.record.state == RecordState::Pending
+                    && stored
+                        .record
+                        .locked_until
+                        .is_some_and(|until| until < stale_before)
+            })
+            .min_by_key(|stored| stored.record.locked_until);
+        let Some(stored) = oldest else {
+            return Ok(None);
+        };
+        let record = &mut stored.record;
+        record.attempts = Attempt(record.attempts.0 + 1);
+        record.locked_until = Some(locked_until);
+        Ok(Some(Abandoned {
+            scope: record.scope.clone(),
+            key: record.key.clone(),
+            attempt: record.attempts,
+            resource_id: record.generation,
+            processor_key: record.processor_key.clone(),
+            recovery_point: record.recovery_point,
+            processor_charge_id: record.processor_charge_id.clone(),
+            request_body: Some(stored.request_body.clone()),
+        }))
+    }
+}
+
+/// Final responses in memory. In-process, so nothing else can write to it: its entries need
+/// no MAC.
+#[derive(Debug, Default)]
+pub struct MemoryCache {
+    entries: Mutex<HashMap<(Scope, IdempotencyKey), CachedReplay>>,
+}
+
+impl MemoryCache {
+    fn entries(&self) -> MutexGuard<'_, HashMap<(Scope, IdempotencyKey), CachedReplay>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl ResponseCache for MemoryCache {
+    async fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<CacheRead, CacheFailure> {
+        yield_once().await;
+        let entry = self.entries().get(&(scope.clone(), key.clone())).cloned();
+        Ok(entry.map_or(CacheRead::Miss, CacheRead::Hit))
+    }
+
+    async fn put(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        generation: Uuid,
+        fingerprint: &Fingerprint,
+        response: &StoredResponse,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), CacheFailure> {
+        yield_once().await;
+        let entry = CachedReplay {
+            generation,
+            fingerprint: *fingerprint,
+            response: response.clone(),
+            expires_at,
+        };
+        self.entries().insert((scope.clone(), key.clone()), entry);
+        Ok(())
+    }
+
+    async fn forget(&self, scope: &Scope, key: &IdempotencyKey) -> Result<(), CacheFailure> {
+        yield_once().await;
+        self.entries().remove(&(scope.clone(), key.clone()));
+        Ok(())
+    }
+}

@@ -1,0 +1,471 @@
+//! The exactly-once engine, written once for every operation:
+//!
+//! 0. a replay may be served from the cache (fingerprint checked, 422 on mismatch);
+//! 1. claim the key (insert, or judge the existing record; a lock only to take it over);
+//! 2. prepare the effect for the record's generation (a refund reserves its amount), or store
+//!    the final answer the state it meets calls for;
+//! 3. perform the operation's effect with the record's effect key, the same on every attempt,
+//!    and check that the effect is the one asked for;
+//! 4. in one transaction, write what the operation created and the completed record with its
+//!    response; cache the response; only then answer. A decline, a refusal and the
+//!    completer's failure undo what the preparation holds in the transaction that ends the
+//!    record ([`Operation::refuse`], [`Operation::fail`]).
+//!
+//! The `charged` recovery point is written only when the finish fails, to leave the effect's
+//! id behind; an attempt that dies before the finish is recovered through the effect key
+//! instead. Every write after the claim is fenced by the record's generation and attempt
+//! number: if another attempt took the record over meanwhile, this one writes nothing and
+//! answers from the record as it is.
+//!
+//! The engine works only through its ports ([`RecordStore`], [`ResponseCache`],
+//! [`Observer`]) and the operations registered with it; it knows no web framework, database
+//! or cache of its own. The completer runs the same steps without a client
+//! ([`Engine::settle_abandoned`]).
+
+mod cache;
+mod completions;
+mod error;
+#[cfg(any(test, feature = "memory"))]
+pub mod memory;
+mod operation;
+mod ports;
+mod settle;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+pub use completions::Completions;
+pub use error::{CacheFailure, ProtocolError, StoreFailure, error_chain};
+pub use operation::{EffectError, Operation, Prepared, Settled};
+pub use ports::{
+    Abandoned, CacheCall, CacheRead, CachedReplay, Checkpoint, Claim, Claimed, Completion, Fence,
+    Finish, Observer, Outcome, Owner, RecordStore, ResponseCache, Unobserved, Verdict,
+};
+
+use crate::{
+    Decision, Fingerprint, IdempotencyKey, RecentDurations, RecoveryPoint, Scope, StoredResponse,
+    decide,
+};
+
+/// A validated request under its key, ready for the engine.
+#[derive(Debug)]
+pub struct KeyedRequest<R> {
+    /// Whose key it is: the same key under another tenant is another key.
+    pub tenant: String,
+    pub key: IdempotencyKey,
+    pub fingerprint: Fingerprint,
+    /// The canonical JSON of the request, kept so the completer can finish it.
+    pub canonical_body: Vec<u8>,
+    pub request: R,
+    /// `Prefer: wait=N`: how long a duplicate may wait for an in-flight attempt.
+    pub wait: Option<Duration>,
+}
+
+/// What to send back: a response produced now or stored earlier, and when the key's
+/// retention ends (counted from the record's completion).
+#[derive(Debug)]
+pub struct Answer {
+    pub response: StoredResponse,
+    pub replayed: bool,
+    pub expires_at: DateTime<Utc>,
+}
+
+impl Answer {
+    fn fresh(response: StoredResponse, expires_at: DateTime<Utc>) -> Self {
+        Self {
+            response,
+            replayed: false,
+            expires_at,
+        }
+    }
+
+    fn replayed(response: StoredResponse, expires_at: DateTime<Utc>) -> Self {
+        Self {
+            response,
+            replayed: true,
+            expires_at,
+        }
+    }
+}
+
+/// An operation with what the engine keeps for it: how long its recent attempts took, for
+/// the `Retry-After` of a duplicate.
+#[derive(Debug, Default)]
+pub struct Idempotent<O> {
+    operation: O,
+    durations: RecentDurations,
+}
+
+impl<O> Idempotent<O> {
+    pub fn new(operation: O) -> Self {
+        Self {
+            operation,
+            durations: RecentDurations::default(),
+        }
+    }
+}
+
+impl<O> std::ops::Deref for Idempotent<O> {
+    type Target = O;
+
+    fn deref(&self) -> &O {
+        &self.operation
+    }
+}
+
+/// The scope of a key of `O`: the same key under another tenant or operation is another key.
+pub fn scope_of<O: Operation>(tenant: &str) -> Scope {
+    Scope {
+        tenant: tenant.to_owned(),
+        operation: O::NAME.to_owned(),
+    }
+}
+
+/// The fingerprint of a request to `O`: its route and its canonical JSON body.
+pub fn fingerprint_of<O: Operation>(body: &serde_json::Value) -> Fingerprint {
+    let (method, route) = O::ROUTE;
+    Fingerprint::of_json_request(method, route, body)
+}
+
+/// An operation as the completer sees it: whatever its types, it settles a record.
+#[async_trait]
+trait Settles: Send + Sync {
+    async fn settle(&self, engine: &Engine, record: &Abandoned) -> Result<(), ProtocolError>;
+}
+
+#[async_trait]
+impl<O: Operation> Settles for Idempotent<O> {
+    async fn settle(&self, engine: &Engine, record: &Abandoned) -> Result<(), ProtocolError> {
+        engine.settle(self, record).await
+    }
+}
+
+/// The engine: the records, the cache, the observer, the in-process completion channel, and
+/// the operations it settles by name.
+pub struct Engine {
+    records: Arc<dyn RecordStore>,
+    cache: Option<Arc<dyn ResponseCache>>,
+    observer: Arc<dyn Observer>,
+    completions: Completions,
+    operations: HashMap<&'static str, Arc<dyn Settles>>,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut operations: Vec<_> = self.operations.keys().collect();
+        operations.sort();
+        f.debug_struct("Engine")
+            .field("cache", &self.cache.is_some())
+            .field("operations", &operations)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// An engine over `records`, with no cache, observing nothing, settling no operation.
+    pub fn new(records: Arc<dyn RecordStore>) -> Self {
+        Self {
+            records,
+            cache: None,
+            observer: Arc::new(Unobserved),
+            completions: Completions::default(),
+            operations: HashMap::new(),
+        }
+    }
+
+    /// Serves replays from `cache` first, and stores final responses in it.
+    pub fn with_cache(mut self, cache: Arc<dyn ResponseCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// Registers `op`, so that the completer settles its abandoned records
+    /// ([`settle_abandoned`](Self::settle_abandoned)).
+    pub fn with_operation<O: Operation>(mut self, op: Arc<Idempotent<O>>) -> Self {
+        self.operations.insert(O::NAME, op);
+        self
+    }
+
+    /// The records the engine works on.
+    pub fn records(&self) -> &dyn RecordStore {
+        self.records.as_ref()
+    }
+
+    /// Runs `request` of `op` through the protocol.
+    pub async fn run<O: Operation>(
+        &self,
+        op: &Idempotent<O>,
+        request: KeyedRequest<O::Request>,
+    ) -> Result<Answer, ProtocolError> {
+        let scope = scope_of::<O>(&request.tenant);
+        if let Some(answer) = self.cached_replay(&scope, &request).await {
+            return answer;
+        }
+        let deadline = request.wait.map(|wait| tokio::time::Instant::now() + wait);
+        loop {
+            // Subscribe before claiming, so a completion between the two is not missed.
+            let mut completions = self.completions.subscribe();
+            let claim = self
+                .records
+                .claim(
+                    &scope,
+                    &request.key,
+                    &request.fingerprint,
+                    &request.canonical_body,
+                )
+                .await?;
+            return match claim {
+                Claim::Replay {
+                    response,
+                    generation,
+                    expires_at,
+                } => {
+                    self.observer.outcome(Outcome::ReplayedDb);
+                    self.remember(&scope, &request, generation, &response, expires_at)
+                        .await;
+                    Ok(Answer::replayed(response, expires_at))
+                }
+                Claim::InFlight { retry_after_secs } => match deadline {
+                    Some(deadline) if tokio::time::Instant::now() < deadline => {
+                        self.completions
+                            .wait_for(&mut completions, &scope, &request.key, deadline)
+                            .await;
+                        continue;
+                    }
+                    _ => {
+                        self.observer.outcome(Outcome::InFlight);
+                        Err(in_use(op, retry_after_secs))
+                    }
+                },
+                Claim::Mismatch => {
+                    self.observer.outcome(Outcome::Mismatch);
+                    Err(ProtocolError::KeyReused)
+                }
+                Claim::Owned(claimed) => {
+                    if claimed.took_over {
+                        self.observer.outcome(Outcome::TakenOver);
+                    }
+                    if claimed.replaced {
+                        self.forget(&scope, &request.key).await;
+                    }
+                    tracing::info!(
+                        idempotency.operation = O::NAME,
+                        idempotency.attempt = claimed.attempt.0,
+                        idempotency.resume_from = %claimed.resume_from,
+                        idempotency.took_over = claimed.took_over,
+                        "executing"
+                    );
+                    let started = Instant::now();
+                    let answer = self.execute(op, &scope, &request, claimed).await;
+                    if matches!(&answer, Ok(answer) if !answer.replayed) {
+                        // What a duplicate arriving meanwhile is told to wait for.
+                        op.durations.record(started.elapsed());
+                    }
+                    answer
+                }
+            };
+        }
+    }
+
+    /// Takes over one abandoned record (see [`RecordStore::take_over_abandoned`]).
+    pub async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, ProtocolError> {
+        Ok(self.records.take_over_abandoned(settle_after).await?)
+    }
+
+    /// Settles an abandoned record with the operation it was claimed for. A record of an
+    /// operation this engine does not know is left alone (released), never failed: it may
+    /// hold an effect.
+    pub async fn settle_abandoned(&self, record: &Abandoned) -> Result<(), ProtocolError> {
+        match self.operations.get(record.scope.operation.as_str()) {
+            Some(op) => op.settle(self, record).await,
+            None => {
+                tracing::error!(idempotency.key = %record.key, idempotency.operation = %record.scope.operation,
+                    "completer: a record of an unknown operation; left pending");
+                self.release(record.owner()).await
+            }
+        }
+    }
+
+    /// Steps 2 to 4 for the attempt that owns the record.
+    async fn execute<O: Operation>(
+        &self,
+        op: &Idempotent<O>,
+        scope: &Scope,
+        request: &KeyedRequest<O::Request>,
+        claimed: Claimed,
+    ) -> Result<Answer, ProtocolError> {
+        let owner = Owner {
+            scope,
+            key: &request.key,
+            fence: claimed.fence(),
+        };
+        let plan = match op.prepare(owner, &request.request).await? {
+            Prepared::Ready(plan) => plan,
+            Prepared::Refused(response) => {
+                let completion = op.refuse(self.records.as_ref(), owner, &response).await?;
+                return self
+                    .answer_stored(op, request, owner, completion, response)
+                    .await;
+            }
+            Prepared::Fenced => return self.answer_from_record(op, scope, request).await,
+        };
+        self.observer.reached(Checkpoint::AfterClaim).await;
+        let (effect_id, recorded) = match (claimed.resume_from, claimed.processor_charge_id) {
+            // The processor already confirmed the effect: do not call it again.
+            (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => (id, true),
+            _ => {
+                let started = Instant::now();
+                let effect = op.effect(&plan, &claimed.processor_key).await;
+                self.observer.effect_called(O::EFFECT, started.elapsed());
+                match effect {
+                    Ok(effect) => {
+                        self.observer.reached(Checkpoint::AfterEffect).await;
+                        if !self.confirms::<O>(&effect, &plan) {
+                            // Never recorded: the record stays pending and released, for the
+                            // completer (and a person reading the metric) to look at again.
+                            self.release(owner).await?;
+                            return Err(ProtocolError::ProcessorUnavailable);
+                        }
+                        // No `charged` write here: the finish records the effect, and an
+                        // attempt that dies before it is recovered by the effect key (a
+                        // retry's effect returns the same one; the completer's settle too).
+                        (O::effect_id(&effect), false)
+                    }
+                    Err(EffectError::Declined { code, message }) => {
+                        // A decline is a final answer: stored and replayed like a success.
+                        let response = op.declined(code, message);
+                        let completion = op.refuse(self.records.as_ref(), owner, &response).await?;
+                        return self
+                            .answer_stored(op, request, owner, completion, response)
+                            .await;
+                    }
+                    Err(EffectError::Unavailable { reason }) => {
+                        // The outcome is unknown (a timeout may hide an effect): nothing final
+                        // is stored and the lock is released. A retry resumes with the same
+                        // effect key; if none comes, the completer settles the record once
+                        // the settle grace has passed.
+                        tracing::warn!(processor.error = %reason, "processor unavailable");
+                        self.release(owner).await?;
+                        return Err(ProtocolError::ProcessorUnavailable);
+                    }
+                }
+            }
+        };
+        match op.finish(owner, &plan, effect_id.clone()).await {
+            Ok((completion, response)) => {
+                if completion != Completion::Fenced {
+                    self.observer.reached(Checkpoint::AfterCommit).await;
+                }
+                self.answer_stored(op, request, owner, completion, response)
+                    .await
+            }
+            Err(error) => {
+                if !recorded {
+                    self.leave_effect_behind(owner, &effect_id).await;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The answer after a completing write: the stored response, or, if the write was fenced
+    /// off, whatever the record says now.
+    async fn answer_stored<O: Operation>(
+        &self,
+        op: &Idempotent<O>,
+        request: &KeyedRequest<O::Request>,
+        owner: Owner<'_>,
+        completion: Completion,
+        response: StoredResponse,
+    ) -> Result<Answer, ProtocolError> {
+        let Completion::Stored { expires_at } = completion else {
+            return self.answer_from_record(op, owner.scope, request).await;
+        };
+        self.completions.announce(owner.scope, owner.key);
+        self.observer.outcome(Outcome::Executed);
+        let generation = owner.fence.resource_id;
+        self.remember(owner.scope, request, generation, &response, expires_at)
+            .await;
+        Ok(Answer::fresh(response, expires_at))
+    }
+
+    /// Whether the processor's effect is the one the request asked for. A mismatch is logged
+    /// and observed, and never reaches the records.
+    fn confirms<O: Operation>(&self, effect: &O::Effect, plan: &O::Plan) -> bool {
+        let Err(mismatch) = O::confirms(effect, plan) else {
+            return true;
+        };
+        self.observer.effect_mismatch();
+        tracing::error!(
+            processor.effect_id = %O::effect_id(effect),
+            error = %mismatch,
+            "the processor reported an effect that is not the one requested; it is not recorded"
+        );
+        false
+    }
+
+    /// Leaves the record pending with its lock released: a retry may resume it at once, and
+    /// the completer settles it once the settle grace has passed.
+    async fn release(&self, owner: Owner<'_>) -> Result<(), ProtocolError> {
+        self.records.release(owner).await?;
+        Ok(())
+    }
+
+    /// The finish failed after the processor made the effect: record the `charged` recovery
+    /// point, so that whoever resumes the record finishes it without asking the processor
+    /// again. Best effort: if this write fails too, the effect key still finds the effect.
+    async fn leave_effect_behind(&self, owner: Owner<'_>, effect_id: &str) {
+        match self.records.record_effect(owner, effect_id).await {
+            Ok(Finish::Written) => self.observer.reached(Checkpoint::AfterRecordEffect).await,
+            Ok(Finish::Fenced) => {}
+            Err(error) => tracing::warn!(
+                error = %error_chain(&error),
+                "could not record the charged recovery point; the effect key still finds the effect"
+            ),
+        }
+    }
+
+    /// This attempt lost its record to another one: answer with whatever the record says now.
+    async fn answer_from_record<O: Operation>(
+        &self,
+        op: &Idempotent<O>,
+        scope: &Scope,
+        request: &KeyedRequest<O::Request>,
+    ) -> Result<Answer, ProtocolError> {
+        self.observer.outcome(Outcome::Fenced);
+        tracing::warn!("attempt was fenced off; answering from the record");
+        let Some((record, now)) = self.records.find_record(scope, &request.key).await? else {
+            return Err(in_use(op, 1));
+        };
+        match decide(Some(&record), &request.fingerprint, now) {
+            Decision::Replay(response) => Ok(Answer::replayed(response, record.expires_at)),
+            Decision::InFlight { retry_after_secs } => Err(in_use(op, retry_after_secs)),
+            Decision::Mismatch => Err(ProtocolError::KeyReused),
+            Decision::Execute
+            | Decision::Resume { .. }
+            | Decision::RetryFailed
+            | Decision::ReplaceExpired => Err(in_use(op, 1)),
+        }
+    }
+}
+
+/// 409 for a duplicate of an attempt in flight. `Retry-After` says when the answer is likely
+/// ready, from the durations of recent attempts, never later than the lock ends.
+fn in_use<O: Operation>(op: &Idempotent<O>, lock_left_secs: u64) -> ProtocolError {
+    ProtocolError::KeyInUse {
+        retry_after_secs: op.durations.retry_after_secs(lock_left_secs),
+    }
+}

@@ -1,0 +1,426 @@
+//! The ports the engine works through, and what crosses them. A service implements each once
+//! (its database, its cache, its metrics); the engine sees nothing else of it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::error::{CacheFailure, StoreFailure};
+use crate::{Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, RecoveryPoint, Scope};
+use crate::{StoredResponse, decide};
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This attempt owns the record and must drive it to an end.
+    Owned(Claimed),
+    /// The key already has a final response: send it again (and it may be cached until the
+    /// record expires).
+    Replay {
+        response: StoredResponse,
+        /// The record's generation, which a cached copy of the response is bound to.
+        generation: Uuid,
+        expires_at: DateTime<Utc>,
+    },
+    /// Another attempt holds the lock.
+    InFlight { retry_after_secs: u64 },
+    /// The key belongs to a different request.
+    Mismatch,
+}
+
+/// What every write of an owning attempt is conditioned on: the record's generation (its
+/// resource id, new whenever the key starts a new request) and the attempt number within it.
+/// The attempt alone is not enough: a record that is reaped and claimed again restarts at
+/// attempt 1, and a straggler of the old generation must not pass the new one's fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub attempt: Attempt,
+    pub resource_id: Uuid,
+}
+
+/// The record an attempt owns, and the fence it writes under: every write after the claim
+/// names its record with this one value.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'a> {
+    pub scope: &'a Scope,
+    pub key: &'a IdempotencyKey,
+    pub fence: Fence,
+}
+
+/// What an owning attempt needs to execute or resume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The attempt number, half of this attempt's [`Fence`].
+    pub attempt: Attempt,
+    /// The id of the resource this request creates, the same on every attempt of one
+    /// generation; the other half of the fence.
+    pub resource_id: Uuid,
+    /// The key sent to the processor, the same on every attempt.
+    pub processor_key: String,
+    pub resume_from: RecoveryPoint,
+    /// Known when resuming from `charged`.
+    pub processor_charge_id: Option<String>,
+    /// Whether an earlier attempt had the record (a takeover of an abandoned attempt).
+    pub took_over: bool,
+    /// Whether the claim reused the row of an earlier generation (an expired or failed
+    /// record): a cached copy of that generation's response must go.
+    pub replaced: bool,
+}
+
+impl Claimed {
+    /// A new request under the key, in generation `resource_id`: it starts from the beginning.
+    pub fn fresh(attempt: Attempt, resource_id: Uuid, processor_key: String) -> Self {
+        Self {
+            attempt,
+            resource_id,
+            processor_key,
+            resume_from: RecoveryPoint::Started,
+            processor_charge_id: None,
+            took_over: false,
+            replaced: false,
+        }
+    }
+
+    /// A new generation in the row of an expired or failed record.
+    pub fn replacing(attempt: Attempt, resource_id: Uuid, processor_key: String) -> Self {
+        Self {
+            replaced: true,
+            ..Self::fresh(attempt, resource_id, processor_key)
+        }
+    }
+
+    /// The same request, taken over from an earlier attempt: it resumes where that one left it.
+    pub fn taken_over(
+        attempt: Attempt,
+        resource_id: Uuid,
+        processor_key: String,
+        from: RecoveryPoint,
+        processor_charge_id: Option<String>,
+    ) -> Self {
+        Self {
+            resume_from: from,
+            processor_charge_id,
+            took_over: true,
+            ..Self::fresh(attempt, resource_id, processor_key)
+        }
+    }
+
+    /// The fence every later write of this attempt carries.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            attempt: self.attempt,
+            resource_id: self.resource_id,
+        }
+    }
+}
+
+/// Whether a fenced write that completes the record took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The record is completed; its retention, counted from now, ends at `expires_at`.
+    Stored { expires_at: DateTime<Utc> },
+    /// Another attempt or generation owns the record: nothing was written.
+    Fenced,
+}
+
+impl Completion {
+    /// From what a completing statement returned: the new expiry, or no row at all (fenced).
+    pub fn from_expiry(expires_at: Option<DateTime<Utc>>) -> Self {
+        match expires_at {
+            Some(expires_at) => Self::Stored { expires_at },
+            None => Self::Fenced,
+        }
+    }
+}
+
+/// Whether a fenced write took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The record still belonged to this attempt and was written.
+    Written,
+    /// Another attempt took the record over: nothing was written, and this attempt must answer
+    /// from the record as it now is.
+    Fenced,
+}
+
+impl Finish {
+    /// From the number of rows a fenced statement changed.
+    pub fn from_rows(rows: u64) -> Self {
+        if rows == 1 {
+            Self::Written
+        } else {
+            Self::Fenced
+        }
+    }
+}
+
+/// A pending record the completer took over, with what it needs to settle it.
+#[derive(Debug, Clone)]
+pub struct Abandoned {
+    pub scope: Scope,
+    pub key: IdempotencyKey,
+    /// The completer's own attempt number: the record's attempts after the takeover.
+    pub attempt: Attempt,
+    pub resource_id: Uuid,
+    pub processor_key: String,
+    pub recovery_point: RecoveryPoint,
+    pub processor_charge_id: Option<String>,
+    /// The canonical JSON of the request, to finish it without the client.
+    pub request_body: Option<Vec<u8>>,
+}
+
+impl Abandoned {
+    /// The fence the completer's writes carry.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            attempt: self.attempt,
+            resource_id: self.resource_id,
+        }
+    }
+
+    /// The record the completer now owns.
+    pub fn owner(&self) -> Owner<'_> {
+        Owner {
+            scope: &self.scope,
+            key: &self.key,
+            fence: self.fence(),
+        }
+    }
+}
+
+/// The idempotency records: the claim, the lock-free read, the fenced writes of the attempt
+/// that owns a record, and the takeover of abandoned ones. An operation's own rows are written
+/// by the operation, in the transaction that completes the record; this port never sees them.
+///
+/// Every implementation keeps these promises:
+/// - of any number of concurrent claims of one key, exactly one owns it;
+/// - every write after the claim is fenced by [`Owner::fence`] and writes nothing once
+///   another attempt or generation owns the record;
+/// - a record that holds an effect id is never failed;
+/// - lock expiry is judged by the store's clock, never by an instance's.
+#[async_trait]
+pub trait RecordStore: Send + Sync {
+    /// Claims `key` for a request with `fingerprint`, or says why this attempt may not run.
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreFailure>;
+
+    /// Reads a record and the store's clock, without locking.
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure>;
+
+    /// Records that the processor confirmed the effect (the `charged` recovery point), so
+    /// that a takeover resumes from here.
+    async fn record_effect(
+        &self,
+        owner: Owner<'_>,
+        effect_id: &str,
+    ) -> Result<Finish, StoreFailure>;
+
+    /// Gives up the lock after an unknown outcome: the record stays pending and becomes stale
+    /// at once, so the next retry resumes it and, if nobody retries, the completer settles it.
+    async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure>;
+
+    /// Completes the record with a response that created nothing (a decline).
+    async fn complete_without_effect(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreFailure>;
+
+    /// Marks the record failed, once the processor has tombstoned its key: the next retry
+    /// starts a new generation with a new processor key.
+    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure>;
+
+    /// Takes over one pending record whose lock ended at least `settle_after` ago, oldest
+    /// first, fencing off its last attempt.
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreFailure>;
+}
+
+/// A cached response and the fingerprint of the request that produced it: a hit for another
+/// payload is still a mismatch (422), exactly as from the records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedReplay {
+    /// The generation of the record the response was stored in.
+    pub generation: Uuid,
+    pub fingerprint: Fingerprint,
+    pub response: StoredResponse,
+    /// When the record's retention ends: the entry itself expires at this same instant.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// What a cache read found.
+#[derive(Debug)]
+pub enum CacheRead {
+    /// An authentic entry.
+    Hit(CachedReplay),
+    /// No entry.
+    Miss,
+    /// An entry that is not one this service wrote (it failed its check): never served.
+    Rejected(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// A cache of final responses in front of the records. It may make a replay faster and must
+/// never make a request fail: every failure is a miss. Nothing read from it is trusted
+/// unchecked: an implementation authenticates its entries and answers
+/// [`CacheRead::Rejected`] for any it did not write.
+#[async_trait]
+pub trait ResponseCache: Send + Sync {
+    async fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<CacheRead, CacheFailure>;
+
+    /// Stores a final response of `generation` until `expires_at`, the record's own expiry.
+    async fn put(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        generation: Uuid,
+        fingerprint: &Fingerprint,
+        response: &StoredResponse,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), CacheFailure>;
+
+    /// Removes a key's entry: its record was replaced by a new generation.
+    async fn forget(&self, scope: &Scope, key: &IdempotencyKey) -> Result<(), CacheFailure>;
+}
+
+/// What the engine did with a request or an abandoned record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The attempt ran the operation and stored its answer.
+    Executed,
+    /// A replay served from the cache.
+    ReplayedCache,
+    /// A replay served from the records.
+    ReplayedDb,
+    /// A duplicate of an attempt in flight (409, or a wait that ran out).
+    InFlight,
+    /// Another payload under a used key (422).
+    Mismatch,
+    /// The attempt took over an abandoned record.
+    TakenOver,
+    /// The attempt lost its record to another and answered from it.
+    Fenced,
+    /// The completer finished a record whose effect the processor had made.
+    CompletedByCompleter,
+    /// The completer failed a record after the processor tombstoned its key.
+    FailedByCompleter,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Executed => "executed",
+            Self::ReplayedCache => "replayed_cache",
+            Self::ReplayedDb => "replayed_db",
+            Self::InFlight => "in_flight",
+            Self::Mismatch => "mismatch",
+            Self::TakenOver => "taken_over",
+            Self::Fenced => "fenced",
+            Self::CompletedByCompleter => "completed_by_completer",
+            Self::FailedByCompleter => "failed_by_completer",
+        }
+    }
+}
+
+/// A cache call that failed and was worked around.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheCall {
+    /// Reading (the records answer instead).
+    Get,
+    /// Writing (the next replay reads the records).
+    Put,
+    /// Deleting a replaced generation's response (it expires with its record anyway).
+    Forget,
+}
+
+/// The points of an attempt where a test may stop or pause the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// The record is claimed and the effect prepared; the processor has not been called.
+    AfterClaim,
+    /// The processor made the effect; the finishing transaction has not run.
+    AfterEffect,
+    /// The finish failed and the attempt recorded the effect's id instead.
+    AfterRecordEffect,
+    /// The finishing transaction committed; the client has not been answered.
+    AfterCommit,
+}
+
+/// What the engine reports as it works: outcomes and timings for metrics, and the checkpoints
+/// where a crash test may stop it. Every method does nothing by default.
+#[async_trait]
+pub trait Observer: Send + Sync {
+    /// What happened to a request or an abandoned record.
+    fn outcome(&self, _outcome: Outcome) {}
+
+    /// An operation's effect call (named by the operation's [`Operation::EFFECT`]) took
+    /// `took`, whatever its result.
+    ///
+    /// [`Operation::EFFECT`]: super::Operation::EFFECT
+    fn effect_called(&self, _effect: &'static str, _took: Duration) {}
+
+    /// The processor reported an effect that is not the one requested: never recorded.
+    fn effect_mismatch(&self) {}
+
+    /// A cache entry failed its check: never served.
+    fn cache_rejected(&self) {}
+
+    /// A cache call failed and was worked around.
+    fn cache_failed(&self, _call: CacheCall) {}
+
+    /// The attempt reached `point`.
+    async fn reached(&self, _point: Checkpoint) {}
+}
+
+/// An observer that observes nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unobserved;
+
+impl Observer for Unobserved {}
+
+/// Judges an existing record as [`decide`] does, for a store's claim: the answer to give at
+/// once, or what the claim must do under its lock.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Answer without executing: a replay, in flight, or a mismatch.
+    Answer(Claim),
+    /// Take the record over and resume it from this point.
+    Resume(RecoveryPoint),
+    /// Reuse the row for a new generation: the record expired, or failed for good.
+    Replace,
+    /// Treated as absent (never for a record that exists).
+    Absent,
+}
+
+impl Verdict {
+    /// What a claim with `fingerprint` does with `record` at the store's time `now`.
+    pub fn of(record: &IdempotencyRecord, fingerprint: &Fingerprint, now: DateTime<Utc>) -> Self {
+        use crate::Decision;
+        match decide(Some(record), fingerprint, now) {
+            Decision::Replay(response) => Self::Answer(Claim::Replay {
+                response,
+                generation: record.generation,
+                expires_at: record.expires_at,
+            }),
+            Decision::InFlight { retry_after_secs } => {
+                Self::Answer(Claim::InFlight { retry_after_secs })
+            }
+            Decision::Mismatch => Self::Answer(Claim::Mismatch),
+            Decision::Resume { from } => Self::Resume(from),
+            Decision::ReplaceExpired | Decision::RetryFailed => Self::Replace,
+            Decision::Execute => Self::Absent,
+        }
+    }
+}

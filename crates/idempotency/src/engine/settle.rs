@@ -1,0 +1,98 @@
+//! The completer's half of the protocol: settling a record whose attempt ended without an
+//! answer, on behalf of a client that may never retry, for any operation.
+//!
+//! The record was taken over only once its lock ended at least the settle grace ago, so any
+//! effect call made under that lock has finished at the processor. The processor is then
+//! asked for a definitive answer under the record's effect key ([`Operation::settle`]), which
+//! never creates anything:
+//! - the effect exists: prepared again from the stored request (which finds what the attempt
+//!   that made it prepared), checked against that, then finished exactly as the request would
+//!   have finished it;
+//! - a call is still processing, or the processor cannot be reached: the record stays
+//!   pending, released, and a later round asks again;
+//! - none, and the key is now tombstoned: only then is the record failed (with what its
+//!   preparation held, [`Operation::fail`]), and the client's retry starts a new generation
+//!   with a new effect key.
+//!
+//! "I could not find an effect" is never read as "there is no effect".
+
+use super::ports::{Abandoned, Completion, Outcome};
+use super::{Engine, Idempotent, Operation, Prepared, ProtocolError, Settled};
+use crate::RecoveryPoint;
+
+/// What the completer knows of the effect of a record it took over.
+enum Found<E> {
+    /// The `charged` recovery point: the processor confirmed it, and this is its id.
+    Recorded(String),
+    /// The processor reported it just now, still to be checked against the request.
+    Reported(E),
+}
+
+impl Engine {
+    /// Settles `record` of operation `op`.
+    pub async fn settle<O: Operation>(
+        &self,
+        op: &Idempotent<O>,
+        record: &Abandoned,
+    ) -> Result<(), ProtocolError> {
+        let owner = record.owner();
+        let key = &record.key;
+        let found = match (record.recovery_point, &record.processor_charge_id) {
+            (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => {
+                Found::Recorded(id.clone())
+            }
+            _ => match op.settle(&record.processor_key).await {
+                Ok(Settled::Exists(effect)) => Found::Reported(effect),
+                Ok(Settled::StillProcessing) => {
+                    tracing::info!(idempotency.key = %key, "completer: the processor is still processing; asking again later");
+                    return self.release(owner).await;
+                }
+                Ok(Settled::Tombstoned) => {
+                    op.fail(self.records.as_ref(), owner).await?;
+                    self.observer.outcome(Outcome::FailedByCompleter);
+                    tracing::info!(idempotency.key = %key, "completer: nothing was made, and the effect key is tombstoned; record failed");
+                    return Ok(());
+                }
+                Err(error) => {
+                    tracing::warn!(idempotency.key = %key, error = %error, "completer: the processor did not answer; asking again later");
+                    return self.release(owner).await;
+                }
+            },
+        };
+        let request = record
+            .request_body
+            .as_deref()
+            .and_then(|body| op.stored_request(body));
+        let Some(request) = request else {
+            // An effect is known but the request to record it with is not (a record claimed
+            // before requests were stored): never failed, it waits for the client's retry,
+            // which carries the request and resumes from the effect.
+            tracing::error!(idempotency.key = %key,
+                "completer: an effect exists but the record holds no request to finish it with");
+            return self.release(owner).await;
+        };
+        // What the effect was prepared with: the attempt that made it prepared it first, so
+        // this finds what that attempt prepared.
+        let Prepared::Ready(plan) = op.prepare(owner, &request).await? else {
+            tracing::error!(idempotency.key = %key,
+                "completer: an effect exists but what it was prepared with is not found; left pending");
+            return self.release(owner).await;
+        };
+        let effect_id = match found {
+            Found::Recorded(id) => id,
+            Found::Reported(effect) => {
+                if !self.confirms::<O>(&effect, &plan) {
+                    return self.release(owner).await;
+                }
+                O::effect_id(&effect)
+            }
+        };
+        let (completion, _) = op.finish(owner, &plan, effect_id).await?;
+        if let Completion::Stored { .. } = completion {
+            self.completions.announce(owner.scope, key);
+            self.observer.outcome(Outcome::CompletedByCompleter);
+            tracing::info!(idempotency.key = %key, "completer: record finished");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,628 @@
+//! The engine under every interleaving a seed can draw: client attempts of one request under
+//! one key, duplicates among them, and the completer, polled in a random order one port call
+//! at a time, with attempts crashed (their future dropped) at any await point, the clock moved
+//! past their locks, and a processor that declines, times out before or after making the
+//! effect, or cannot be reached. After each schedule the store is brought to rest (the
+//! completer settles whatever is left, and the client retries once more), and the guarantees
+//! are checked:
+//! - at most one effect is made for the request, whatever its generations;
+//! - every effect made has exactly one row, and every row is an effect made;
+//! - every final answer a client received is the stored response, byte for byte;
+//! - a failed record's effect key is tombstoned at the processor;
+//! - nothing a generation held outlives its record's end.
+//!
+//! `ENGINE_SEED` replays one run (every schedule's seed is derived from it) and
+//! `ENGINE_SCHEDULES` sets how many schedules it explores.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use payments_idempotency::engine::memory::{MemoryCache, MemoryRecords, yield_once};
+use payments_idempotency::engine::{
+    Answer, Completion, EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner, Prepared,
+    ProtocolError, Settled, fingerprint_of,
+};
+use payments_idempotency::{
+    IdempotencyKey, IdempotencyPolicy, RecordState, StoredResponse, canonical_json,
+};
+use serde_json::json;
+
+const LOCK: Duration = Duration::from_secs(30);
+const SETTLE_AFTER: Duration = Duration::from_secs(5);
+const DEFAULT_SEED: u64 = 0x5eed_2026_1201;
+const DEFAULT_SCHEDULES: u64 = 20_000;
+
+/// SplitMix64: small, fast, and the same on every machine.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// What a fake processor does with a new call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fate {
+    Succeed,
+    Decline,
+    /// Never reaches the processor: nothing is made.
+    LostOnTheWay,
+    /// Made, but the answer is lost (a timeout that hides the effect).
+    LostOnTheWayBack,
+    /// The key already has this effect: it is answered again.
+    Replay(Payment),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Payment {
+    id: String,
+    amount: u64,
+}
+
+#[derive(Debug, Default)]
+struct Processor {
+    /// The one effect under each key.
+    effects: HashMap<String, Payment>,
+    declined: HashSet<String>,
+    /// Calls under each key that reached the processor and have not finished.
+    processing: HashMap<String, usize>,
+    tombstones: HashSet<String>,
+    made: Vec<Payment>,
+    /// What happened at the processor, in order, for a broken schedule's report.
+    log: Vec<String>,
+}
+
+/// A card processor in memory: one effect per key, a call under a key finishes at the
+/// processor even when its caller is gone, and a cancel tombstones a key with no effect.
+#[derive(Debug)]
+struct FakeProcessor {
+    state: Mutex<Processor>,
+    rng: Mutex<Rng>,
+    /// Once the schedule is over, calls succeed and cancels answer.
+    reliable: Mutex<bool>,
+    /// A broken processor for the test that shows the checks would catch it: a cancel that
+    /// finds no effect reports a tombstone without making one.
+    cancel_tombstones: bool,
+}
+
+impl FakeProcessor {
+    fn new(seed: u64, cancel_tombstones: bool) -> Self {
+        Self {
+            state: Mutex::default(),
+            rng: Mutex::new(Rng(seed)),
+            reliable: Mutex::new(false),
+            cancel_tombstones,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, Processor> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn reliable(&self) -> bool {
+        *self.reliable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn roll(&self, percent: u64) -> bool {
+        !self.reliable()
+            && self
+                .rng
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .chance(percent)
+    }
+
+    fn fate(&self) -> Fate {
+        if self.reliable() {
+            return Fate::Succeed;
+        }
+        match self.rng.lock().unwrap_or_else(|p| p.into_inner()).below(10) {
+            0 => Fate::Decline,
+            1 => Fate::LostOnTheWay,
+            2 | 3 => Fate::LostOnTheWayBack,
+            _ => Fate::Succeed,
+        }
+    }
+
+    async fn pay(&self, key: &str, amount: u64) -> Result<Payment, EffectError> {
+        // On its way to the processor: a cancel may come first.
+        yield_once().await;
+        let fate = self.arrive(key)?;
+        let call = Call {
+            processor: self,
+            key,
+            amount,
+            fate,
+            finished: false,
+        };
+        // The call is at the processor: its caller may be dropped here, and it still finishes.
+        yield_once().await;
+        call.finish()
+    }
+
+    /// A call under `key` reaches the processor: the answer under the key if it has one,
+    /// else the fate of a new call, which is now processing.
+    fn arrive(&self, key: &str) -> Result<Fate, EffectError> {
+        let mut state = self.state();
+        if state.tombstones.contains(key) {
+            return Err(unavailable("the key is canceled"));
+        }
+        if let Some(payment) = state.effects.get(key) {
+            return Ok(Fate::Replay(payment.clone()));
+        }
+        if state.declined.contains(key) {
+            return Err(declined());
+        }
+        // As a real processor does with a key whose first request is still being processed.
+        if state.processing.get(key).is_some_and(|&n| n > 0) {
+            return Err(unavailable("a request with this key is being processed"));
+        }
+        let fate = self.fate();
+        state
+            .log
+            .push(format!("a call under {key} arrives: {fate:?}"));
+        if fate == Fate::LostOnTheWay {
+            return Err(unavailable("connection refused"));
+        }
+        *state.processing.entry(key.to_owned()).or_default() += 1;
+        Ok(fate)
+    }
+
+    async fn cancel(&self, key: &str) -> Result<Settled<Payment>, EffectError> {
+        yield_once().await;
+        if self.roll(10) {
+            return Err(unavailable("connection refused"));
+        }
+        let mut state = self.state();
+        if state.processing.get(key).is_some_and(|&n| n > 0) {
+            return Ok(Settled::StillProcessing);
+        }
+        state.log.push(format!("cancel {key}"));
+        if let Some(payment) = state.effects.get(key) {
+            return Ok(Settled::Exists(payment.clone()));
+        }
+        if self.cancel_tombstones {
+            state.tombstones.insert(key.to_owned());
+        }
+        Ok(Settled::Tombstoned)
+    }
+}
+
+/// A call that reached the processor: finished on drop if its caller went away.
+struct Call<'a> {
+    processor: &'a FakeProcessor,
+    key: &'a str,
+    amount: u64,
+    fate: Fate,
+    finished: bool,
+}
+
+impl Call<'_> {
+    fn finish(mut self) -> Result<Payment, EffectError> {
+        self.finished = true;
+        self.complete()
+    }
+
+    fn complete(&self) -> Result<Payment, EffectError> {
+        if let Fate::Replay(payment) = &self.fate {
+            return Ok(payment.clone());
+        }
+        let mut state = self.processor.state();
+        if let Some(n) = state.processing.get_mut(self.key) {
+            *n -= 1;
+        }
+        state
+            .log
+            .push(format!("the call under {} finishes", self.key));
+        if self.fate == Fate::Decline {
+            state.declined.insert(self.key.to_owned());
+            return Err(declined());
+        }
+        let payment = match state.effects.get(self.key) {
+            Some(payment) => payment.clone(),
+            None => {
+                let payment = Payment {
+                    id: format!("py_{}", state.made.len() + 1),
+                    amount: self.amount,
+                };
+                state.effects.insert(self.key.to_owned(), payment.clone());
+                state.made.push(payment.clone());
+                payment
+            }
+        };
+        match self.fate {
+            Fate::LostOnTheWayBack => Err(unavailable("timed out")),
+            _ => Ok(payment),
+        }
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.complete();
+        }
+    }
+}
+
+fn unavailable(reason: &str) -> EffectError {
+    EffectError::Unavailable {
+        reason: reason.to_owned(),
+    }
+}
+
+fn declined() -> EffectError {
+    EffectError::Declined {
+        code: "insufficient_funds".into(),
+        message: "declined".into(),
+    }
+}
+
+/// A payment of an amount: it holds something for its generation when prepared (as a
+/// refund reserves its amount), and its finish writes the effect's row with the record.
+#[derive(Debug)]
+struct Pay {
+    records: Arc<MemoryRecords>,
+    processor: Arc<FakeProcessor>,
+}
+
+#[async_trait]
+impl Operation for Pay {
+    type Request = u64;
+    type Plan = u64;
+    type Effect = Payment;
+
+    const NAME: &'static str = "payments.create.v1";
+    const EFFECT: &'static str = "pay";
+    const ROUTE: (&'static str, &'static str) = ("POST", "/payments");
+
+    fn stored_request(&self, body: &[u8]) -> Option<u64> {
+        let body: serde_json::Value = serde_json::from_slice(body).ok()?;
+        body["amount"].as_u64()
+    }
+
+    async fn prepare(
+        &self,
+        owner: Owner<'_>,
+        amount: &u64,
+    ) -> Result<Prepared<u64>, ProtocolError> {
+        Ok(match self.records.hold(owner).await? {
+            payments_idempotency::engine::Finish::Written => Prepared::Ready(*amount),
+            payments_idempotency::engine::Finish::Fenced => Prepared::Fenced,
+        })
+    }
+
+    async fn effect(&self, amount: &u64, effect_key: &str) -> Result<Payment, EffectError> {
+        self.processor.pay(effect_key, *amount).await
+    }
+
+    async fn settle(&self, effect_key: &str) -> Result<Settled<Payment>, EffectError> {
+        self.processor.cancel(effect_key).await
+    }
+
+    fn effect_id(payment: &Payment) -> String {
+        payment.id.clone()
+    }
+
+    fn confirms(payment: &Payment, amount: &u64) -> Result<(), String> {
+        (payment.amount == *amount)
+            .then_some(())
+            .ok_or_else(|| format!("paid {} instead of {amount}", payment.amount))
+    }
+
+    fn declined(&self, code: String, _message: String) -> StoredResponse {
+        let body = json!({ "code": code }).to_string().into_bytes();
+        StoredResponse::new(402, [("content-type", "application/json")], body)
+    }
+
+    async fn finish(
+        &self,
+        owner: Owner<'_>,
+        _amount: &u64,
+        effect_id: String,
+    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+        let body = json!({ "id": owner.fence.resource_id.to_string(), "effect": effect_id });
+        let response = StoredResponse::new(
+            201,
+            [("content-type", "application/json")],
+            body.to_string().into_bytes(),
+        );
+        let completion = self
+            .records
+            .complete_with_effect(owner, &response, &effect_id)
+            .await?;
+        Ok((completion, response))
+    }
+}
+
+type Step<'a> = Pin<Box<dyn Future<Output = Option<Result<Answer, ProtocolError>>> + 'a>>;
+
+/// Polls `future` to its end: every await in these ports is a yield.
+fn run_to_end<T>(mut future: Pin<Box<dyn Future<Output = T> + '_>>) -> T {
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+    }
+}
+
+/// How a schedule's store may be broken, for the tests that show the checks catch it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Breakage {
+    store_without_fence: bool,
+    cancel_without_tombstone: bool,
+}
+
+/// One schedule from `seed`: `Err` names the guarantee it broke, with the steps taken.
+fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
+    let mut rng = Rng(seed);
+    let start = Utc::now();
+    let policy = IdempotencyPolicy {
+        ttl: Duration::from_secs(24 * 60 * 60),
+        lock_timeout: LOCK,
+    };
+    let mut records = MemoryRecords::new(policy, start);
+    if breakage.store_without_fence {
+        records = records.without_fence();
+    }
+    let records = Arc::new(records);
+    let processor = Arc::new(FakeProcessor::new(
+        rng.next(),
+        !breakage.cancel_without_tombstone,
+    ));
+    let pay = Arc::new(Idempotent::new(Pay {
+        records: Arc::clone(&records),
+        processor: Arc::clone(&processor),
+    }));
+    let mut engine = Engine::new(Arc::clone(&records) as _).with_operation(Arc::clone(&pay));
+    if rng.chance(50) {
+        engine = engine.with_cache(Arc::new(MemoryCache::default()));
+    }
+    let body = json!({ "amount": 500 });
+    let key = IdempotencyKey::parse("order-1").map_err(|e| e.to_string())?;
+    let attempt = || KeyedRequest {
+        tenant: "acme".into(),
+        key: key.clone(),
+        fingerprint: fingerprint_of::<Pay>(&body),
+        canonical_body: canonical_json(&body).into_bytes(),
+        request: 500,
+        wait: None,
+    };
+    let client = || -> Step<'_> { Box::pin(async { Some(engine.run(&pay, attempt()).await) }) };
+    let completer = || -> Step<'_> {
+        Box::pin(async {
+            if let Ok(Some(record)) = engine.take_over_abandoned(SETTLE_AFTER).await {
+                let _ = engine.settle_abandoned(&record).await;
+            }
+            None
+        })
+    };
+
+    let mut trace = Vec::new();
+    let mut answers = Vec::new();
+    let mut live: Vec<(String, Step<'_>)> = Vec::new();
+    let (mut clients, mut completers) = (0, 0);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..120 {
+        match rng.below(100) {
+            0..=9 if clients < 4 => {
+                clients += 1;
+                live.push((format!("client {clients}"), client()));
+                trace.push(format!("start client {clients}"));
+            }
+            10..=15 if completers < 3 => {
+                completers += 1;
+                live.push((format!("completer {completers}"), completer()));
+                trace.push(format!("start completer {completers}"));
+            }
+            16..=20 => {
+                records.advance(LOCK + SETTLE_AFTER + Duration::from_secs(1));
+                trace.push("clock past the lock and the settle grace".into());
+            }
+            21..=24 if !live.is_empty() => {
+                let index = rng.below(live.len() as u64) as usize;
+                let (name, _) = live.swap_remove(index);
+                trace.push(format!("crash {name}"));
+            }
+            _ if !live.is_empty() => {
+                let index = rng.below(live.len() as u64) as usize;
+                if let Poll::Ready(answer) = live[index].1.as_mut().poll(&mut cx) {
+                    let (name, _) = live.swap_remove(index);
+                    trace.push(format!("{name} ended: {}", describe(&answer)));
+                    answers.extend(answer);
+                }
+            }
+            _ => {}
+        }
+    }
+    for (name, step) in live.drain(..) {
+        let answer = run_to_end(step);
+        trace.push(format!("{name} ran to its end: {}", describe(&answer)));
+        answers.extend(answer);
+    }
+
+    // At rest: the processor answers, the completer settles what is left, the client retries.
+    *processor.reliable.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    for _ in 0..4 {
+        records.advance(LOCK + SETTLE_AFTER + Duration::from_secs(1));
+        while run_to_end(Box::pin(engine.take_over_abandoned(SETTLE_AFTER)))
+            .map_err(|e| e.to_string())?
+            .is_some_and(|record| {
+                let _ = run_to_end(Box::pin(engine.settle_abandoned(&record)));
+                true
+            })
+        {}
+    }
+    let last = run_to_end(client());
+    trace.push(format!("the last retry: {}", describe(&last)));
+    answers.extend(last);
+
+    check(&records, &processor, &answers).map_err(|broken| {
+        format!(
+            "{broken}\n  steps:\n    {}\n  at the processor:\n    {}",
+            trace.join("\n    "),
+            processor.state().log.join("\n    ")
+        )
+    })
+}
+
+fn describe(answer: &Option<Result<Answer, ProtocolError>>) -> String {
+    match answer {
+        None => "settled one record, or none".into(),
+        Some(Ok(answer)) => format!(
+            "{} {}{}",
+            answer.response.status,
+            String::from_utf8_lossy(&answer.response.body),
+            if answer.replayed { " (replayed)" } else { "" }
+        ),
+        Some(Err(error)) => format!("error: {error}"),
+    }
+}
+
+/// The guarantees, checked on the store at rest.
+fn check(
+    records: &MemoryRecords,
+    processor: &FakeProcessor,
+    answers: &[Result<Answer, ProtocolError>],
+) -> Result<(), String> {
+    let state = processor.state();
+    let rows = records.rows();
+    let all = records.records();
+    let [record] = all.as_slice() else {
+        return Err(format!("one record expected, found {}", all.len()));
+    };
+    if state.made.len() > 1 {
+        return Err(format!("more than one effect made: {:?}", state.made));
+    }
+    for payment in &state.made {
+        let recorded = rows
+            .iter()
+            .filter(|row| row.effect_id == payment.id)
+            .count();
+        if recorded != 1 {
+            return Err(format!("effect {} has {recorded} rows", payment.id));
+        }
+    }
+    if rows.len() != state.made.len() {
+        return Err(format!(
+            "{} rows for {} effects made",
+            rows.len(),
+            state.made.len()
+        ));
+    }
+    if record.state != RecordState::Completed {
+        return Err(format!("the record is {:?} at rest", record.state));
+    }
+    let stored = record
+        .response
+        .as_ref()
+        .ok_or("a completed record without its response")?;
+    if stored.status == 201 && !rows.iter().any(|row| row.generation == record.generation) {
+        return Err("the completed record has no row of its effect".into());
+    }
+    for answer in answers.iter().flatten() {
+        if answer.response != *stored {
+            return Err(format!(
+                "a client received {} {}, the record holds {} {}",
+                answer.response.status,
+                String::from_utf8_lossy(&answer.response.body),
+                stored.status,
+                String::from_utf8_lossy(&stored.body)
+            ));
+        }
+    }
+    for key in records.failed_keys() {
+        if !state.tombstones.contains(&key) {
+            return Err(format!(
+                "a record was failed but its effect key {key} is not tombstoned"
+            ));
+        }
+    }
+    if !records.holds().is_empty() {
+        return Err(format!(
+            "holds outlive their records: {:?}",
+            records.holds()
+        ));
+    }
+    Ok(())
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs `schedules` schedules derived from `seed`; the first broken one, if any.
+fn explore(seed: u64, schedules: u64, breakage: Breakage) -> Option<(u64, String)> {
+    let mut seeds = Rng(seed);
+    (0..schedules).find_map(|_| {
+        let schedule_seed = seeds.next();
+        schedule(schedule_seed, breakage)
+            .err()
+            .map(|broken| (schedule_seed, broken))
+    })
+}
+
+#[test]
+fn every_schedule_of_attempts_crashes_and_the_completer_keeps_every_guarantee() {
+    let seed = env_u64("ENGINE_SEED", DEFAULT_SEED);
+    let schedules = env_u64("ENGINE_SCHEDULES", DEFAULT_SCHEDULES);
+    if let Some((schedule_seed, broken)) = explore(seed, schedules, Breakage::default()) {
+        panic!(
+            "ENGINE_SEED={seed}: the schedule of seed {schedule_seed} broke a guarantee: {broken}"
+        );
+    }
+    println!("explored {schedules} schedules from ENGINE_SEED={seed}");
+}
+
+/// Runs the default number of schedules with `breakage`, and prints the first it catches.
+fn assert_caught(breakage: Breakage) {
+    let seed = env_u64("ENGINE_SEED", DEFAULT_SEED);
+    let caught = explore(seed, DEFAULT_SCHEDULES, breakage);
+    let (schedule_seed, broken) =
+        caught.unwrap_or_else(|| panic!("{breakage:?} broke no guarantee in any schedule"));
+    println!("ENGINE_SEED={seed}: {breakage:?} caught at schedule seed {schedule_seed}: {broken}");
+}
+
+/// The checks are worth something only if they catch a broken store: without the fence, an
+/// attempt that was taken over still writes, and some schedule records an effect twice.
+#[test]
+fn the_checks_catch_a_store_that_ignores_the_fence() {
+    assert_caught(Breakage {
+        store_without_fence: true,
+        ..Breakage::default()
+    });
+}
+
+/// Nor are they if they miss a settle that reads "no effect found" as "no effect": a call
+/// still on its way then makes an effect after its record was failed.
+#[test]
+fn the_checks_catch_a_settle_that_fails_a_record_without_a_tombstone() {
+    assert_caught(Breakage {
+        cancel_without_tombstone: true,
+        ..Breakage::default()
+    });
+}
