@@ -65,7 +65,7 @@ impl InFlight {
 /// What admission needs: the keys to authenticate with and the instance's slots. Only these
 /// two (cheap `Arc` clones), not the whole application state, are cloned for every request.
 #[derive(Debug, Clone)]
-pub struct Admission {
+pub(crate) struct Admission {
     api_keys: ApiKeys,
     in_flight: InFlight,
 }
@@ -73,7 +73,7 @@ pub struct Admission {
 impl Admission {
     /// The slots of `limits`, one share for each tenant `api_keys` authenticates. Built once
     /// per router: every route's copy of the layer counts on the same slots.
-    pub fn new(api_keys: ApiKeys, limits: &Limits) -> Self {
+    pub(crate) fn new(api_keys: ApiKeys, limits: &Limits) -> Self {
         let in_flight = InFlight::new(
             limits.max_in_flight,
             limits.max_in_flight_per_tenant,
@@ -104,7 +104,7 @@ impl Drop for Admitted {
 /// The tenant is authenticated here from the headers alone, before the body is read, so a
 /// client that stalls its body holds only its own tenant's slots. A request that does not
 /// authenticate holds no tenant's share; its handler refuses it before reading any body.
-pub async fn limit_in_flight(
+pub(crate) async fn limit_in_flight(
     State(admission): State<Admission>,
     mut request: Request,
     next: Next,

@@ -57,7 +57,7 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 /// The SHA-256 of the demo keys `sk_test_acme` and `sk_test_globex`, which the compiled
 /// defaults configure and the README prints: anyone may know them, so they are refused on any
 /// address but loopback unless `auth.allow_demo_keys` says otherwise.
-pub const DEMO_KEY_HASHES: [[u8; 32]; 2] = [
+pub(crate) const DEMO_KEY_HASHES: [[u8; 32]; 2] = [
     hex_digest(b"0c24ce40313b1ce2b6daefa9dea10a4d3290af661123f6d499a3567b80d5ed49"),
     hex_digest(b"d588a5beb7a21e90ab68a64c0db32cee0d9a75aaec9a8e4ab3f5008f56f84e91"),
 ];
@@ -81,7 +81,7 @@ const fn hex_digest(hex: &[u8; 64]) -> [u8; 32] {
 }
 
 /// Parses a configured `key_sha256` value.
-pub fn parse_key_hash(hex_digest: &str) -> Option<[u8; 32]> {
+pub(crate) fn parse_key_hash(hex_digest: &str) -> Option<[u8; 32]> {
     let bytes = hex::decode(hex_digest.trim()).ok()?;
     bytes.try_into().ok()
 }

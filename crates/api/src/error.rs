@@ -14,7 +14,7 @@ use crate::error_chain;
 use payments_idempotency::engine::ProtocolError;
 
 /// The media type of every error body.
-pub const PROBLEM_JSON: &str = "application/problem+json";
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

@@ -13,7 +13,7 @@ use crate::{ApiError, ApiKeys, AppState};
 
 /// The tenant authenticated by `Authorization: Bearer <api key>`.
 #[derive(Debug, Clone)]
-pub struct Tenant(pub TenantId);
+pub(crate) struct Tenant(pub TenantId);
 
 impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
@@ -37,7 +37,7 @@ impl FromRequestParts<AppState> for Tenant {
 
 /// The tenant whose API key `headers` carry. Exactly one `Authorization` header: with two, a
 /// proxy in front and this service might each honour a different one.
-pub fn authenticate(headers: &HeaderMap, keys: &ApiKeys) -> Result<TenantId, ApiError> {
+pub(crate) fn authenticate(headers: &HeaderMap, keys: &ApiKeys) -> Result<TenantId, ApiError> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     let value = values.next().ok_or(ApiError::Unauthorized)?;
     if values.next().is_some() {
@@ -62,7 +62,7 @@ fn bearer_token(value: &str) -> Option<&str> {
 
 /// The validated `Idempotency-Key` header.
 #[derive(Debug, Clone)]
-pub struct IdempotencyKeyHeader(pub IdempotencyKey);
+pub(crate) struct IdempotencyKeyHeader(pub IdempotencyKey);
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
     type Rejection = ApiError;
@@ -90,7 +90,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
 /// A JSON request body as raw bytes, after checking its media type and size. Parsing is left
 /// to the handler, which needs both the typed request and the canonical form.
 #[derive(Debug)]
-pub struct JsonBytes(pub Bytes);
+pub(crate) struct JsonBytes(pub Bytes);
 
 impl FromRequest<AppState> for JsonBytes {
     type Rejection = ApiError;
@@ -142,10 +142,10 @@ fn is_json_media_type(value: &str) -> bool {
 /// in-flight attempt instead of receiving 409 at once. Capped at [`PreferWait::MAX`]; other
 /// preferences and malformed values are ignored, as RFC 7240 asks.
 #[derive(Debug, Clone, Copy)]
-pub struct PreferWait(pub Option<std::time::Duration>);
+pub(crate) struct PreferWait(pub Option<std::time::Duration>);
 
 impl PreferWait {
-    pub const MAX: std::time::Duration = std::time::Duration::from_secs(10);
+    pub(crate) const MAX: std::time::Duration = std::time::Duration::from_secs(10);
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for PreferWait {
@@ -177,7 +177,7 @@ fn parse_wait(preference: &str) -> Option<u64> {
 
 /// A query string parsed into `T`, rejected as a problem+json 400.
 #[derive(Debug)]
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;

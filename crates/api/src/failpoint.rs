@@ -22,7 +22,7 @@ fn name(point: Checkpoint) -> &'static str {
 
 /// The steps that can be made to fail (`PAYMENTS_FAIL_AT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The finishing transaction of a charge.
     Finish,
 }
@@ -38,17 +38,17 @@ impl Failure {
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-pub async fn hit(_point: Checkpoint) {}
+pub(crate) async fn hit(_point: Checkpoint) {}
 
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
-pub fn fails(_step: Failure) -> bool {
+pub(crate) fn fails(_step: Failure) -> bool {
     false
 }
 
 /// Whether `PAYMENTS_FAIL_AT` names `step`.
 #[cfg(feature = "failpoints")]
-pub fn fails(step: Failure) -> bool {
+pub(crate) fn fails(step: Failure) -> bool {
     let failing = std::env::var("PAYMENTS_FAIL_AT").is_ok_and(|at| at == step.name());
     if failing {
         tracing::warn!(failpoint = step.name(), "failpoint: failing the step");
@@ -57,7 +57,7 @@ pub fn fails(step: Failure) -> bool {
 }
 
 #[cfg(feature = "failpoints")]
-pub async fn hit(point: Checkpoint) {
+pub(crate) async fn hit(point: Checkpoint) {
     if std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == name(point)) {
         eprintln!("failpoint: aborting at {}", name(point));
         std::process::abort();

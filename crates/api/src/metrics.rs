@@ -20,7 +20,7 @@ const BUCKETS: [f64; 14] = [
 ];
 
 /// Installs the process-wide recorder; `None` if one is installed already.
-pub fn install() -> Option<PrometheusHandle> {
+pub(crate) fn install() -> Option<PrometheusHandle> {
     PrometheusBuilder::new()
         .set_buckets(&BUCKETS)
         .ok()?
@@ -31,7 +31,7 @@ pub fn install() -> Option<PrometheusHandle> {
 /// The engine's observer: its outcomes, effect calls and cache failures as metrics (with each
 /// request's log carrying its outcome), and its checkpoints as the crash tests' failpoints.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct EngineMetrics;
+pub(crate) struct EngineMetrics;
 
 #[async_trait]
 impl Observer for EngineMetrics {
@@ -71,14 +71,14 @@ impl Observer for EngineMetrics {
 }
 
 /// A Redis call that failed (and was worked around).
-pub fn redis_error(call: RedisCall) {
+pub(crate) fn redis_error(call: RedisCall) {
     counter!("redis_errors_total", "operation" => call.as_str()).increment(1);
 }
 
 /// A Redis call that can fail and be worked around: the `operation` label of
 /// `redis_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedisCall {
+pub(crate) enum RedisCall {
     /// A replay-cache call of the engine.
     Cache(CacheCall),
     /// Publishing outbox events to the stream (the relay tries again).
@@ -86,7 +86,7 @@ pub enum RedisCall {
 }
 
 impl RedisCall {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Cache(CacheCall::Get) => "cache_get",
             Self::Cache(CacheCall::Put) => "cache_put",
@@ -96,22 +96,22 @@ impl RedisCall {
     }
 }
 
-pub fn outbox_backlog(unpublished: i64, oldest_age_secs: f64) {
+pub(crate) fn outbox_backlog(unpublished: i64, oldest_age_secs: f64) {
     gauge!("outbox_backlog").set(unpublished as f64);
     gauge!("outbox_relay_lag_seconds").set(oldest_age_secs);
 }
 
 /// A request took an in-flight slot (`http_requests_in_flight`).
-pub fn request_admitted() {
+pub(crate) fn request_admitted() {
     gauge!("http_requests_in_flight").increment(1.0);
 }
 
 /// A request gave its in-flight slot back.
-pub fn request_finished() {
+pub(crate) fn request_finished() {
     gauge!("http_requests_in_flight").decrement(1.0);
 }
 
-pub fn events_published(count: usize) {
+pub(crate) fn events_published(count: usize) {
     counter!("outbox_events_published_total").increment(count as u64);
 }
 
@@ -119,7 +119,7 @@ pub fn events_published(count: usize) {
 /// method is chosen by the client, so taking it verbatim would let anyone, without even
 /// authenticating, add a series per request until the exporter runs out of memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MethodLabel {
+pub(crate) enum MethodLabel {
     Get,
     Head,
     Post,
@@ -131,7 +131,7 @@ pub enum MethodLabel {
 }
 
 impl MethodLabel {
-    pub fn of(method: &Method) -> Self {
+    pub(crate) fn of(method: &Method) -> Self {
         match *method {
             Method::GET => Self::Get,
             Method::HEAD => Self::Head,
@@ -144,7 +144,7 @@ impl MethodLabel {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Get => "GET",
             Self::Head => "HEAD",
@@ -163,7 +163,7 @@ impl MethodLabel {
 /// Every label comes from a fixed set, never from the request as sent: the route is the
 /// matched template (`/charges/{id}`, not the id) or `unmatched`, the method a
 /// [`MethodLabel`], the status one the service chose.
-pub async fn track_requests(request: Request, next: Next) -> Response {
+pub(crate) async fn track_requests(request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()

@@ -9,11 +9,12 @@ use payments_idempotency::{REPLAYED_HEADERS, StoredResponse};
 use crate::ApiError;
 
 /// The header that tells a client it received a stored response, not a new execution.
-pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+pub(crate) const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
 /// The header that tells a client until when its key replays this response: the end of the
 /// key's retention, counted from the record's completion, as an HTTP date (RFC 9110).
-pub const IDEMPOTENCY_KEY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-key-expires");
+pub(crate) const IDEMPOTENCY_KEY_EXPIRES: HeaderName =
+    HeaderName::from_static("idempotency-key-expires");
 
 /// The statuses this service stores as final answers: 201 (created), 400 (a refusal that
 /// depends on state, such as `refund_amount_too_large`) and 402 (a decline). A stored response
@@ -21,7 +22,7 @@ pub const IDEMPOTENCY_KEY_EXPIRES: HeaderName = HeaderName::from_static("idempot
 const STORED_STATUSES: [u16; 3] = [201, 400, 402];
 
 /// An HTTP date (IMF-fixdate), the format of `Date`, `Expires` and `Retry-After` dates.
-pub fn http_date(at: DateTime<Utc>) -> String {
+pub(crate) fn http_date(at: DateTime<Utc>) -> String {
     at.format("%a, %d %b %Y %H:%M:%S GMT").to_string()
 }
 
@@ -32,7 +33,11 @@ pub fn http_date(at: DateTime<Utc>) -> String {
 /// Whatever the stored response came from, only a status of [`STORED_STATUSES`] and only the
 /// [`REPLAYED_HEADERS`] are sent: a stored `Set-Cookie`, `Content-Length` or status 101 could
 /// otherwise speak for the service.
-pub fn respond(stored: StoredResponse, replayed: bool, expires_at: DateTime<Utc>) -> Response {
+pub(crate) fn respond(
+    stored: StoredResponse,
+    replayed: bool,
+    expires_at: DateTime<Utc>,
+) -> Response {
     let status = STORED_STATUSES
         .contains(&stored.status)
         .then(|| StatusCode::from_u16(stored.status).ok())

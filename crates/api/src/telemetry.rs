@@ -7,7 +7,7 @@ use tracing_subscriber::EnvFilter;
 use crate::config::{LogFormat, LogSettings};
 
 /// Installs the global subscriber. `RUST_LOG` wins over `log.filter` when set.
-pub fn init(settings: &LogSettings) {
+pub(crate) fn init(settings: &LogSettings) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&settings.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));

@@ -16,7 +16,7 @@ use crate::ApiError;
 ///
 /// The body must be a JSON object. A typed parse would also read a struct from an array (in
 /// field order), and a gateway rule that inspects the object's fields would never see them.
-pub fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.trim_ascii_start().first() != Some(&b'{') {
         return Err(ApiError::InvalidRequest(
             "The request body must be a JSON object.".into(),
@@ -87,7 +87,7 @@ fn card_number(field: &'static str, reason: &dyn std::fmt::Display) -> ApiError 
 
 /// A charge as the API shows it, in `POST /charges`, `GET /charges/{id}` and lists alike.
 #[derive(Debug, Serialize)]
-pub struct ChargeView {
+pub(crate) struct ChargeView {
     pub id: String,
     pub object: &'static str,
     pub amount: i64,
@@ -129,7 +129,7 @@ fn timestamp(time: DateTime<Utc>) -> String {
 /// The body of `POST /charges/{id}/refunds`. Unknown fields are rejected, like a charge's.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CreateRefundBody {
+pub(crate) struct CreateRefundBody {
     #[serde(default, deserialize_with = "present")]
     pub amount: Option<i64>,
     #[serde(default, deserialize_with = "present")]
@@ -148,17 +148,17 @@ where
 
 impl CreateRefundBody {
     /// The field naming the charge in the stored request.
-    pub const CHARGE: &'static str = "charge";
+    pub(crate) const CHARGE: &'static str = "charge";
 
     /// The validated refund of `charge` in a `POST /charges/{id}/refunds` body.
-    pub fn parse(body: &[u8], charge: ChargeId) -> Result<RefundRequest, ApiError> {
+    pub(crate) fn parse(body: &[u8], charge: ChargeId) -> Result<RefundRequest, ApiError> {
         let typed: Self = json_body(body)?;
         typed.into_request(charge)
     }
 
     /// The request stored with a record, for the completer: the body with the charge of the
     /// path as its [`CHARGE`](Self::CHARGE) field.
-    pub fn parse_stored(body: &[u8]) -> Result<RefundRequest, ApiError> {
+    pub(crate) fn parse_stored(body: &[u8]) -> Result<RefundRequest, ApiError> {
         let invalid = |e: &dyn std::fmt::Display| {
             ApiError::InvalidRequest(format!("Invalid stored request: {e}"))
         };
@@ -201,7 +201,7 @@ impl CreateRefundBody {
 
 /// A refund as the API shows it, in its 201, `GET /refunds/{id}` and lists alike.
 #[derive(Debug, Serialize)]
-pub struct RefundView {
+pub(crate) struct RefundView {
     pub id: String,
     pub object: &'static str,
     pub charge: String,
@@ -238,14 +238,14 @@ impl From<&Refund> for RefundView {
 
 /// A page of charges or refunds, in the list shape payment APIs commonly use.
 #[derive(Debug, Serialize)]
-pub struct List<V> {
+pub(crate) struct List<V> {
     pub object: &'static str,
     pub data: Vec<V>,
     pub has_more: bool,
 }
 
 impl<V> List<V> {
-    pub fn of<T>(items: &[T], has_more: bool) -> Self
+    pub(crate) fn of<T>(items: &[T], has_more: bool) -> Self
     where
         for<'a> V: From<&'a T>,
     {
@@ -259,12 +259,12 @@ impl<V> List<V> {
 
 /// `GET /ledger/balances`.
 #[derive(Debug, Serialize)]
-pub struct BalancesView {
+pub(crate) struct BalancesView {
     pub balances: Vec<BalanceView>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct BalanceView {
+pub(crate) struct BalanceView {
     pub account: &'static str,
     pub currency: &'static str,
     pub balance: i64,

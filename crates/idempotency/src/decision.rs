@@ -56,9 +56,9 @@ pub fn decide(
                 from: RecoveryPoint::Charged,
             },
         },
-        // A failed record never holds a charge id today (the store refuses to fail one that
+        // A failed record never holds an effect id today (the store refuses to fail one that
         // does); one written by an older version is finished from its charge, not retried.
-        RecordState::Failed if record.holds_unrecorded_charge() => Decision::Resume {
+        RecordState::Failed if record.holds_unrecorded_effect() => Decision::Resume {
             from: RecoveryPoint::Charged,
         },
         RecordState::Failed => Decision::RetryFailed,
@@ -124,7 +124,7 @@ mod tests {
             locked_until,
             attempts: Attempt(1),
             processor_key: "pk".into(),
-            processor_charge_id: None,
+            effect_id: None,
             response: (state == RecordState::Completed).then(response),
             created_at: t0(),
             expires_at: t0() + Duration::hours(24),
@@ -139,7 +139,7 @@ mod tests {
         let failed = record(RecordState::Failed, RecoveryPoint::Started, None);
         let pending = record(RecordState::Pending, RecoveryPoint::Started, None);
         let mut failed_with_charge = failed.clone();
-        failed_with_charge.processor_charge_id = Some("ch_1".into());
+        failed_with_charge.effect_id = Some("ch_1".into());
         assert!(completed.is_expired(after) && failed.is_expired(after));
         assert!(!completed.is_expired(before) && !failed.is_expired(before));
         assert!(!pending.is_expired(after), "a pending record never expires");
@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn a_failed_record_holding_a_charge_id_is_finished_and_never_expires() {
         let mut rec = record(RecordState::Failed, RecoveryPoint::Charged, None);
-        rec.processor_charge_id = Some("sim_1".into());
+        rec.effect_id = Some("sim_1".into());
         let later = t0() + Duration::hours(25);
         for now in [t0(), later] {
             assert_eq!(

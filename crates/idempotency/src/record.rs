@@ -24,7 +24,9 @@ pub enum RecordState {
     Pending,
     /// Finished with a response that is replayed until the record expires.
     Completed,
-    /// The last attempt ended in a transient failure; the next retry executes again.
+    /// Nothing was made, for good: the processor tombstoned the record's effect key, so no
+    /// call under it can ever make the effect. The next retry starts a new generation with a
+    /// new effect key.
     Failed,
 }
 
@@ -33,9 +35,10 @@ pub enum RecordState {
 pub enum RecoveryPoint {
     /// Claimed; the processor may or may not have been called.
     Started,
-    /// The processor confirmed the charge; the local writes are still to do.
+    /// The processor confirmed the effect (stored as `charged`, the name it had when charges
+    /// were the only operation); the local writes are still to do.
     Charged,
-    /// Charge, ledger, outbox and response are committed.
+    /// The operation's rows and the response are committed.
     Finished,
 }
 
@@ -137,8 +140,9 @@ pub struct IdempotencyRecord {
     pub attempts: Attempt,
     /// Sent to the processor with every attempt, so the processor deduplicates too.
     pub processor_key: String,
-    /// The processor's charge id once the recovery point is `charged` or later.
-    pub processor_charge_id: Option<String>,
+    /// The processor's id of the effect (a charge, a refund) once the recovery point is
+    /// `charged` or later.
+    pub effect_id: Option<String>,
     /// Present exactly when the state is `completed`.
     pub response: Option<StoredResponse>,
     pub created_at: DateTime<Utc>,
@@ -150,16 +154,16 @@ impl IdempotencyRecord {
     ///
     /// Only a finished record expires. A pending one never does: the processor may have made
     /// its effect, and only a resume (or the completer) may settle it. Nor does a failed record
-    /// that holds a processor charge id: a known charge must reach the ledger first.
+    /// that holds an effect id: a known effect must reach the ledger first.
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
         let finished = matches!(self.state, RecordState::Completed | RecordState::Failed);
-        finished && !self.holds_unrecorded_charge() && self.expires_at <= now
+        finished && !self.holds_unrecorded_effect() && self.expires_at <= now
     }
 
-    /// A failed record holding a processor charge id: written by no current version (the
-    /// store refuses to fail such a record), and finished from its charge if ever found.
-    pub fn holds_unrecorded_charge(&self) -> bool {
-        self.state == RecordState::Failed && self.processor_charge_id.is_some()
+    /// A failed record holding an effect id: written by no current version (the store
+    /// refuses to fail such a record), and finished from its effect if ever found.
+    pub fn holds_unrecorded_effect(&self) -> bool {
+        self.state == RecordState::Failed && self.effect_id.is_some()
     }
 }
 

@@ -130,7 +130,7 @@ pub(crate) fn replace<'a, DB: Dialect>(
         .push(", processor_key = ")
         .value(generation.processor_key.as_str())
         .push(
-            ", processor_charge_id = NULL, response_status = NULL, response_headers = NULL,
+            ", effect_id = NULL, response_status = NULL, response_headers = NULL,
              response_body = NULL, created_at = ",
         )
         .push(DB::NOW)

@@ -169,24 +169,23 @@ impl Dialect for sqlx::Sqlite {
 
 /// `UPDATE idempotency_records SET recovery_point = 'charged' ..`: the processor confirmed
 /// the charge, so that a takeover resumes from here without calling it again.
-pub(crate) fn record_charged<'a, DB: Dialect>(
+pub(crate) fn record_effect<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
-    processor_charge_id: &'a str,
+    effect_id: &'a str,
 ) -> QueryBuilder<'a, DB> {
-    let mut sql = DB::builder(
-        "UPDATE idempotency_records SET recovery_point = 'charged', processor_charge_id = ",
-    );
-    sql.value(processor_charge_id);
+    let mut sql =
+        DB::builder("UPDATE idempotency_records SET recovery_point = 'charged', effect_id = ");
+    sql.value(effect_id);
     push_touched_where_fenced(&mut sql, scope, key, fence);
     sql
 }
 
 /// Fails the record after the processor tombstoned its key, `RETURNING expires_at`. Its
-/// retention counts from now. A record that holds a processor charge id is never failed: the
+/// retention counts from now. A record that holds an effect id is never failed: the
 /// charge must reach the ledger.
-pub(crate) fn mark_failed<'a, DB: Dialect>(
+pub(crate) fn fail<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
@@ -197,14 +196,14 @@ pub(crate) fn mark_failed<'a, DB: Dialect>(
     );
     DB::push_now_plus(&mut sql, ttl);
     push_touched_where_fenced(&mut sql, scope, key, fence);
-    sql.push(" AND processor_charge_id IS NULL RETURNING expires_at");
+    sql.push(" AND effect_id IS NULL RETURNING expires_at");
     sql
 }
 
 /// Gives up the lock after an unknown outcome: the record stays pending and is stale at once,
 /// so the next retry resumes it, and the completer settles it once the settle grace has
 /// passed. Failing it instead would leave a charge the processor did make unrecorded.
-pub(crate) fn release_lock<'a, DB: Dialect>(
+pub(crate) fn release<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     fence: Fence,
@@ -312,9 +311,9 @@ mod tests {
             let complete = complete::<DB>(&i.scope, &i.key, i.fence, &i.response, i.policy.ttl)
                 .unwrap_or_else(|e| panic!("{e}"));
             vec![
-                record_charged::<DB>(&i.scope, &i.key, i.fence, &i.charge_id).into_sql(),
-                mark_failed::<DB>(&i.scope, &i.key, i.fence, i.policy.ttl).into_sql(),
-                release_lock::<DB>(&i.scope, &i.key, i.fence).into_sql(),
+                record_effect::<DB>(&i.scope, &i.key, i.fence, &i.charge_id).into_sql(),
+                fail::<DB>(&i.scope, &i.key, i.fence, i.policy.ttl).into_sql(),
+                release::<DB>(&i.scope, &i.key, i.fence).into_sql(),
                 complete.into_sql(),
                 claiming::insert_pending::<DB>(i.claim(), &i.generation, i.policy).into_sql(),
                 claiming::take_over::<DB>(&i.scope, &i.key, i.policy.lock_timeout).into_sql(),

@@ -19,17 +19,13 @@ pub(crate) struct TakenOver {
 
 impl TakenOver {
     /// The claim of the attempt that took the record over, resuming `from`.
-    pub(crate) fn claimed(
-        self,
-        from: RecoveryPoint,
-        processor_charge_id: Option<String>,
-    ) -> Claimed {
+    pub(crate) fn claimed(self, from: RecoveryPoint, effect_id: Option<String>) -> Claimed {
         Claimed::taken_over(
             Attempt(self.attempt),
             self.resource_id,
             self.processor_key,
             from,
-            processor_charge_id,
+            effect_id,
         )
     }
 }

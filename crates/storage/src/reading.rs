@@ -53,11 +53,30 @@ pub(crate) fn balances<'a, DB: Dialect>(tenant: &'a TenantId) -> QueryBuilder<'a
 }
 
 /// Implements `ChargeRepository` for a backend's store (`$store`, with a `pool` of database
-/// `$db`) with the statements above: the one implementation both backends use.
+/// `$db` and the backend's `write_charge`) with the statements above: the one implementation
+/// both backends use.
 macro_rules! impl_charge_repository {
     ($store:ty, $db:ty) => {
         #[async_trait::async_trait]
         impl $crate::repository::ChargeRepository for $store {
+            async fn finish_charge(
+                &self,
+                scope: &payments_idempotency::Scope,
+                key: &payments_idempotency::IdempotencyKey,
+                fence: payments_idempotency::engine::Fence,
+                charge: &payments_domain::Charge,
+                response: &payments_idempotency::StoredResponse,
+            ) -> Result<payments_idempotency::engine::Completion, $crate::StoreError> {
+                self.write_charge($crate::recording::ChargeFinish {
+                    scope,
+                    key,
+                    fence,
+                    charge,
+                    response,
+                })
+                .await
+            }
+
             async fn get_charge(
                 &self,
                 tenant: &payments_domain::TenantId,

@@ -10,8 +10,9 @@
 //! - `write_statement(statement)` and `write_completion(statement)`: where one write
 //!   statement runs (PostgreSQL: on the pool, autocommit; SQLite: in a write transaction), giving the
 //!   rows it changed or the expiry it returned;
-//! - `write_charge(ChargeFinish)`: the finish's inserts (PostgreSQL: one statement gated on
-//!   the completion; SQLite: the completion, then the inserts, in one transaction).
+//! - `write_charge(ChargeFinish)`: a charge's finish, for `ChargeRepository::finish_charge`
+//!   (PostgreSQL: one statement gated on the completion; SQLite: the completion, then the
+//!   inserts, in one transaction). The record's own methods here know no operation's tables.
 
 use payments_domain::Charge;
 use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
@@ -34,7 +35,6 @@ macro_rules! impl_record_repository {
     ($store:ty, $db:ty) => {
         const _: () = {
             use chrono::{DateTime, Utc};
-            use payments_domain::Charge;
             use payments_idempotency::{
                 Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
             };
@@ -45,7 +45,6 @@ macro_rules! impl_record_repository {
             use $crate::model::{
                 Claim, Claimed, Completion, Fence, Finish, Generation, TakenOver, Verdict,
             };
-            use $crate::recording::ChargeFinish;
             use $crate::rows::RecordWithClock;
             use $crate::{claiming, fenced};
 
@@ -106,7 +105,7 @@ macro_rules! impl_record_repository {
                             let mut sql =
                                 claiming::take_over::<$db>(scope, key, self.policy.lock_timeout);
                             let taken: TakenOver = sql.build_query_as().fetch_one(conn).await?;
-                            Claim::Owned(taken.claimed(from, record.processor_charge_id))
+                            Claim::Owned(taken.claimed(from, record.effect_id))
                         }
                         Verdict::Replace => {
                             let new = Generation::new();
@@ -150,38 +149,38 @@ macro_rules! impl_record_repository {
                         .transpose()
                 }
 
-                async fn record_charged(
+                async fn record_effect(
                     &self,
                     scope: &Scope,
                     key: &IdempotencyKey,
                     fence: Fence,
-                    processor_charge_id: &str,
+                    effect_id: &str,
                 ) -> Result<Finish, StoreError> {
-                    let sql = fenced::record_charged(scope, key, fence, processor_charge_id);
+                    let sql = fenced::record_effect(scope, key, fence, effect_id);
                     Ok(Finish::from_rows(self.write_statement(sql).await?))
                 }
 
-                async fn mark_failed(
-                    &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
-                ) -> Result<Finish, StoreError> {
-                    let sql = fenced::mark_failed(scope, key, fence, self.policy.ttl);
-                    Ok(Finish::from_rows(self.write_statement(sql).await?))
-                }
-
-                async fn release_lock(
+                async fn fail(
                     &self,
                     scope: &Scope,
                     key: &IdempotencyKey,
                     fence: Fence,
                 ) -> Result<Finish, StoreError> {
-                    let sql = fenced::release_lock(scope, key, fence);
+                    let sql = fenced::fail(scope, key, fence, self.policy.ttl);
                     Ok(Finish::from_rows(self.write_statement(sql).await?))
                 }
 
-                async fn finish_without_charge(
+                async fn release(
+                    &self,
+                    scope: &Scope,
+                    key: &IdempotencyKey,
+                    fence: Fence,
+                ) -> Result<Finish, StoreError> {
+                    let sql = fenced::release(scope, key, fence);
+                    Ok(Finish::from_rows(self.write_statement(sql).await?))
+                }
+
+                async fn complete_without_effect(
                     &self,
                     scope: &Scope,
                     key: &IdempotencyKey,
@@ -190,24 +189,6 @@ macro_rules! impl_record_repository {
                 ) -> Result<Completion, StoreError> {
                     let sql = fenced::complete(scope, key, fence, response, self.policy.ttl)?;
                     self.write_completion(sql).await
-                }
-
-                async fn finish_charge(
-                    &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
-                    charge: &Charge,
-                    response: &StoredResponse,
-                ) -> Result<Completion, StoreError> {
-                    self.write_charge(ChargeFinish {
-                        scope,
-                        key,
-                        fence,
-                        charge,
-                        response,
-                    })
-                    .await
                 }
             }
         };

@@ -50,15 +50,12 @@ impl RecordStore for Records {
     ) -> Result<Finish, StoreFailure> {
         Ok(self
             .0
-            .record_charged(owner.scope, owner.key, owner.fence, effect_id)
+            .record_effect(owner.scope, owner.key, owner.fence, effect_id)
             .await?)
     }
 
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
-        Ok(self
-            .0
-            .release_lock(owner.scope, owner.key, owner.fence)
-            .await?)
+        Ok(self.0.release(owner.scope, owner.key, owner.fence).await?)
     }
 
     async fn complete_without_effect(
@@ -68,15 +65,12 @@ impl RecordStore for Records {
     ) -> Result<Completion, StoreFailure> {
         Ok(self
             .0
-            .finish_without_charge(owner.scope, owner.key, owner.fence, response)
+            .complete_without_effect(owner.scope, owner.key, owner.fence, response)
             .await?)
     }
 
     async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
-        Ok(self
-            .0
-            .mark_failed(owner.scope, owner.key, owner.fence)
-            .await?)
+        Ok(self.0.fail(owner.scope, owner.key, owner.fence).await?)
     }
 
     async fn take_over_abandoned(

@@ -315,7 +315,7 @@ macro_rules! impl_refund_repository {
                     key: &IdempotencyKey,
                     fence: Fence,
                 ) -> Result<Finish, StoreError> {
-                    let fail = fenced::mark_failed::<$db>(scope, key, fence, self.policy.ttl);
+                    let fail = fenced::fail::<$db>(scope, key, fence, self.policy.ttl);
                     Ok(match self.end_without_refund(fail, fence).await? {
                         Completion::Stored { .. } => Finish::Written,
                         Completion::Fenced => Finish::Fenced,

@@ -12,8 +12,9 @@
 //! - refunds of one charge reserve their amounts one after the other and never together
 //!   exceed it; a reservation is released only with the record that ends its refund without
 //!   one;
-//! - a record that holds a processor id is never failed, and never reaped without the row of
-//!   its charge or refund;
+//! - a record that holds an effect id is never failed; completed, it has the rows of its
+//!   effect (they are written in the transaction that completes it), so the reaper judges it
+//!   by the record alone;
 //! - lock expiry is judged by the database's clock, never by an instance's.
 
 use std::fmt::Debug;
@@ -34,6 +35,7 @@ use crate::model::{
 use crate::stream::{EventSink, RelayError};
 
 /// Idempotency records: the claim and the fenced writes of the attempt that owns a record.
+/// Nothing here knows an operation's tables.
 #[async_trait]
 pub trait RecordRepository: Send + Sync {
     /// Claims `key` for a request with `fingerprint`, or says why this attempt may not run.
@@ -79,19 +81,19 @@ pub trait RecordRepository: Send + Sync {
     ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError>;
 
     /// Records that the processor confirmed the charge, so that a takeover resumes from here.
-    async fn record_charged(
+    async fn record_effect(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fence: Fence,
-        processor_charge_id: &str,
+        effect_id: &str,
     ) -> Result<Finish, StoreError>;
 
     /// Marks the record failed, once the processor has tombstoned its key (nothing was charged
     /// and nothing can be): the next retry starts a new generation with a new processor key.
-    /// Its retention counts from now. A record that holds a processor charge id is never
+    /// Its retention counts from now. A record that holds an effect id is never
     /// failed: this writes nothing and answers [`Finish::Fenced`].
-    async fn mark_failed(
+    async fn fail(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -102,7 +104,7 @@ pub trait RecordRepository: Send + Sync {
     /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
     /// nobody retries, the completer settles it with the processor once the settle grace has
     /// passed. Marking it failed instead would leave a charge the processor did make unrecorded.
-    async fn release_lock(
+    async fn release(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
@@ -110,14 +112,18 @@ pub trait RecordRepository: Send + Sync {
     ) -> Result<Finish, StoreError>;
 
     /// Completes the record with a response that created nothing (a decline).
-    async fn finish_without_charge(
+    async fn complete_without_effect(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         fence: Fence,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
+}
 
+/// Charges and the ledger: the charge operation's finish, and the reads within one tenant.
+#[async_trait]
+pub trait ChargeRepository: Send + Sync {
     /// Writes the charge, its ledger transaction, its `payment.completed` outbox event and the
     /// completed record atomically, gated on the fence: all of them or none.
     async fn finish_charge(
@@ -128,11 +134,7 @@ pub trait RecordRepository: Send + Sync {
         charge: &Charge,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
-}
 
-/// Charges and the ledger, read within one tenant.
-#[async_trait]
-pub trait ChargeRepository: Send + Sync {
     /// The tenant's charge with this id; another tenant's charge is simply not found.
     async fn get_charge(
         &self,
@@ -211,7 +213,7 @@ pub trait RefundRepository: Send + Sync {
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
 
-    /// [`RecordRepository::mark_failed`], releasing whatever the generation reserved, in one
+    /// [`RecordRepository::fail`], releasing whatever the generation reserved, in one
     /// transaction: the processor has tombstoned the refund's key, so no refund was or can be
     /// made under it.
     async fn fail_refund(
@@ -252,8 +254,8 @@ pub trait WorkerRepository: Send + Sync {
 
     /// Deletes up to `batch` expired completed or failed records, the longest expired first
     /// (along the expiry index, so a batch stays short however much is expired), and returns
-    /// how many. Pending records are never reaped, however old: the card may have been charged; nor is
-    /// a record holding a processor id (of a charge, or of a refund) that has no row of its own.
+    /// how many. Pending records are never reaped, however old: the card may have been charged;
+    /// nor is a failed record holding an effect id, which no operation has recorded.
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError>;
 
     /// Publishes up to `batch` unpublished events and marks them published; returns how many.

@@ -26,7 +26,7 @@ pub(crate) struct RecordRow {
     pub locked_until: Option<DateTime<Utc>>,
     pub attempts: i32,
     pub processor_key: String,
-    pub processor_charge_id: Option<String>,
+    pub effect_id: Option<String>,
     pub response_status: Option<i16>,
     pub response_headers: Option<serde_json::Value>,
     pub response_body: Option<Vec<u8>>,
@@ -35,7 +35,7 @@ pub(crate) struct RecordRow {
 }
 
 impl RecordRow {
-    pub fn into_record(self) -> Result<IdempotencyRecord, StoreError> {
+    pub(crate) fn into_record(self) -> Result<IdempotencyRecord, StoreError> {
         let response = match (self.response_status, self.response_body) {
             (Some(status), Some(body)) => Some(StoredResponse {
                 status: u16::try_from(status).map_err(|_| corrupt("response_status", status))?,
@@ -65,7 +65,7 @@ impl RecordRow {
             locked_until: self.locked_until,
             attempts: Attempt(self.attempts),
             processor_key: self.processor_key,
-            processor_charge_id: self.processor_charge_id,
+            effect_id: self.effect_id,
             response,
             created_at: self.created_at,
             expires_at: self.expires_at,
@@ -107,7 +107,7 @@ pub(crate) struct ChargeRow {
 }
 
 impl ChargeRow {
-    pub fn into_charge(self) -> Result<Charge, StoreError> {
+    pub(crate) fn into_charge(self) -> Result<Charge, StoreError> {
         Ok(Charge {
             id: ChargeId::from_uuid(self.id),
             tenant: TenantId::new(self.tenant_id),
@@ -142,7 +142,7 @@ pub(crate) struct RefundRow {
 impl RefundRow {
     /// A refund is succeeded exactly when it has its processor refund id (the schema's
     /// `succeeded_has_processor_refund`), so the id alone gives the status.
-    pub fn into_refund(self) -> Result<Refund, StoreError> {
+    pub(crate) fn into_refund(self) -> Result<Refund, StoreError> {
         let reason = self
             .reason
             .map(|name| RefundReason::from_name(&name).ok_or_else(|| corrupt("reason", &name)))
@@ -212,12 +212,12 @@ pub(crate) struct AbandonedRow {
     resource_id: Uuid,
     processor_key: String,
     recovery_point: String,
-    processor_charge_id: Option<String>,
+    effect_id: Option<String>,
     request_body: Option<Vec<u8>>,
 }
 
 impl AbandonedRow {
-    pub fn into_abandoned(self) -> Result<Abandoned, StoreError> {
+    pub(crate) fn into_abandoned(self) -> Result<Abandoned, StoreError> {
         Ok(Abandoned {
             key: IdempotencyKey::parse(&self.idempotency_key)
                 .map_err(|e| StoreError::Corrupt(format!("idempotency_key: {e}")))?,
@@ -232,7 +232,7 @@ impl AbandonedRow {
                 .recovery_point
                 .parse()
                 .map_err(|_| corrupt("recovery_point", &self.recovery_point))?,
-            processor_charge_id: self.processor_charge_id,
+            effect_id: self.effect_id,
             request_body: self.request_body,
         })
     }

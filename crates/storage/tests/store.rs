@@ -293,7 +293,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     let k = key("k");
     assert_eq!(
         db.store
-            .record_charged(&s, &k, first.fence(), "sim_old")
+            .record_effect(&s, &k, first.fence(), "sim_old")
             .await
             .expect("write"),
         Finish::Fenced
@@ -350,7 +350,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     assert!(matches!(replay, Claim::Replay { response: r, .. } if r == response("new")));
 }
 
-async fn a_takeover_resumes_from_charged_with_the_processor_charge_id(backend: Backend) {
+async fn a_takeover_resumes_from_charged_with_the_effect_id(backend: Backend) {
     let db = test_db(backend).await;
     let first = owned(
         db.store
@@ -360,7 +360,7 @@ async fn a_takeover_resumes_from_charged_with_the_processor_charge_id(backend: B
     );
     assert_eq!(
         db.store
-            .record_charged(&scope(), &key("k"), first.fence(), "sim_42")
+            .record_effect(&scope(), &key("k"), first.fence(), "sim_42")
             .await
             .expect("write"),
         Finish::Written
@@ -374,7 +374,7 @@ async fn a_takeover_resumes_from_charged_with_the_processor_charge_id(backend: B
             .expect("takeover"),
     );
     assert_eq!(second.resume_from, RecoveryPoint::Charged);
-    assert_eq!(second.processor_charge_id.as_deref(), Some("sim_42"));
+    assert_eq!(second.effect_id.as_deref(), Some("sim_42"));
 }
 
 async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key(backend: Backend) {
@@ -387,7 +387,7 @@ async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key
     );
     assert_eq!(
         db.store
-            .mark_failed(&scope(), &key("k"), first.fence())
+            .fail(&scope(), &key("k"), first.fence())
             .await
             .expect("write"),
         Finish::Written
@@ -484,13 +484,13 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
     let stale = old.fence();
     assert_eq!(
         db.store
-            .record_charged(&s, &k, stale, "sim_old")
+            .record_effect(&s, &k, stale, "sim_old")
             .await
             .expect("write"),
         Finish::Fenced
     );
     assert_eq!(
-        db.store.release_lock(&s, &k, stale).await.expect("write"),
+        db.store.release(&s, &k, stale).await.expect("write"),
         Finish::Fenced
     );
     assert_eq!(
@@ -502,13 +502,13 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
     );
     assert_eq!(
         db.store
-            .finish_without_charge(&s, &k, stale, &response("old"))
+            .complete_without_effect(&s, &k, stale, &response("old"))
             .await
             .expect("write"),
         Completion::Fenced
     );
     assert_eq!(
-        db.store.mark_failed(&s, &k, stale).await.expect("write"),
+        db.store.fail(&s, &k, stale).await.expect("write"),
         Finish::Fenced
     );
     assert_eq!(db.count("charges").await, 0);
@@ -517,7 +517,7 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
         (
             record.state.as_str(),
             record.recovery_point,
-            record.processor_charge_id
+            record.effect_id
         ),
         ("pending", RecoveryPoint::Started, None)
     );
@@ -572,21 +572,18 @@ async fn every_completion_counts_retention_from_itself(backend: Backend) {
 
 /// A processor charge id that is known must reach the ledger: such a record is never failed,
 /// and never reaped while its charge row is missing.
-async fn a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_without_its_charge(
+async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_charge(
     backend: Backend,
 ) {
     let db = test_db(backend).await;
     let (s, k) = (scope(), key("k"));
     let claimed = db.claim_owned(&s, &k).await;
     db.store
-        .record_charged(&s, &k, claimed.fence(), "sim_known")
+        .record_effect(&s, &k, claimed.fence(), "sim_known")
         .await
         .expect("charged");
     assert_eq!(
-        db.store
-            .mark_failed(&s, &k, claimed.fence())
-            .await
-            .expect("write"),
+        db.store.fail(&s, &k, claimed.fence()).await.expect("write"),
         Finish::Fenced
     );
     // Even a record an older version failed with its charge id is kept past its expiry.
@@ -600,7 +597,7 @@ async fn a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_witho
     // The same request resumes it from `charged`, never as a new generation.
     let resumed = db.claim_owned(&s, &k).await;
     assert_eq!(
-        (resumed.resume_from, resumed.processor_charge_id.as_deref()),
+        (resumed.resume_from, resumed.effect_id.as_deref()),
         (RecoveryPoint::Charged, Some("sim_known"))
     );
 }
@@ -612,7 +609,7 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
     let (s, k) = (scope(), key("k"));
     let claimed = db.claim_owned(&s, &k).await;
     db.store
-        .release_lock(&s, &k, claimed.fence())
+        .release(&s, &k, claimed.fence())
         .await
         .expect("release");
     let grace = std::time::Duration::from_secs(30);
@@ -627,7 +624,7 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
     let retry = db.claim_owned(&s, &k).await;
     assert!(retry.took_over);
     db.store
-        .release_lock(&s, &k, retry.fence())
+        .release(&s, &k, retry.fence())
         .await
         .expect("release");
     db.move_into_past(&["locked_until"]).await;
@@ -656,7 +653,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backen
     );
     let declined = StoredResponse::new(402, [], b"declined".to_vec());
     db.store
-        .finish_without_charge(&scope(), &key("k"), first.fence(), &declined)
+        .complete_without_effect(&scope(), &key("k"), first.fence(), &declined)
         .await
         .expect("finish");
     assert_eq!(
@@ -1151,12 +1148,12 @@ on_every_backend!(
     a_finish_refused_part_way_writes_nothing,
     exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
     a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off,
-    a_takeover_resumes_from_charged_with_the_processor_charge_id,
+    a_takeover_resumes_from_charged_with_the_effect_id,
     a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key,
     a_stale_writer_from_a_reaped_generation_writes_nothing,
     answers_from_a_record_need_no_lock,
     every_completion_counts_retention_from_itself,
-    a_record_holding_a_processor_charge_id_is_never_failed_nor_reaped_without_its_charge,
+    a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_charge,
     the_completer_takes_a_released_record_only_after_the_settle_grace,
     an_expired_finished_record_is_replaced_by_a_new_request,
     an_unfinished_record_never_expires_away,

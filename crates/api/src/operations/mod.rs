@@ -1,8 +1,8 @@
 //! The operations the engine runs, one module each: what each one supplies (its request, its
 //! effect at the processor, the writes of its finish), and nothing of the protocol.
 
-pub mod charge;
-pub mod refund;
+pub(crate) mod charge;
+pub(crate) mod refund;
 
 use std::sync::Arc;
 

@@ -28,7 +28,7 @@ use crate::{ApiError, AppState};
 const TENANT: &str = "acme";
 
 /// One Redis GET: the floor of a cached replay.
-pub async fn redis(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn redis(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let cache = state
         .cache
         .as_ref()
@@ -41,14 +41,14 @@ pub async fn redis(State(state): State<AppState>) -> Result<Json<Value>, ApiErro
 }
 
 #[derive(Debug, Deserialize)]
-pub struct ReadParams {
+pub(super) struct ReadParams {
     key: String,
 }
 
 /// One primary-key SELECT of a whole record, through the service's pool (`find_record`, the
 /// claim's own lock-free read), answered with the
 /// record's stored response body: the floor of a replay from the database.
-pub async fn read(
+pub(super) async fn read(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<ReadParams>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -65,7 +65,7 @@ pub async fn read(
 
 /// The charge, ledger and outbox writes in one statement, without idempotency: the floor of
 /// a first charge.
-pub async fn charge(
+pub(super) async fn charge(
     State(state): State<AppState>,
     JsonBytes(body): JsonBytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -82,7 +82,7 @@ pub async fn charge(
 /// finishing statement (the completion of that record as the gate of the floor's inserts).
 /// No processor, no `charged` recovery point, no decision, no cache: an honest ceiling for a
 /// flow of two commits.
-pub async fn charge_in_two_commits(
+pub(super) async fn charge_in_two_commits(
     State(state): State<AppState>,
     JsonBytes(body): JsonBytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -118,7 +118,7 @@ pub async fn charge_in_two_commits(
 const DEFAULT_REAP_BATCH: i64 = 500;
 
 #[derive(Debug, Deserialize)]
-pub struct ReapParams {
+pub(super) struct ReapParams {
     /// Rows per statement; when absent, the default of `workers.reaper_batch_size`.
     batch: Option<i64>,
 }
@@ -126,7 +126,7 @@ pub struct ReapParams {
 /// Runs the reaper's batches (the worker's own loop, its pauses included) until nothing
 /// expired is left, timing every statement: the longest, and the median and 99th percentile,
 /// which a single stall of the machine does not move.
-pub async fn reap(
+pub(super) async fn reap(
     State(state): State<AppState>,
     ApiQuery(params): ApiQuery<ReapParams>,
 ) -> Result<Json<Value>, ApiError> {

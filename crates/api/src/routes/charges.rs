@@ -15,7 +15,7 @@ use crate::{ApiError, AppState};
 
 /// Everything is validated before the claim: a bad request stores nothing and leaves the key
 /// free for a corrected request.
-pub async fn create(
+pub(super) async fn create(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
@@ -28,7 +28,7 @@ pub async fn create(
     run_idempotent(&state, charges, tenant, key, wait, &canonical, request).await
 }
 
-pub async fn show(
+pub(super) async fn show(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     id: Result<Path<String>, PathRejection>,
@@ -49,7 +49,7 @@ pub(super) async fn tenants_charge(
     .await
 }
 
-pub async fn list(
+pub(super) async fn list(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     ApiQuery(params): ApiQuery<ListParams>,

@@ -9,18 +9,18 @@ use serde_json::{Value, json};
 use crate::{ApiError, AppState};
 
 /// The process is up. Touches nothing else, so a database outage does not get it restarted.
-pub async fn live() -> Json<Value> {
+pub(super) async fn live() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// The service can take traffic: the database answers.
-pub async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     state.store.ping().await?;
     Ok(Json(json!({ "status": "ready" })))
 }
 
 /// Prometheus text exposition of this instance's metrics.
-pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+pub(super) async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let handle = state
         .metrics
         .as_ref()

@@ -19,13 +19,13 @@ use crate::{ApiError, AppState};
 /// The query: which operation's key (a key is scoped to its operation); a charge's by default.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct KeyParams {
+pub(super) struct KeyParams {
     operation: Option<String>,
 }
 
 /// What a client may learn about one of its keys.
 #[derive(Debug, Serialize)]
-pub struct KeyView {
+pub(super) struct KeyView {
     object: &'static str,
     key: String,
     operation: String,
@@ -64,7 +64,7 @@ impl From<&IdempotencyRecord> for KeyView {
     }
 }
 
-pub async fn show(
+pub(super) async fn show(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     raw: Result<Path<String>, PathRejection>,

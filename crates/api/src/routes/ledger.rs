@@ -8,7 +8,7 @@ use crate::views::{BalanceView, BalancesView};
 use crate::{ApiError, AppState};
 
 /// The calling tenant's balances; per currency they sum to zero.
-pub async fn balances(
+pub(super) async fn balances(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
 ) -> Result<Json<BalancesView>, ApiError> {

@@ -82,7 +82,7 @@ where
 /// keyset cursor.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListParams {
+pub(crate) struct ListParams {
     limit: Option<u32>,
     starting_after: Option<String>,
 }
@@ -182,7 +182,7 @@ pub fn app(state: AppState) -> Router {
 
 /// The metrics listener's router: `/metrics` only, apart from the API, because the metrics
 /// show every tenant's counts (`server.metrics_bind`).
-pub fn metrics_app(state: AppState) -> Router {
+pub(crate) fn metrics_app(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(health::metrics))
         .fallback(not_found)

@@ -16,7 +16,7 @@ use crate::{ApiError, AppState};
 
 /// Everything is validated before the claim, the charge too: a bad request or a charge that is
 /// not the tenant's stores nothing and leaves the key free.
-pub async fn create(
+pub(super) async fn create(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     id: Result<Path<String>, PathRejection>,
@@ -42,7 +42,7 @@ pub async fn create(
     run_idempotent(&state, refunds, tenant, key, wait, &canonical, request).await
 }
 
-pub async fn show(
+pub(super) async fn show(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     id: Result<Path<String>, PathRejection>,
@@ -52,7 +52,7 @@ pub async fn show(
     Ok(Json(RefundView::from(&refund)))
 }
 
-pub async fn list(
+pub(super) async fn list(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     id: Result<Path<String>, PathRejection>,

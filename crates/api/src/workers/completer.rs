@@ -17,7 +17,7 @@ use crate::{AppState, error_chain};
 /// abandons the one in hand) as soon as `shutdown` says so. A record abandoned mid-way is left
 /// as a crash would leave it: pending under the completer's lock, fenced, and settled by
 /// whoever takes it next.
-pub async fn run_round(
+pub(super) async fn run_round(
     state: &AppState,
     settings: &WorkerSettings,
     shutdown: &mut watch::Receiver<bool>,

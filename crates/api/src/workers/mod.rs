@@ -31,7 +31,7 @@ pub struct WorkerSettings {
 }
 
 /// Starts the workers; they stop when `shutdown` turns true.
-pub fn spawn(
+pub(crate) fn spawn(
     state: AppState,
     settings: WorkerSettings,
     shutdown: watch::Receiver<bool>,

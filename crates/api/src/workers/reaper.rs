@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use super::stopped;
 use crate::{AppState, error_chain};
 
-pub async fn run_round(
+pub(crate) async fn run_round(
     state: &AppState,
     batch: i64,
     outbox_retention: Duration,

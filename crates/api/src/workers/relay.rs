@@ -12,7 +12,7 @@ use crate::{AppState, error_chain, metrics};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-pub async fn run(
+pub(super) async fn run(
     state: AppState,
     interval: Duration,
     batch: i64,

@@ -9,7 +9,7 @@ use tokio::process::{Child, Command};
 
 use crate::helpers::{http_client, read_listening_address};
 
-pub struct CardSim {
+pub(crate) struct CardSim {
     pub url: String,
     _child: Child,
 }
@@ -26,12 +26,12 @@ fn binary() -> PathBuf {
 }
 
 impl CardSim {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with_latency_ms(0).await
     }
 
     /// Starts a simulator that adds `latency_ms` to every charge.
-    pub async fn start_with_latency_ms(latency_ms: u64) -> Self {
+    pub(crate) async fn start_with_latency_ms(latency_ms: u64) -> Self {
         let mut child = Command::new(binary())
             .env_clear()
             .env("CARD_SIM_BIND", "127.0.0.1:0")
@@ -50,12 +50,12 @@ impl CardSim {
     }
 
     /// Distinct charges the processor has ever created.
-    pub async fn charges_created(&self) -> i64 {
+    pub(crate) async fn charges_created(&self) -> i64 {
         self.stat("charges_created").await
     }
 
     /// Distinct refunds the processor has ever made.
-    pub async fn refunds_created(&self) -> i64 {
+    pub(crate) async fn refunds_created(&self) -> i64 {
         self.stat("refunds_created").await
     }
 

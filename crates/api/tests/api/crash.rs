@@ -271,7 +271,7 @@ pub(crate) fn crash_env(point: &str) -> Vec<(&'static str, &str)> {
 /// The record's recovery point, and whether it holds a processor charge id.
 async fn recovery_point(db: &TestDatabase, key: &str) -> (String, bool) {
     let (point, charge_id): (String, Option<String>) = sqlx::query_as(
-        "SELECT recovery_point, processor_charge_id FROM idempotency_records
+        "SELECT recovery_point, effect_id FROM idempotency_records
          WHERE idempotency_key = $1",
     )
     .bind(key)

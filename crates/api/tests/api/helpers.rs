@@ -11,20 +11,20 @@ use sqlx::{AnyPool, Connection, PgConnection};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-pub const ACME: &str = "sk_test_acme";
-pub const GLOBEX: &str = "sk_test_globex";
+pub(crate) const ACME: &str = "sk_test_acme";
+pub(crate) const GLOBEX: &str = "sk_test_globex";
 
 /// The replay cache's MAC secret every test service runs with (`redis.cache_secret`).
-pub const CACHE_SECRET: &str = "test-cache-secret-that-is-longer-than-32-bytes";
+pub(crate) const CACHE_SECRET: &str = "test-cache-secret-that-is-longer-than-32-bytes";
 
 /// The server every test database is created on. Tests fail (never skip) when it is down.
-pub fn admin_url() -> String {
+pub(crate) fn admin_url() -> String {
     std::env::var("TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 /// The Redis the tests share (each test uses its own keys on it).
-pub fn test_redis_url() -> String {
+pub(crate) fn test_redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
@@ -35,13 +35,13 @@ fn database_name(database_url: &str) -> &str {
 
 /// The database a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     Postgres,
     Sqlite,
 }
 
 /// The event stream of the services started on `database_url`.
-pub fn stream_for(database_url: &str) -> String {
+pub(crate) fn stream_for(database_url: &str) -> String {
     format!("test:{}:events", database_name(database_url))
 }
 
@@ -55,7 +55,7 @@ fn database_url(name: &str) -> String {
 
 /// A fresh database, removed when this is dropped: a PostgreSQL database on the test server,
 /// or a SQLite file in its own temporary directory.
-pub struct TestDatabase {
+pub(crate) struct TestDatabase {
     pub url: String,
     /// The test's own connection, for counting rows and moving time columns.
     pub pool: AnyPool,
@@ -64,7 +64,7 @@ pub struct TestDatabase {
 }
 
 impl TestDatabase {
-    pub async fn create(backend: Backend) -> Self {
+    pub(crate) async fn create(backend: Backend) -> Self {
         sqlx::any::install_default_drivers();
         let name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
         let url = match backend {
@@ -103,7 +103,7 @@ impl TestDatabase {
         not(feature = "bench"),
         allow(dead_code, reason = "only the bench floor tests move expiry")
     )]
-    pub fn seconds_ago(&self, secs: u32) -> String {
+    pub(crate) fn seconds_ago(&self, secs: u32) -> String {
         match self.backend {
             Backend::Postgres => format!("now() - interval '{secs} seconds'"),
             Backend::Sqlite => format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{secs} seconds')"),
@@ -111,7 +111,7 @@ impl TestDatabase {
     }
 
     /// An SQL expression for the database's clock.
-    pub fn now(&self) -> &'static str {
+    pub(crate) fn now(&self) -> &'static str {
         match self.backend {
             Backend::Postgres => "now()",
             Backend::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
@@ -119,7 +119,7 @@ impl TestDatabase {
     }
 
     /// An SQL expression for a uuid parameter bound as hyphenated text.
-    pub fn uuid_param(&self, param: &str) -> String {
+    pub(crate) fn uuid_param(&self, param: &str) -> String {
         match self.backend {
             Backend::Postgres => format!("{param}::uuid"),
             Backend::Sqlite => format!("unhex(replace({param}, '-', ''))"),
@@ -127,7 +127,7 @@ impl TestDatabase {
     }
 
     /// An SQL expression for a uuid column as lowercase hyphenated text.
-    pub fn uuid_text(&self, column: &str) -> String {
+    pub(crate) fn uuid_text(&self, column: &str) -> String {
         match self.backend {
             Backend::Postgres => format!("{column}::text"),
             Backend::Sqlite => format!(
@@ -174,7 +174,7 @@ impl Drop for TestDatabase {
 }
 
 /// One running `payments-api` process, killed when dropped.
-pub struct Service {
+pub(crate) struct Service {
     pub base_url: String,
     /// Where its own metrics listener serves `/metrics` (`server.metrics_bind`).
     pub metrics_url: String,
@@ -183,7 +183,7 @@ pub struct Service {
 
 impl Service {
     /// Starts the service on a free port against `database_url`, with extra environment.
-    pub async fn start(database_url: &str, env: &[(&str, &str)]) -> Self {
+    pub(crate) async fn start(database_url: &str, env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
         command
             .env_clear()
@@ -222,7 +222,7 @@ impl Service {
 
     /// Starts the service as a newcomer would: in `dir`, with no configuration at all except
     /// a free port (so that tests can run side by side). Returns it and its start-up log line.
-    pub async fn start_embedded(dir: &std::path::Path) -> (Self, String) {
+    pub(crate) async fn start_embedded(dir: &std::path::Path) -> (Self, String) {
         let mut child = Command::new(env!("CARGO_BIN_EXE_payments-api"))
             .current_dir(dir)
             .env_clear()
@@ -238,12 +238,12 @@ impl Service {
         (Self::listening(child, &address, &line), line)
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
 
     /// Sends a `POST /charges` as tenant acme.
-    pub async fn post_charge(&self, key: &str, body: &Value) -> Response {
+    pub(crate) async fn post_charge(&self, key: &str, body: &Value) -> Response {
         http_client()
             .post(self.url("/charges"))
             .bearer_auth(ACME)
@@ -255,7 +255,7 @@ impl Service {
     }
 
     /// Asks the process to shut down, as an orchestrator does (SIGTERM).
-    pub fn terminate(&self) {
+    pub(crate) fn terminate(&self) {
         let pid = self.child.id().expect("the service is running");
         let sent = std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -265,12 +265,12 @@ impl Service {
     }
 
     /// Kills the process at once (SIGKILL), as a crashing machine would.
-    pub async fn kill(&mut self) {
+    pub(crate) async fn kill(&mut self) {
         let _ = self.child.kill().await;
     }
 
     /// Waits (bounded) for the process to exit and says whether it exited successfully.
-    pub async fn wait_exit(&mut self) -> bool {
+    pub(crate) async fn wait_exit(&mut self) -> bool {
         tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
             .expect("the service should have exited")
@@ -280,7 +280,7 @@ impl Service {
 }
 
 /// A running service and a connection to its database.
-pub struct TestApp {
+pub(crate) struct TestApp {
     pub base_url: String,
     /// The service's own `/metrics` listener.
     pub metrics_url: String,
@@ -291,12 +291,12 @@ pub struct TestApp {
 }
 
 /// Starts the service with default settings on a fresh database of `backend`.
-pub async fn spawn_app(backend: Backend) -> TestApp {
+pub(crate) async fn spawn_app(backend: Backend) -> TestApp {
     spawn_app_with(backend, &[]).await
 }
 
 /// Starts the service with extra environment variables.
-pub async fn spawn_app_with(backend: Backend, env: &[(&str, &str)]) -> TestApp {
+pub(crate) async fn spawn_app_with(backend: Backend, env: &[(&str, &str)]) -> TestApp {
     let database = TestDatabase::create(backend).await;
     let service = Service::start(&database.url, env).await;
     TestApp {
@@ -309,7 +309,7 @@ pub async fn spawn_app_with(backend: Backend, env: &[(&str, &str)]) -> TestApp {
 }
 
 /// The text of a metrics listener's `/metrics` (`Service::metrics_url`), which must answer 200.
-pub async fn metrics_text(metrics_url: &str) -> String {
+pub(crate) async fn metrics_text(metrics_url: &str) -> String {
     let response = http_client()
         .get(metrics_url)
         .send()
@@ -319,7 +319,7 @@ pub async fn metrics_text(metrics_url: &str) -> String {
     response.text().await.expect("metrics text")
 }
 
-pub fn http_client() -> Client {
+pub(crate) fn http_client() -> Client {
     Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
@@ -328,12 +328,12 @@ pub fn http_client() -> Client {
 
 /// Reads a child's log until it says where it listens (`listening ... address=IP:PORT`), then
 /// keeps draining it so the pipe never fills and blocks the child.
-pub async fn read_listening_address(child: &mut Child, what: &str) -> String {
+pub(crate) async fn read_listening_address(child: &mut Child, what: &str) -> String {
     read_listening_line(child, what).await.0
 }
 
 /// Like [`read_listening_address`], and also returns the whole log line.
-pub async fn read_listening_line(child: &mut Child, what: &str) -> (String, String) {
+pub(crate) async fn read_listening_line(child: &mut Child, what: &str) -> (String, String) {
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
     let address = tokio::time::timeout(Duration::from_secs(60), async {
@@ -362,17 +362,22 @@ fn field_of(line: &str, name: &str) -> Option<String> {
 }
 
 impl TestApp {
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
 
     /// The test's own connection to the service's database.
-    pub fn db(&self) -> &AnyPool {
+    pub(crate) fn db(&self) -> &AnyPool {
         &self.database.pool
     }
 
     /// A `POST /charges` with an API key, an idempotency key and a JSON body.
-    pub fn charge(&self, api_key: &str, idempotency_key: &str, body: &Value) -> RequestBuilder {
+    pub(crate) fn charge(
+        &self,
+        api_key: &str,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> RequestBuilder {
         self.client
             .post(self.url("/charges"))
             .bearer_auth(api_key)
@@ -381,7 +386,7 @@ impl TestApp {
     }
 
     /// Sends a charge and returns the response.
-    pub async fn post_charge(
+    pub(crate) async fn post_charge(
         &self,
         api_key: &str,
         idempotency_key: &str,
@@ -394,13 +399,13 @@ impl TestApp {
     }
 
     /// Asserts that `key` was not consumed: a valid charge under it is made (201).
-    pub async fn assert_key_is_free(&self, key: &str) {
+    pub(crate) async fn assert_key_is_free(&self, key: &str) {
         let status = self.post_charge(ACME, key, &visa(100)).await.status();
         assert_eq!(status.as_u16(), 201, "the key {key} was consumed");
     }
 
     /// A `POST /charges/{charge}/refunds` with an API key, an idempotency key and a body.
-    pub fn refund(
+    pub(crate) fn refund(
         &self,
         api_key: &str,
         charge: &str,
@@ -415,7 +420,7 @@ impl TestApp {
     }
 
     /// Sends a refund and returns the response.
-    pub async fn post_refund(
+    pub(crate) async fn post_refund(
         &self,
         api_key: &str,
         charge: &str,
@@ -429,7 +434,7 @@ impl TestApp {
     }
 
     /// Makes a charge of `amount` with `token` and returns its id.
-    pub async fn charged(&self, amount: i64, token: &str) -> String {
+    pub(crate) async fn charged(&self, amount: i64, token: &str) -> String {
         let body = json!({ "amount": amount, "currency": "usd", "source": token });
         let response = self.post_charge(ACME, &new_key(), &body).await;
         assert_eq!(response.status().as_u16(), 201);
@@ -438,13 +443,13 @@ impl TestApp {
     }
 
     /// A GET that must answer 200 with JSON.
-    pub async fn get_json(&self, api_key: &str, path: &str) -> Value {
+    pub(crate) async fn get_json(&self, api_key: &str, path: &str) -> Value {
         let response = self.get(api_key, path).await;
         assert_eq!(response.status().as_u16(), 200, "GET {path}");
         response.json().await.expect("JSON")
     }
 
-    pub async fn get(&self, api_key: &str, path: &str) -> Response {
+    pub(crate) async fn get(&self, api_key: &str, path: &str) -> Response {
         self.client
             .get(self.url(path))
             .bearer_auth(api_key)
@@ -454,12 +459,16 @@ impl TestApp {
     }
 
     /// Rows in every table a charge writes.
-    pub async fn footprint(&self) -> Footprint {
+    pub(crate) async fn footprint(&self) -> Footprint {
         Footprint::of(self.db()).await
     }
 
     /// The stored state of a key: (state, recovery_point, attempts).
-    pub async fn record_state(&self, tenant: &str, key: &str) -> Option<(String, String, i32)> {
+    pub(crate) async fn record_state(
+        &self,
+        tenant: &str,
+        key: &str,
+    ) -> Option<(String, String, i32)> {
         sqlx::query_as(
             "SELECT state, recovery_point, attempts FROM idempotency_records
              WHERE tenant_id = $1 AND idempotency_key = $2",
@@ -474,7 +483,7 @@ impl TestApp {
 
 /// Row counts of the tables a charge writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Footprint {
+pub(crate) struct Footprint {
     pub records: i64,
     pub charges: i64,
     pub ledger_transactions: i64,
@@ -483,7 +492,7 @@ pub struct Footprint {
 }
 
 impl Footprint {
-    pub const EMPTY: Self = Self {
+    pub(crate) const EMPTY: Self = Self {
         records: 0,
         charges: 0,
         ledger_transactions: 0,
@@ -492,7 +501,7 @@ impl Footprint {
     };
 
     /// Counts the rows in every table a charge writes.
-    pub async fn of(db: &AnyPool) -> Self {
+    pub(crate) async fn of(db: &AnyPool) -> Self {
         Self {
             records: count_rows(db, "idempotency_records").await,
             charges: count_rows(db, "charges").await,
@@ -503,7 +512,7 @@ impl Footprint {
     }
 
     /// What `n` successful charges leave behind.
-    pub fn charged(n: i64) -> Self {
+    pub(crate) fn charged(n: i64) -> Self {
         Self {
             records: n,
             charges: n,
@@ -515,7 +524,7 @@ impl Footprint {
 }
 
 /// Rows in a table.
-pub async fn count_rows(db: &AnyPool, table: &str) -> i64 {
+pub(crate) async fn count_rows(db: &AnyPool, table: &str) -> i64 {
     sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
         .fetch_one(db)
         .await
@@ -523,17 +532,20 @@ pub async fn count_rows(db: &AnyPool, table: &str) -> i64 {
 }
 
 /// A valid charge body.
-pub fn visa(amount: i64) -> Value {
+pub(crate) fn visa(amount: i64) -> Value {
     json!({ "amount": amount, "currency": "usd", "source": "tok_visa" })
 }
 
 /// A fresh idempotency key.
-pub fn new_key() -> String {
+pub(crate) fn new_key() -> String {
     format!("key-{}", uuid::Uuid::new_v4())
 }
 
 /// The response's status, named headers and body bytes, for exact comparisons.
-pub async fn snapshot(response: Response, headers: &[&str]) -> (u16, Vec<Option<String>>, Vec<u8>) {
+pub(crate) async fn snapshot(
+    response: Response,
+    headers: &[&str],
+) -> (u16, Vec<Option<String>>, Vec<u8>) {
     let status = response.status().as_u16();
     let values = headers
         .iter()
@@ -550,7 +562,7 @@ pub async fn snapshot(response: Response, headers: &[&str]) -> (u16, Vec<Option<
 }
 
 /// Parses a problem+json response and checks its media type.
-pub async fn problem(response: Response) -> (u16, Value) {
+pub(crate) async fn problem(response: Response) -> (u16, Value) {
     let status = response.status().as_u16();
     let content_type = response
         .headers()

@@ -11,14 +11,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 use tokio::task::AbortHandle;
 
-pub struct RedisServer {
+pub(crate) struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
 }
 
 impl RedisServer {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -37,13 +37,13 @@ impl RedisServer {
         server
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// Starts the server (again) on the same port and data directory, and waits until it
     /// answers.
-    pub async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -78,7 +78,7 @@ impl RedisServer {
     }
 
     /// Kills the server outright, as a crash or an operator would.
-    pub async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill().await;
         }
@@ -96,14 +96,14 @@ impl Drop for RedisServer {
 
 /// A proxy in front of a Redis that holds every reply back for a while: a Redis that answers,
 /// only slowly, as one does under load or across a congested link.
-pub struct SlowRedis {
+pub(crate) struct SlowRedis {
     port: u16,
     accept: AbortHandle,
 }
 
 impl SlowRedis {
     /// Proxies to the Redis at `upstream` (a `redis://host:port` URL), delaying each reply.
-    pub async fn start(upstream: &str, delay: Duration) -> Self {
+    pub(crate) async fn start(upstream: &str, delay: Duration) -> Self {
         let upstream = upstream.trim_start_matches("redis://").to_owned();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let port = listener.local_addr().expect("proxy address").port();
@@ -132,7 +132,7 @@ impl SlowRedis {
         Self { port, accept }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 }

@@ -14,53 +14,53 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Long enough for any call in these tests, except where a test sets its own.
-pub const PATIENT: Duration = Duration::from_secs(30);
+pub(crate) const PATIENT: Duration = Duration::from_secs(30);
 
 /// The latency of [`spawn_slow_sim`]: long enough to probe a charge in flight several times.
-pub const LATENCY: Duration = Duration::from_millis(1500);
+pub(crate) const LATENCY: Duration = Duration::from_millis(1500);
 
 /// How long a request on the loopback is given to reach the simulator before a test probes
 /// the key it registered. Far below [`LATENCY`], so the probes still find it processing.
-pub const REACH: Duration = Duration::from_millis(300);
+pub(crate) const REACH: Duration = Duration::from_millis(300);
 
 /// One kind of call the processor deduplicates by key, named as in its paths: the tests of the
 /// protocol every kind keeps are written once and run on each.
 #[derive(Debug, Clone, Copy)]
-pub struct Kind(&'static str);
+pub(crate) struct Kind(&'static str);
 
-pub const CHARGES: Kind = Kind("charges");
-pub const REFUNDS: Kind = Kind("refunds");
+pub(crate) const CHARGES: Kind = Kind("charges");
+pub(crate) const REFUNDS: Kind = Kind("refunds");
 
 impl Kind {
     /// `POST` makes one, `GET ?idempotency_key=K` looks it up.
-    pub fn path(self) -> String {
+    pub(crate) fn path(self) -> String {
         format!("/v1/{}", self.0)
     }
 
-    pub fn cancel_path(self) -> String {
+    pub(crate) fn cancel_path(self) -> String {
         format!("/v1/{}/cancel", self.0)
     }
 
     /// Its count in `GET /v1/stats`.
-    pub fn created_stat(self) -> String {
+    pub(crate) fn created_stat(self) -> String {
         format!("{}_created", self.0)
     }
 }
 
 /// A running `card-sim`; the process is killed when this is dropped.
-pub struct TestSim {
+pub(crate) struct TestSim {
     pub base_url: String,
     pub child: Child,
     http: reqwest::Client,
 }
 
 /// Starts `card-sim --bind 127.0.0.1:0` without latency.
-pub async fn spawn_sim() -> TestSim {
+pub(crate) async fn spawn_sim() -> TestSim {
     spawn_sim_with(&["--bind", "127.0.0.1:0"], &[]).await
 }
 
 /// Starts `card-sim` whose every new charge takes [`LATENCY`] to come into existence.
-pub async fn spawn_slow_sim() -> TestSim {
+pub(crate) async fn spawn_slow_sim() -> TestSim {
     let latency = LATENCY.as_millis().to_string();
     spawn_sim_with(
         &["--bind", "127.0.0.1:0"],
@@ -70,7 +70,7 @@ pub async fn spawn_slow_sim() -> TestSim {
 }
 
 /// Starts `card-sim` with these arguments and extra environment variables.
-pub async fn spawn_sim_with(args: &[&str], env: &[(&str, &str)]) -> TestSim {
+pub(crate) async fn spawn_sim_with(args: &[&str], env: &[(&str, &str)]) -> TestSim {
     let mut child = Command::new(env!("CARGO_BIN_EXE_card-sim"))
         .args(args)
         // A clean environment, so a developer's CARD_SIM_* cannot change the outcome.
@@ -115,22 +115,22 @@ async fn read_listening_address(child: &mut Child) -> String {
 }
 
 impl TestSim {
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base_url)
     }
 
     /// A client of this simulator that gives up after `timeout`.
-    pub fn processor(&self, timeout: Duration) -> HttpCardProcessor {
+    pub(crate) fn processor(&self, timeout: Duration) -> HttpCardProcessor {
         HttpCardProcessor::new(&self.base_url, timeout).expect("build HttpCardProcessor")
     }
 
     /// A raw HTTP client, for what `HttpCardProcessor` never sends.
-    pub fn http(&self) -> &reqwest::Client {
+    pub(crate) fn http(&self) -> &reqwest::Client {
         &self.http
     }
 
     /// A patient client, and a `tok_visa` charge of `money` made through it.
-    pub async fn charged(&self, money: Money) -> (HttpCardProcessor, ProcessorCharge) {
+    pub(crate) async fn charged(&self, money: Money) -> (HttpCardProcessor, ProcessorCharge) {
         let processor = self.processor(PATIENT);
         let request = ProcessorChargeRequest {
             money,
@@ -142,17 +142,22 @@ impl TestSim {
 
     /// `POST` to the path that makes `kind`, with the `Idempotency-Key` if given: the status
     /// and the JSON body.
-    pub async fn create(&self, kind: Kind, key: Option<&str>, body: &Value) -> (StatusCode, Value) {
+    pub(crate) async fn create(
+        &self,
+        kind: Kind,
+        key: Option<&str>,
+        body: &Value,
+    ) -> (StatusCode, Value) {
         self.post(&kind.path(), key, Some(body)).await
     }
 
     /// `POST` to the cancel path of `kind`, with the `Idempotency-Key` if given.
-    pub async fn cancel(&self, kind: Kind, key: Option<&str>) -> (StatusCode, Value) {
+    pub(crate) async fn cancel(&self, kind: Kind, key: Option<&str>) -> (StatusCode, Value) {
         self.post(&kind.cancel_path(), key, None).await
     }
 
     /// `GET` the lookup path of `kind` with `?idempotency_key=K`.
-    pub async fn find(&self, kind: Kind, key: &str) -> (StatusCode, Value) {
+    pub(crate) async fn find(&self, kind: Kind, key: &str) -> (StatusCode, Value) {
         let request = self
             .http
             .get(self.url(&kind.path()))
@@ -161,22 +166,22 @@ impl TestSim {
     }
 
     /// `GET /v1/stats`: how many of `kind` the processor ever made.
-    pub async fn created(&self, kind: Kind) -> u64 {
+    pub(crate) async fn created(&self, kind: Kind) -> u64 {
         self.stat(&kind.created_stat()).await
     }
 
     /// `POST /v1/charges`, with the `Idempotency-Key` if given: the status and the JSON body.
-    pub async fn post_charge(&self, key: Option<&str>, body: &Value) -> (StatusCode, Value) {
+    pub(crate) async fn post_charge(&self, key: Option<&str>, body: &Value) -> (StatusCode, Value) {
         self.create(CHARGES, key, body).await
     }
 
     /// `POST /v1/charges/cancel`, with the `Idempotency-Key` if given.
-    pub async fn post_cancel(&self, key: Option<&str>) -> (StatusCode, Value) {
+    pub(crate) async fn post_cancel(&self, key: Option<&str>) -> (StatusCode, Value) {
         self.cancel(CHARGES, key).await
     }
 
     /// `GET /v1/stats`: distinct charges the processor ever created.
-    pub async fn charges_created(&self) -> u64 {
+    pub(crate) async fn charges_created(&self) -> u64 {
         self.created(CHARGES).await
     }
 
@@ -217,12 +222,12 @@ impl TestSim {
 /// Waits until the processor has a charge under `key`: a charge exists only once its latency
 /// has passed, whether or not its caller still waits. Polls with `find_charge`, which never
 /// creates, and gives up after ten seconds.
-pub async fn charge_appears(processor: &impl CardProcessor, key: &str) -> ProcessorCharge {
+pub(crate) async fn charge_appears(processor: &impl CardProcessor, key: &str) -> ProcessorCharge {
     appears(key, || processor.find_charge(key)).await
 }
 
 /// [`charge_appears`] for a refund, polling with `find_refund`.
-pub async fn refund_appears(processor: &impl CardProcessor, key: &str) -> ProcessorRefund {
+pub(crate) async fn refund_appears(processor: &impl CardProcessor, key: &str) -> ProcessorRefund {
     appears(key, || processor.find_refund(key)).await
 }
 
@@ -244,7 +249,7 @@ where
 }
 
 /// A 19.99 USD charge of `token` under `key`.
-pub fn request(key: &str, token: &str) -> ProcessorChargeRequest {
+pub(crate) fn request(key: &str, token: &str) -> ProcessorChargeRequest {
     ProcessorChargeRequest {
         idempotency_key: key.to_owned(),
         money: usd(1999),
@@ -252,7 +257,7 @@ pub fn request(key: &str, token: &str) -> ProcessorChargeRequest {
     }
 }
 
-pub fn usd(minor_units: i64) -> Money {
+pub(crate) fn usd(minor_units: i64) -> Money {
     Money::new(
         Amount::new(minor_units).expect("valid amount"),
         Currency::Usd,
@@ -260,12 +265,12 @@ pub fn usd(minor_units: i64) -> Money {
 }
 
 /// The body of `POST /v1/charges` for 19.99 USD with `source`.
-pub fn charge_body(source: &str) -> Value {
+pub(crate) fn charge_body(source: &str) -> Value {
     json!({"amount": 1999, "currency": "USD", "source": source})
 }
 
 /// A refund of `money` of the processor's charge `charge_id` under `key`.
-pub fn refund_request(key: &str, charge_id: &str, money: Money) -> ProcessorRefundRequest {
+pub(crate) fn refund_request(key: &str, charge_id: &str, money: Money) -> ProcessorRefundRequest {
     ProcessorRefundRequest {
         idempotency_key: key.to_owned(),
         processor_charge_id: charge_id.to_owned(),
@@ -274,7 +279,7 @@ pub fn refund_request(key: &str, charge_id: &str, money: Money) -> ProcessorRefu
 }
 
 /// The body of `POST /v1/refunds` for `amount` USD cents of the processor's charge `charge_id`.
-pub fn refund_body(charge_id: &str, amount: i64) -> Value {
+pub(crate) fn refund_body(charge_id: &str, amount: i64) -> Value {
     json!({"charge": charge_id, "amount": amount, "currency": "USD"})
 }
 
@@ -285,7 +290,7 @@ async fn answer(response: reqwest::Response) -> (StatusCode, Value) {
 
 /// A processor that answers every request with `status` and `body`, whatever was asked: for
 /// the answers `card-sim` never gives. Returns its base URL; it stops with the test's runtime.
-pub async fn spawn_fake_processor(status: StatusCode, body: &'static str) -> String {
+pub(crate) async fn spawn_fake_processor(status: StatusCode, body: &'static str) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -241,7 +241,7 @@ impl Inner {
             locked_until: Some(self.locked_until()),
             attempts: Attempt(1),
             processor_key: format!("effect_{}", generation.simple()),
-            processor_charge_id: None,
+            effect_id: None,
             response: None,
             created_at: self.now,
             expires_at: self.now + delta(self.policy.ttl),
@@ -307,7 +307,7 @@ impl RecordStore for MemoryRecords {
                     record.generation,
                     record.processor_key.clone(),
                     from,
-                    record.processor_charge_id.clone(),
+                    record.effect_id.clone(),
                 ))
             }
         })
@@ -338,7 +338,7 @@ impl RecordStore for MemoryRecords {
             return Ok(Finish::Fenced);
         };
         record.recovery_point = RecoveryPoint::Charged;
-        record.processor_charge_id = Some(effect_id.to_owned());
+        record.effect_id = Some(effect_id.to_owned());
         Ok(Finish::Written)
     }
 
@@ -370,7 +370,7 @@ impl RecordStore for MemoryRecords {
             return Ok(Finish::Fenced);
         };
         // A record holding an effect id is never failed.
-        if record.processor_charge_id.is_some() {
+        if record.effect_id.is_some() {
             return Ok(Finish::Fenced);
         }
         record.state = RecordState::Failed;
@@ -414,7 +414,7 @@ impl RecordStore for MemoryRecords {
             resource_id: record.generation,
             processor_key: record.processor_key.clone(),
             recovery_point: record.recovery_point,
-            processor_charge_id: record.processor_charge_id.clone(),
+            effect_id: record.effect_id.clone(),
             request_body: Some(stored.request_body.clone()),
         }))
     }

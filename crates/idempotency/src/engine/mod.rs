@@ -323,7 +323,7 @@ impl Engine {
             Prepared::Fenced => return self.answer_from_record(op, scope, request).await,
         };
         self.observer.reached(Checkpoint::AfterClaim).await;
-        let (effect_id, recorded) = match (claimed.resume_from, claimed.processor_charge_id) {
+        let (effect_id, recorded) = match (claimed.resume_from, claimed.effect_id) {
             // The processor already confirmed the effect: do not call it again.
             (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => (id, true),
             _ => {

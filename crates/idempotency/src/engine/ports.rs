@@ -61,7 +61,7 @@ pub struct Claimed {
     pub processor_key: String,
     pub resume_from: RecoveryPoint,
     /// Known when resuming from `charged`.
-    pub processor_charge_id: Option<String>,
+    pub effect_id: Option<String>,
     /// Whether an earlier attempt had the record (a takeover of an abandoned attempt).
     pub took_over: bool,
     /// Whether the claim reused the row of an earlier generation (an expired or failed
@@ -77,7 +77,7 @@ impl Claimed {
             resource_id,
             processor_key,
             resume_from: RecoveryPoint::Started,
-            processor_charge_id: None,
+            effect_id: None,
             took_over: false,
             replaced: false,
         }
@@ -97,11 +97,11 @@ impl Claimed {
         resource_id: Uuid,
         processor_key: String,
         from: RecoveryPoint,
-        processor_charge_id: Option<String>,
+        effect_id: Option<String>,
     ) -> Self {
         Self {
             resume_from: from,
-            processor_charge_id,
+            effect_id,
             took_over: true,
             ..Self::fresh(attempt, resource_id, processor_key)
         }
@@ -166,7 +166,7 @@ pub struct Abandoned {
     pub resource_id: Uuid,
     pub processor_key: String,
     pub recovery_point: RecoveryPoint,
-    pub processor_charge_id: Option<String>,
+    pub effect_id: Option<String>,
     /// The canonical JSON of the request, to finish it without the client.
     pub request_body: Option<Vec<u8>>,
 }

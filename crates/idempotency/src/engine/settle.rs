@@ -37,7 +37,7 @@ impl Engine {
     ) -> Result<(), ProtocolError> {
         let owner = record.owner();
         let key = &record.key;
-        let found = match (record.recovery_point, &record.processor_charge_id) {
+        let found = match (record.recovery_point, &record.effect_id) {
             (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => {
                 Found::Recorded(id.clone())
             }

@@ -26,11 +26,11 @@ use crate::repository::{Backend, impl_store};
 use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
 /// The PostgreSQL store. Cheap to clone (the pool is shared).
 #[derive(Debug, Clone)]
-pub struct PgStore {
+pub(crate) struct PgStore {
     pool: PgPool,
     policy: IdempotencyPolicy,
 }
@@ -38,7 +38,7 @@ pub struct PgStore {
 impl PgStore {
     /// Connects lazily: the service starts even while the database is down, answers 503 until
     /// it is back, and recovers without a restart.
-    pub fn connect_lazy(
+    pub(crate) fn connect_lazy(
         options: PgConnectOptions,
         settings: &PoolSettings,
         policy: IdempotencyPolicy,
@@ -55,7 +55,7 @@ impl PgStore {
     }
 
     /// Creates the database named in `url` if it does not exist yet.
-    pub async fn create_database_if_missing(url: &str) -> Result<(), StoreError> {
+    pub(crate) async fn create_database_if_missing(url: &str) -> Result<(), StoreError> {
         if !sqlx::Postgres::database_exists(url).await? {
             sqlx::Postgres::create_database(url).await?;
         }

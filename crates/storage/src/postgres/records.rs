@@ -73,7 +73,10 @@ impl PgStore {
     /// the record is the gate every insert selects from: if another attempt owns the record,
     /// the update matches no row and nothing else is written. The ledger's balance trigger and
     /// the foreign keys are checked at the end of the statement and at commit as usual.
-    async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError> {
+    pub(crate) async fn write_charge(
+        &self,
+        finish: ChargeFinish<'_>,
+    ) -> Result<Completion, StoreError> {
         let ttl = self.policy.ttl;
         let mut sql = QueryBuilder::new("WITH gate AS (");
         fenced::push_complete(

@@ -41,7 +41,7 @@ impl WorkerRepository for PgStore {
              WHERE r.tenant_id = stale.tenant_id AND r.operation = stale.operation
                AND r.idempotency_key = stale.idempotency_key
              RETURNING r.tenant_id, r.operation, r.idempotency_key, r.attempts, r.resource_id,
-                       r.processor_key, r.recovery_point, r.processor_charge_id, r.request_body",
+                       r.processor_key, r.recovery_point, r.effect_id, r.request_body",
         )
         .bind(secs(self.policy.lock_timeout))
         .bind(secs(settle_after))
@@ -54,8 +54,11 @@ impl WorkerRepository for PgStore {
     /// and returns how many.
     ///
     /// Pending records are never reaped, however old: the card may have been charged, and only
-    /// a resume or the completer may settle them. Nor is a record that holds a processor charge
-    /// id without the charge row it stands for: a known charge is never dropped. `SKIP LOCKED`
+    /// a resume or the completer may settle them. Nor is a failed record that holds an effect
+    /// id: a known effect is never dropped. The guard reads only the record, never an
+    /// operation's tables: a completed record holding an effect id was completed by its
+    /// operation's finish, in the transaction that wrote the effect's rows (the completion
+    /// without an effect refuses a record that holds one), so its rows exist. `SKIP LOCKED`
     /// keeps the reaper out of the way of requests and of other reapers.
     ///
     /// The `ORDER BY expires_at` makes every batch a walk along the partial index
@@ -64,24 +67,13 @@ impl WorkerRepository for PgStore {
     /// expiry, or reapers stopped for a while) the planner takes a sequential scan for the
     /// `LIMIT`, and the last batch, which finds nothing, reads the whole heap: 0.2 to 3 s at
     /// 1,000,000 records, against milliseconds along the index (docs/BENCHMARKS.md).
-    ///
-    /// The charge row is looked up with a scalar subquery (true when the row exists, NULL when
-    /// not), not `EXISTS`: under the `OR`, PostgreSQL may run an `EXISTS` as a hashed subplan,
-    /// which reads the whole `charges` table (it is never reaped) into a hash for every batch
-    /// when it expects many expired rows: 41 of a batch's 49 ms at 100,000 charges. A scalar
-    /// subquery is always a probe of `charges_processor_charge_unique` for each row taken (and
-    /// of `refunds_processor_refund_unique`: a refund's record holds the processor's refund id).
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
         let done = sqlx::query(
             "DELETE FROM idempotency_records
              WHERE (tenant_id, operation, idempotency_key) IN (
                  SELECT tenant_id, operation, idempotency_key FROM idempotency_records r
                  WHERE state <> 'pending' AND expires_at <= now()
-                   AND (processor_charge_id IS NULL
-                        OR (SELECT true FROM charges c
-                            WHERE c.processor_charge_id = r.processor_charge_id)
-                        OR (SELECT true FROM refunds f
-                            WHERE f.processor_refund_id = r.processor_charge_id))
+                   AND (effect_id IS NULL OR state = 'completed')
                  ORDER BY expires_at
                  LIMIT $1
                  FOR UPDATE SKIP LOCKED)",

@@ -33,7 +33,7 @@ use crate::repository::{Backend, impl_store};
 use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/sqlite`, embedded in the binary.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
+pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
 /// The database's clock, in the one text format every time column uses.
 const NOW: &str = <sqlx::Sqlite as Dialect>::NOW;
@@ -61,7 +61,7 @@ pub(crate) fn stored_time(time: DateTime<Utc>) -> String {
 
 /// The SQLite store. Cheap to clone (the pool and the write gate are shared).
 #[derive(Debug, Clone)]
-pub struct SqliteStore {
+pub(crate) struct SqliteStore {
     pool: SqlitePool,
     policy: IdempotencyPolicy,
     write_gate: Arc<Mutex<()>>,
@@ -98,7 +98,7 @@ impl WriteTx<'_> {
 impl SqliteStore {
     /// Opens (creating the file and its directory if missing) and checks the database now, so
     /// that an unusable path stops start-up instead of failing the first request.
-    pub async fn open(
+    pub(crate) async fn open(
         options: SqliteConnectOptions,
         settings: &PoolSettings,
         policy: IdempotencyPolicy,

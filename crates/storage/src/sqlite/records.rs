@@ -60,7 +60,10 @@ impl SqliteStore {
 
     /// The fenced completion of the record gates the inserts: when it matches no row, the
     /// transaction is dropped (rolled back) having written nothing.
-    async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError> {
+    pub(crate) async fn write_charge(
+        &self,
+        finish: ChargeFinish<'_>,
+    ) -> Result<Completion, StoreError> {
         let ttl = self.policy.ttl;
         let mut sql =
             fenced::complete(finish.scope, finish.key, finish.fence, finish.response, ttl)?;

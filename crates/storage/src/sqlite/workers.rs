@@ -31,7 +31,7 @@ impl WorkerRepository for SqliteStore {
                              ORDER BY locked_until
                              LIMIT 1)
              RETURNING tenant_id, operation, idempotency_key, attempts, resource_id,
-                       processor_key, recovery_point, processor_charge_id, request_body",
+                       processor_key, recovery_point, effect_id, request_body",
             now_plus("?1"),
             now_plus("?2"),
         );
@@ -48,17 +48,13 @@ impl WorkerRepository for SqliteStore {
     /// One batch per write transaction, so a request waits for one batch at most. The
     /// `ORDER BY expires_at` walks the partial index `idempotency_records_expiry` in order and
     /// stops after `batch` rows (the index gives the order, so nothing is sorted), however much
-    /// of the table is expired.
+    /// of the table is expired. The guard is PostgreSQL's: it reads only the record.
     async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError> {
         let sql = format!(
             "DELETE FROM idempotency_records
              WHERE rowid IN (SELECT rowid FROM idempotency_records r
                              WHERE state <> 'pending' AND expires_at <= {NOW}
-                               AND (processor_charge_id IS NULL
-                                    OR EXISTS (SELECT 1 FROM charges c
-                                        WHERE c.processor_charge_id = r.processor_charge_id)
-                                    OR EXISTS (SELECT 1 FROM refunds f
-                                        WHERE f.processor_refund_id = r.processor_charge_id))
+                               AND (effect_id IS NULL OR state = 'completed')
                              ORDER BY expires_at
                              LIMIT ?1)"
         );
