@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The one test command. Checks that PostgreSQL and Redis answer, then formatting, the compose
-# file, lints, and every test of the workspace: unit tests, the storage suite and the black-box
-# suite (each test once on PostgreSQL and once on SQLite, a fresh database per test, the real
-# service binary and card-sim processor), the embedded-mode and end-to-end tests, and last the
-# contract test against openapi.yaml.
+# The one test command. Checks that PostgreSQL and Redis answer, then formatting, the code names
+# the documentation gives, the compose file, lints, and every test of the workspace: unit
+# tests, the storage suite and the black-box suite (each test once on PostgreSQL and once on
+# SQLite, a fresh database per test, the real service binary and card-sim processor), the
+# embedded-mode and end-to-end tests, and last the contract test against openapi.yaml.
 # Everything is built once with all features (the crash tests need the `failpoints` build);
 # then the api crate once more without them, for the test of the build people deploy. The
 # black-box suite includes a kill -9 soak of about 20 s per backend.
@@ -57,6 +57,9 @@ fi
 
 step "Formatting (cargo fmt --check)"
 cargo fmt --all --check
+
+step "Docs name only what exists (scripts/check-doc-names.py)"
+python3 scripts/check-doc-names.py
 
 step "Compose file (docker-compose.yml against the Compose Specification schema)"
 bash scripts/check-compose.sh
