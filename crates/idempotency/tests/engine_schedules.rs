@@ -2,7 +2,9 @@
 //! one key, duplicates among them, and the completer, polled in a random order one port call
 //! at a time, with attempts crashed (their future dropped) at any await point, the clock moved
 //! past their locks, and a processor that declines, times out before or after making the
-//! effect, or cannot be reached. After each schedule the store is brought to rest (the
+//! effect, or cannot be reached, and a record store and cache whose calls fail now and then
+//! (before they do anything, or after they did it all and the answer was lost). After each
+//! schedule the store is brought to rest (the
 //! completer settles whatever is left, and the client retries once more), and the guarantees
 //! are checked:
 //! - at most one effect is made for the request, whatever its generations;
@@ -22,16 +24,19 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use payments_idempotency::engine::memory::{MemoryCache, MemoryRecords, yield_once};
 use payments_idempotency::engine::{
-    Answer, Completion, EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner, Prepared,
-    ProtocolError, Settled, fingerprint_of,
+    Abandoned, Answer, CacheFailure, CacheRead, Claim, Completion, EffectError, Engine, Finish,
+    Idempotent, KeyedRequest, Operation, Owner, Prepared, ProtocolError, RecordStore,
+    ResponseCache, Settled, StoreFailure, fingerprint_of,
 };
 use payments_idempotency::{
-    IdempotencyKey, IdempotencyPolicy, RecordState, StoredResponse, canonical_json,
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState, Scope,
+    StoredResponse, canonical_json,
 };
 use serde_json::json;
+use uuid::Uuid;
 
 const LOCK: Duration = Duration::from_secs(30);
 const SETTLE_AFTER: Duration = Duration::from_secs(5);
@@ -278,11 +283,201 @@ fn declined() -> EffectError {
     }
 }
 
+/// Where an injected failure strikes a call: before it does anything, or after it did
+/// everything (a commit whose answer is lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Strike {
+    Before,
+    After,
+}
+
+/// Injects failures into a port's calls, from its own seed, until the schedule is over.
+#[derive(Debug)]
+struct Faults {
+    rng: Mutex<Rng>,
+    percent: u64,
+    on: Mutex<bool>,
+}
+
+impl Faults {
+    fn new(seed: u64, percent: u64) -> Self {
+        Self {
+            rng: Mutex::new(Rng(seed)),
+            percent,
+            on: Mutex::new(true),
+        }
+    }
+
+    fn off(&self) {
+        *self.on.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
+
+    fn strike(&self) -> Option<Strike> {
+        if !*self.on.lock().unwrap_or_else(|p| p.into_inner()) {
+            return None;
+        }
+        let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        if !rng.chance(self.percent) {
+            return None;
+        }
+        Some(if rng.chance(50) {
+            Strike::Before
+        } else {
+            Strike::After
+        })
+    }
+
+    /// Runs `call` under an injected failure, if one strikes.
+    async fn around<T, E>(
+        &self,
+        failure: impl FnOnce() -> E,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        match self.strike() {
+            Some(Strike::Before) => Err(failure()),
+            Some(Strike::After) => {
+                call.await?;
+                Err(failure())
+            }
+            None => call.await,
+        }
+    }
+}
+
+fn store_down() -> StoreFailure {
+    StoreFailure::unavailable("injected: the store did not answer")
+}
+
+fn cache_down() -> CacheFailure {
+    "injected: the cache did not answer".into()
+}
+
+/// The in-memory records with failures injected into every call.
+#[derive(Debug)]
+struct FlakyRecords {
+    records: Arc<MemoryRecords>,
+    faults: Faults,
+}
+
+impl FlakyRecords {
+    async fn hold(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        self.faults
+            .around(store_down, self.records.hold(owner))
+            .await
+    }
+
+    async fn complete_with_effect(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+        effect_id: &str,
+    ) -> Result<Completion, StoreFailure> {
+        let call = self
+            .records
+            .complete_with_effect(owner, response, effect_id);
+        self.faults.around(store_down, call).await
+    }
+}
+
+#[async_trait]
+impl RecordStore for FlakyRecords {
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreFailure> {
+        let call = self.records.claim(scope, key, fingerprint, request_body);
+        self.faults.around(store_down, call).await
+    }
+
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure> {
+        let call = self.records.find_record(scope, key);
+        self.faults.around(store_down, call).await
+    }
+
+    async fn record_effect(&self, owner: Owner<'_>, id: &str) -> Result<Finish, StoreFailure> {
+        let call = self.records.record_effect(owner, id);
+        self.faults.around(store_down, call).await
+    }
+
+    async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        self.faults
+            .around(store_down, self.records.release(owner))
+            .await
+    }
+
+    async fn complete_without_effect(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreFailure> {
+        let call = self.records.complete_without_effect(owner, response);
+        self.faults.around(store_down, call).await
+    }
+
+    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        self.faults
+            .around(store_down, self.records.fail(owner))
+            .await
+    }
+
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreFailure> {
+        let call = self.records.take_over_abandoned(settle_after);
+        self.faults.around(store_down, call).await
+    }
+}
+
+/// The in-memory cache with failures injected into every call.
+#[derive(Debug)]
+struct FlakyCache {
+    cache: MemoryCache,
+    faults: Faults,
+}
+
+#[async_trait]
+impl ResponseCache for FlakyCache {
+    async fn get(&self, scope: &Scope, key: &IdempotencyKey) -> Result<CacheRead, CacheFailure> {
+        self.faults
+            .around(cache_down, self.cache.get(scope, key))
+            .await
+    }
+
+    async fn put(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        generation: Uuid,
+        fingerprint: &Fingerprint,
+        response: &StoredResponse,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), CacheFailure> {
+        let call = self
+            .cache
+            .put(scope, key, generation, fingerprint, response, expires_at);
+        self.faults.around(cache_down, call).await
+    }
+
+    async fn forget(&self, scope: &Scope, key: &IdempotencyKey) -> Result<(), CacheFailure> {
+        self.faults
+            .around(cache_down, self.cache.forget(scope, key))
+            .await
+    }
+}
+
 /// A payment of an amount: it holds something for its generation when prepared (as a
 /// refund reserves its amount), and its finish writes the effect's row with the record.
 #[derive(Debug)]
 struct Pay {
-    records: Arc<MemoryRecords>,
+    records: Arc<FlakyRecords>,
     processor: Arc<FakeProcessor>,
 }
 
@@ -307,8 +502,8 @@ impl Operation for Pay {
         amount: &u64,
     ) -> Result<Prepared<u64>, ProtocolError> {
         Ok(match self.records.hold(owner).await? {
-            payments_idempotency::engine::Finish::Written => Prepared::Ready(*amount),
-            payments_idempotency::engine::Finish::Fenced => Prepared::Fenced,
+            Finish::Written => Prepared::Ready(*amount),
+            Finish::Fenced => Prepared::Fenced,
         })
     }
 
@@ -387,17 +582,25 @@ fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
         records = records.without_fence();
     }
     let records = Arc::new(records);
+    let flaky = Arc::new(FlakyRecords {
+        records: Arc::clone(&records),
+        faults: Faults::new(rng.next(), 5),
+    });
     let processor = Arc::new(FakeProcessor::new(
         rng.next(),
         !breakage.cancel_without_tombstone,
     ));
     let pay = Arc::new(Idempotent::new(Pay {
-        records: Arc::clone(&records),
+        records: Arc::clone(&flaky),
         processor: Arc::clone(&processor),
     }));
-    let mut engine = Engine::new(Arc::clone(&records) as _).with_operation(Arc::clone(&pay));
+    let mut engine = Engine::new(Arc::clone(&flaky) as _).with_operation(Arc::clone(&pay));
+    let cache = Arc::new(FlakyCache {
+        cache: MemoryCache::default(),
+        faults: Faults::new(rng.next(), 10),
+    });
     if rng.chance(50) {
-        engine = engine.with_cache(Arc::new(MemoryCache::default()));
+        engine = engine.with_cache(Arc::clone(&cache) as _);
     }
     let body = json!({ "amount": 500 });
     let key = IdempotencyKey::parse("order-1").map_err(|e| e.to_string())?;
@@ -464,6 +667,8 @@ fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
 
     // At rest: the processor answers, the completer settles what is left, the client retries.
     *processor.reliable.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    flaky.faults.off();
+    cache.faults.off();
     for _ in 0..4 {
         records.advance(LOCK + SETTLE_AFTER + Duration::from_secs(1));
         while run_to_end(Box::pin(engine.take_over_abandoned(SETTLE_AFTER)))
