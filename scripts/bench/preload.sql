@@ -17,7 +17,7 @@
 
 INSERT INTO idempotency_records
     (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point, locked_until,
-     attempts, resource_id, processor_key, processor_charge_id, response_status,
+     attempts, resource_id, processor_key, effect_id, response_status,
      response_headers, response_body, created_at, expires_at, updated_at, request_body)
 SELECT 'acme', 'charges.create.v1', v.idem_key, sha256(convert_to(v.idem_key, 'UTF8')),
        'completed', 'finished', NULL,
@@ -47,10 +47,10 @@ FROM generate_series(1, :rows) AS n,
 \if :expired
 INSERT INTO charges
     (id, tenant_id, amount, currency, source, description, status, processor_charge_id, created_at)
-SELECT resource_id, tenant_id, 100, 'USD', 'tok_visa', NULL, 'succeeded', processor_charge_id,
+SELECT resource_id, tenant_id, 100, 'USD', 'tok_visa', NULL, 'succeeded', effect_id,
        created_at
 FROM idempotency_records
-WHERE expires_at <= now() AND processor_charge_id IS NOT NULL
+WHERE expires_at <= now() AND effect_id IS NOT NULL
 ON CONFLICT DO NOTHING;
 VACUUM (ANALYZE) charges;
 \endif
