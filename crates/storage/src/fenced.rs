@@ -229,9 +229,40 @@ pub(crate) fn complete<'a, DB: Dialect>(
     Ok(sql)
 }
 
+/// [`complete`] for a final answer that made nothing (a decline, a refusal): a record that
+/// holds an effect id is never completed this way (no row: fenced), since its effect must
+/// reach the ledger with its operation's rows. So a completed record holding an effect id
+/// always has them, and the reapers judge a record by the record alone.
+pub(crate) fn complete_without_effect<'a, DB: Dialect>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fence: Fence,
+    response: &'a StoredResponse,
+    ttl: Duration,
+) -> Result<QueryBuilder<'a, DB>, StoreError> {
+    let mut sql = DB::builder("");
+    push_completion(&mut sql, scope, key, fence, response, ttl)?;
+    sql.push(" AND effect_id IS NULL RETURNING expires_at");
+    Ok(sql)
+}
+
 /// Pushes the statement of [`complete`] into `sql`, where it can be the gate of a statement
 /// of the caller's (PostgreSQL's one-statement finish).
 pub(crate) fn push_complete<'a, DB: Dialect>(
+    sql: &mut QueryBuilder<'a, DB>,
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    fence: Fence,
+    response: &'a StoredResponse,
+    ttl: Duration,
+) -> Result<(), StoreError> {
+    push_completion(sql, scope, key, fence, response, ttl)?;
+    sql.push(" RETURNING expires_at");
+    Ok(())
+}
+
+/// The fenced update that completes the record with `response`, without its `RETURNING`.
+fn push_completion<'a, DB: Dialect>(
     sql: &mut QueryBuilder<'a, DB>,
     scope: &'a Scope,
     key: &'a IdempotencyKey,
@@ -251,7 +282,6 @@ pub(crate) fn push_complete<'a, DB: Dialect>(
     .push(", expires_at = ");
     DB::push_now_plus(sql, ttl);
     push_touched_where_fenced(sql, scope, key, fence);
-    sql.push(" RETURNING expires_at");
     Ok(())
 }
 

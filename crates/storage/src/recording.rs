@@ -187,7 +187,13 @@ macro_rules! impl_record_repository {
                     fence: Fence,
                     response: &StoredResponse,
                 ) -> Result<Completion, StoreError> {
-                    let sql = fenced::complete(scope, key, fence, response, self.policy.ttl)?;
+                    let sql = fenced::complete_without_effect(
+                        scope,
+                        key,
+                        fence,
+                        response,
+                        self.policy.ttl,
+                    )?;
                     self.write_completion(sql).await
                 }
             }

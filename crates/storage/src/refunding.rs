@@ -304,8 +304,13 @@ macro_rules! impl_refund_repository {
                     fence: Fence,
                     response: &StoredResponse,
                 ) -> Result<Completion, StoreError> {
-                    let complete =
-                        fenced::complete::<$db>(scope, key, fence, response, self.policy.ttl)?;
+                    let complete = fenced::complete_without_effect::<$db>(
+                        scope,
+                        key,
+                        fence,
+                        response,
+                        self.policy.ttl,
+                    )?;
                     self.end_without_refund(complete, fence).await
                 }
 

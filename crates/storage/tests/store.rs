@@ -570,8 +570,8 @@ async fn every_completion_counts_retention_from_itself(backend: Backend) {
     ));
 }
 
-/// A processor charge id that is known must reach the ledger: such a record is never failed,
-/// and never reaped while its charge row is missing.
+/// An effect id that is known must reach the ledger: such a record is never failed, never
+/// completed without its effect, and never reaped while it is not completed.
 async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_charge(
     backend: Backend,
 ) {
@@ -585,6 +585,15 @@ async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_ch
     assert_eq!(
         db.store.fail(&s, &k, claimed.fence()).await.expect("write"),
         Finish::Fenced
+    );
+    // Nor completed with an answer that made nothing: its effect must reach the ledger.
+    let declined = StoredResponse::new(402, [], b"declined".to_vec());
+    assert_eq!(
+        db.store
+            .complete_without_effect(&s, &k, claimed.fence(), &declined)
+            .await
+            .expect("write"),
+        Completion::Fenced
     );
     // Even a record an older version failed with its charge id is kept past its expiry.
     sqlx::query("UPDATE idempotency_records SET state = 'failed', locked_until = NULL")

@@ -58,7 +58,8 @@ impl WorkerRepository for PgStore {
     /// id: a known effect is never dropped. The guard reads only the record, never an
     /// operation's tables: a completed record holding an effect id was completed by its
     /// operation's finish, in the transaction that wrote the effect's rows (the completion
-    /// without an effect refuses a record that holds one), so its rows exist. `SKIP LOCKED`
+    /// without an effect, `fenced::complete_without_effect`, matches no record that holds
+    /// one), so its rows exist. `SKIP LOCKED`
     /// keeps the reaper out of the way of requests and of other reapers.
     ///
     /// The `ORDER BY expires_at` makes every batch a walk along the partial index
