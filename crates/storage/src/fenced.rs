@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
+use payments_idempotency::StoredResponse;
 use sqlx::{Database, Encode, QueryBuilder, Type};
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::model::Fence;
+use crate::model::Owner;
 use crate::rows::{headers_to_json, stored_status};
 
 /// A value a backend binds into a statement: every type the shared statements bind.
@@ -170,32 +170,25 @@ impl Dialect for sqlx::Sqlite {
 /// `UPDATE idempotency_records SET recovery_point = 'charged' ..`: the processor confirmed
 /// the charge, so that a takeover resumes from here without calling it again.
 pub(crate) fn record_effect<'a, DB: Dialect>(
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
+    owner: Owner<'a>,
     effect_id: &'a str,
 ) -> QueryBuilder<'a, DB> {
     let mut sql =
         DB::builder("UPDATE idempotency_records SET recovery_point = 'charged', effect_id = ");
     sql.value(effect_id);
-    push_touched_where_fenced(&mut sql, scope, key, fence);
+    push_touched_where_fenced(&mut sql, owner);
     sql
 }
 
 /// Fails the record after the processor tombstoned its key, `RETURNING expires_at`. Its
 /// retention counts from now. A record that holds an effect id is never failed: the
 /// charge must reach the ledger.
-pub(crate) fn fail<'a, DB: Dialect>(
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
-    ttl: Duration,
-) -> QueryBuilder<'a, DB> {
+pub(crate) fn fail<'a, DB: Dialect>(owner: Owner<'a>, ttl: Duration) -> QueryBuilder<'a, DB> {
     let mut sql = DB::builder(
         "UPDATE idempotency_records SET state = 'failed', locked_until = NULL, expires_at = ",
     );
     DB::push_now_plus(&mut sql, ttl);
-    push_touched_where_fenced(&mut sql, scope, key, fence);
+    push_touched_where_fenced(&mut sql, owner);
     sql.push(" AND effect_id IS NULL RETURNING expires_at");
     sql
 }
@@ -203,14 +196,10 @@ pub(crate) fn fail<'a, DB: Dialect>(
 /// Gives up the lock after an unknown outcome: the record stays pending and is stale at once,
 /// so the next retry resumes it, and the completer settles it once the settle grace has
 /// passed. Failing it instead would leave a charge the processor did make unrecorded.
-pub(crate) fn release<'a, DB: Dialect>(
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
-) -> QueryBuilder<'a, DB> {
+pub(crate) fn release<'a, DB: Dialect>(owner: Owner<'a>) -> QueryBuilder<'a, DB> {
     let mut sql = DB::builder("UPDATE idempotency_records SET locked_until = ");
     sql.push(DB::NOW);
-    push_touched_where_fenced(&mut sql, scope, key, fence);
+    push_touched_where_fenced(&mut sql, owner);
     sql
 }
 
@@ -218,14 +207,12 @@ pub(crate) fn release<'a, DB: Dialect>(
 /// the completion, never from the claim, so a record completed late in its life is still
 /// replayed for the whole TTL.
 pub(crate) fn complete<'a, DB: Dialect>(
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
+    owner: Owner<'a>,
     response: &'a StoredResponse,
     ttl: Duration,
 ) -> Result<QueryBuilder<'a, DB>, StoreError> {
     let mut sql = DB::builder("");
-    push_complete(&mut sql, scope, key, fence, response, ttl)?;
+    push_complete(&mut sql, owner, response, ttl)?;
     Ok(sql)
 }
 
@@ -234,14 +221,12 @@ pub(crate) fn complete<'a, DB: Dialect>(
 /// reach the ledger with its operation's rows. So a completed record holding an effect id
 /// always has them, and the reapers judge a record by the record alone.
 pub(crate) fn complete_without_effect<'a, DB: Dialect>(
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
+    owner: Owner<'a>,
     response: &'a StoredResponse,
     ttl: Duration,
 ) -> Result<QueryBuilder<'a, DB>, StoreError> {
     let mut sql = DB::builder("");
-    push_completion(&mut sql, scope, key, fence, response, ttl)?;
+    push_completion(&mut sql, owner, response, ttl)?;
     sql.push(" AND effect_id IS NULL RETURNING expires_at");
     Ok(sql)
 }
@@ -250,13 +235,11 @@ pub(crate) fn complete_without_effect<'a, DB: Dialect>(
 /// of the caller's (PostgreSQL's one-statement finish).
 pub(crate) fn push_complete<'a, DB: Dialect>(
     sql: &mut QueryBuilder<'a, DB>,
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
+    owner: Owner<'a>,
     response: &'a StoredResponse,
     ttl: Duration,
 ) -> Result<(), StoreError> {
-    push_completion(sql, scope, key, fence, response, ttl)?;
+    push_completion(sql, owner, response, ttl)?;
     sql.push(" RETURNING expires_at");
     Ok(())
 }
@@ -264,9 +247,7 @@ pub(crate) fn push_complete<'a, DB: Dialect>(
 /// The fenced update that completes the record with `response`, without its `RETURNING`.
 fn push_completion<'a, DB: Dialect>(
     sql: &mut QueryBuilder<'a, DB>,
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
+    owner: Owner<'a>,
     response: &'a StoredResponse,
     ttl: Duration,
 ) -> Result<(), StoreError> {
@@ -281,7 +262,7 @@ fn push_completion<'a, DB: Dialect>(
     .value(response.body.as_slice())
     .push(", expires_at = ");
     DB::push_now_plus(sql, ttl);
-    push_touched_where_fenced(sql, scope, key, fence);
+    push_touched_where_fenced(sql, owner);
     Ok(())
 }
 
@@ -290,16 +271,14 @@ fn push_completion<'a, DB: Dialect>(
 /// attempt claimed with.
 pub(crate) fn push_touched_where_fenced<'a, DB: Dialect>(
     sql: &mut QueryBuilder<'a, DB>,
-    scope: &'a Scope,
-    key: &'a IdempotencyKey,
-    fence: Fence,
+    owner: Owner<'a>,
 ) {
     sql.push(", updated_at = ").push(DB::NOW);
-    crate::claiming::push_where_key(sql, scope, key);
+    crate::claiming::push_where_key(sql, owner.scope, owner.key);
     sql.push(" AND attempts = ")
-        .value(fence.attempt.0)
+        .value(owner.fence.attempt.0)
         .push(" AND resource_id = ")
-        .value(fence.resource_id)
+        .value(owner.fence.resource_id)
         .push(" AND state = 'pending'");
 }
 
@@ -308,6 +287,9 @@ mod tests {
     use payments_idempotency::{Attempt, Fingerprint, IdempotencyPolicy};
     use serde_json::json;
     use sqlx::{Postgres, Sqlite};
+
+    use payments_idempotency::engine::Fence;
+    use payments_idempotency::{IdempotencyKey, Scope};
 
     use super::*;
     use crate::claiming;
@@ -338,12 +320,12 @@ mod tests {
     /// Every statement of a backend, for two different sets of values.
     fn statements<DB: Dialect>(a: &Inputs, b: &Inputs) -> Vec<(String, String)> {
         let each = |i: &Inputs| -> Vec<String> {
-            let complete = complete::<DB>(&i.scope, &i.key, i.fence, &i.response, i.policy.ttl)
+            let complete = complete::<DB>(i.owner(), &i.response, i.policy.ttl)
                 .unwrap_or_else(|e| panic!("{e}"));
             vec![
-                record_effect::<DB>(&i.scope, &i.key, i.fence, &i.charge_id).into_sql(),
-                fail::<DB>(&i.scope, &i.key, i.fence, i.policy.ttl).into_sql(),
-                release::<DB>(&i.scope, &i.key, i.fence).into_sql(),
+                record_effect::<DB>(i.owner(), &i.charge_id).into_sql(),
+                fail::<DB>(i.owner(), i.policy.ttl).into_sql(),
+                release::<DB>(i.owner()).into_sql(),
                 complete.into_sql(),
                 claiming::insert_pending::<DB>(i.claim(), &i.generation, i.policy).into_sql(),
                 claiming::take_over::<DB>(&i.scope, &i.key, i.policy.lock_timeout).into_sql(),
@@ -367,6 +349,10 @@ mod tests {
     }
 
     impl Inputs {
+        fn owner(&self) -> Owner<'_> {
+            Owner::new(&self.scope, &self.key, self.fence)
+        }
+
         fn claim(&self) -> claiming::NewClaim<'_> {
             claiming::NewClaim {
                 scope: &self.scope,

@@ -61,16 +61,12 @@ macro_rules! impl_charge_repository {
         impl $crate::repository::ChargeRepository for $store {
             async fn finish_charge(
                 &self,
-                scope: &payments_idempotency::Scope,
-                key: &payments_idempotency::IdempotencyKey,
-                fence: payments_idempotency::engine::Fence,
+                owner: payments_idempotency::engine::Owner<'_>,
                 charge: &payments_domain::Charge,
                 response: &payments_idempotency::StoredResponse,
             ) -> Result<payments_idempotency::engine::Completion, $crate::StoreError> {
                 self.write_charge($crate::recording::ChargeFinish {
-                    scope,
-                    key,
-                    fence,
+                    owner,
                     charge,
                     response,
                 })

@@ -15,16 +15,14 @@
 //!   inserts, in one transaction). The record's own methods here know no operation's tables.
 
 use payments_domain::Charge;
-use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
+use payments_idempotency::StoredResponse;
 
-use crate::model::Fence;
+use crate::model::Owner;
 
 /// A charge's finish: the charge and the response to complete the fenced record with.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ChargeFinish<'a> {
-    pub scope: &'a Scope,
-    pub key: &'a IdempotencyKey,
-    pub fence: Fence,
+    pub owner: Owner<'a>,
     pub charge: &'a Charge,
     pub response: &'a StoredResponse,
 }
@@ -43,7 +41,7 @@ macro_rules! impl_record_repository {
             use $crate::StoreError;
             use $crate::claiming::NewClaim;
             use $crate::model::{
-                Claim, Claimed, Completion, Fence, Finish, Generation, TakenOver, Verdict,
+                Claim, Claimed, Completion, Finish, Generation, Owner, TakenOver, Verdict,
             };
             use $crate::rows::RecordWithClock;
             use $crate::{claiming, fenced};
@@ -151,49 +149,29 @@ macro_rules! impl_record_repository {
 
                 async fn record_effect(
                     &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
+                    owner: Owner<'_>,
                     effect_id: &str,
                 ) -> Result<Finish, StoreError> {
-                    let sql = fenced::record_effect(scope, key, fence, effect_id);
+                    let sql = fenced::record_effect(owner, effect_id);
                     Ok(Finish::from_rows(self.write_statement(sql).await?))
                 }
 
-                async fn fail(
-                    &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
-                ) -> Result<Finish, StoreError> {
-                    let sql = fenced::fail(scope, key, fence, self.policy.ttl);
+                async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {
+                    let sql = fenced::fail(owner, self.policy.ttl);
                     Ok(Finish::from_rows(self.write_statement(sql).await?))
                 }
 
-                async fn release(
-                    &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
-                ) -> Result<Finish, StoreError> {
-                    let sql = fenced::release(scope, key, fence);
+                async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {
+                    let sql = fenced::release(owner);
                     Ok(Finish::from_rows(self.write_statement(sql).await?))
                 }
 
                 async fn complete_without_effect(
                     &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
+                    owner: Owner<'_>,
                     response: &StoredResponse,
                 ) -> Result<Completion, StoreError> {
-                    let sql = fenced::complete_without_effect(
-                        scope,
-                        key,
-                        fence,
-                        response,
-                        self.policy.ttl,
-                    )?;
+                    let sql = fenced::complete_without_effect(owner, response, self.policy.ttl)?;
                     self.write_completion(sql).await
                 }
             }

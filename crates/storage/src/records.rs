@@ -48,14 +48,11 @@ impl RecordStore for Records {
         owner: Owner<'_>,
         effect_id: &str,
     ) -> Result<Finish, StoreFailure> {
-        Ok(self
-            .0
-            .record_effect(owner.scope, owner.key, owner.fence, effect_id)
-            .await?)
+        Ok(self.0.record_effect(owner, effect_id).await?)
     }
 
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
-        Ok(self.0.release(owner.scope, owner.key, owner.fence).await?)
+        Ok(self.0.release(owner).await?)
     }
 
     async fn complete_without_effect(
@@ -63,14 +60,11 @@ impl RecordStore for Records {
         owner: Owner<'_>,
         response: &StoredResponse,
     ) -> Result<Completion, StoreFailure> {
-        Ok(self
-            .0
-            .complete_without_effect(owner.scope, owner.key, owner.fence, response)
-            .await?)
+        Ok(self.0.complete_without_effect(owner, response).await?)
     }
 
     async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
-        Ok(self.0.fail(owner.scope, owner.key, owner.fence).await?)
+        Ok(self.0.fail(owner).await?)
     }
 
     async fn take_over_abandoned(

@@ -31,14 +31,14 @@ macro_rules! impl_refund_repository {
                 LedgerTransaction, PAYMENT_REFUNDED, PaymentRefunded, Refund, RefundId,
                 RefundRequest, RefundStatus, TenantId,
             };
-            use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
+            use payments_idempotency::StoredResponse;
             use sqlx::QueryBuilder;
             use uuid::Uuid;
 
             use $crate::StoreError;
             use $crate::fenced::{self, Dialect};
             use $crate::model::{
-                Completion, Fence, Finish, ListRefunds, RefundPage, RefundRefusal, Reservation,
+                Completion, Fence, Finish, ListRefunds, Owner, RefundPage, RefundRefusal, Reservation,
             };
             use $crate::refunding::{SELECT_REFUNDS, SELECT_RESERVED};
             use $crate::rows::{RefundRow, RefundableRow, ReservedRow};
@@ -152,9 +152,7 @@ macro_rules! impl_refund_repository {
             impl $crate::repository::RefundRepository for $store {
                 async fn reserve_refund(
                     &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
+                    owner: Owner<'_>,
                     request: &RefundRequest,
                     created_at: DateTime<Utc>,
                 ) -> Result<Reservation, StoreError> {
@@ -164,14 +162,14 @@ macro_rules! impl_refund_repository {
                     let mut touch = QueryBuilder::<$db>::new(
                         "UPDATE idempotency_records SET locked_until = locked_until",
                     );
-                    fenced::push_touched_where_fenced(&mut touch, scope, key, fence);
+                    fenced::push_touched_where_fenced(&mut touch, owner);
                     if Finish::from_rows(touch.build().execute(&mut *tx).await?.rows_affected())
                         == Finish::Fenced
                     {
                         return Ok(Reservation::Fenced);
                     }
                     let mut made = QueryBuilder::<$db>::new(SELECT_RESERVED);
-                    made.push_bind(fence.resource_id);
+                    made.push_bind(owner.fence.resource_id);
                     let made: Option<ReservedRow> =
                         made.build_query_as().fetch_optional(&mut *tx).await?;
                     if let Some(made) = made {
@@ -185,7 +183,7 @@ macro_rules! impl_refund_repository {
                          FROM charges WHERE tenant_id = ",
                     );
                     charge
-                        .push_bind(scope.tenant.as_str())
+                        .push_bind(owner.scope.tenant.as_str())
                         .push(" AND id = ")
                         .push_bind(request.charge.as_uuid())
                         .push(<$db as Dialect>::LOCK_ROW);
@@ -204,8 +202,8 @@ macro_rules! impl_refund_repository {
                     };
                     let money = $crate::rows::money(amount.minor_units(), &charge.currency)?;
                     let refund = Refund {
-                        id: RefundId::from_uuid(fence.resource_id),
-                        tenant: TenantId::new(scope.tenant.clone()),
+                        id: RefundId::from_uuid(owner.fence.resource_id),
+                        tenant: TenantId::new(owner.scope.tenant.clone()),
                         charge: request.charge,
                         money,
                         reason: request.reason,
@@ -247,9 +245,7 @@ macro_rules! impl_refund_repository {
 
                 async fn finish_refund(
                     &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
+                    owner: Owner<'_>,
                     refund: &Refund,
                     response: &StoredResponse,
                 ) -> Result<Completion, StoreError> {
@@ -263,7 +259,7 @@ macro_rules! impl_refund_repository {
                         )));
                     };
                     let mut complete =
-                        fenced::complete::<$db>(scope, key, fence, response, self.policy.ttl)?;
+                        fenced::complete::<$db>(owner, response, self.policy.ttl)?;
                     let mut tx = self.$begin().await?;
                     let completion = Self::complete_on(&mut tx, &mut complete).await?;
                     if completion == Completion::Fenced {
@@ -299,29 +295,23 @@ macro_rules! impl_refund_repository {
 
                 async fn refuse_refund(
                     &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
+                    owner: Owner<'_>,
                     response: &StoredResponse,
                 ) -> Result<Completion, StoreError> {
                     let complete = fenced::complete_without_effect::<$db>(
-                        scope,
-                        key,
-                        fence,
+                        owner,
                         response,
                         self.policy.ttl,
                     )?;
-                    self.end_without_refund(complete, fence).await
+                    self.end_without_refund(complete, owner.fence).await
                 }
 
                 async fn fail_refund(
                     &self,
-                    scope: &Scope,
-                    key: &IdempotencyKey,
-                    fence: Fence,
+                    owner: Owner<'_>,
                 ) -> Result<Finish, StoreError> {
-                    let fail = fenced::fail::<$db>(scope, key, fence, self.policy.ttl);
-                    Ok(match self.end_without_refund(fail, fence).await? {
+                    let fail = fenced::fail::<$db>(owner, self.policy.ttl);
+                    Ok(match self.end_without_refund(fail, owner.fence).await? {
                         Completion::Stored { .. } => Finish::Written,
                         Completion::Fenced => Finish::Fenced,
                     })

@@ -4,8 +4,9 @@
 //! Every implementation must keep these promises, and the storage and black-box suites check
 //! them against each backend:
 //! - a claim is atomic: of any number of concurrent claims of one key, exactly one owns it;
-//! - every write after the claim is fenced on the record's generation and attempt number
-//!   ([`Fence`]) and writes nothing once another attempt or generation owns the record;
+//! - every write after the claim names its record with one [`Owner`] and is fenced on the
+//!   record's generation and attempt number (its `fence`): it writes nothing once another
+//!   attempt or generation owns the record;
 //! - the finish writes the charge (or the refund), its balanced ledger transaction, its outbox
 //!   event and the completed record in one transaction, or nothing, and every completion
 //!   counts the record's retention from itself (`expires_at = now + ttl`);
@@ -29,8 +30,8 @@ use payments_idempotency::{
 
 use crate::StoreError;
 use crate::model::{
-    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Fence, Finish, ListCharges,
-    ListRefunds, RefundPage, Reservation, Verdict,
+    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Finish, ListCharges, ListRefunds,
+    Owner, RefundPage, Reservation, Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -81,42 +82,24 @@ pub trait RecordRepository: Send + Sync {
     ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError>;
 
     /// Records that the processor confirmed the charge, so that a takeover resumes from here.
-    async fn record_effect(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-        effect_id: &str,
-    ) -> Result<Finish, StoreError>;
+    async fn record_effect(&self, owner: Owner<'_>, effect_id: &str) -> Result<Finish, StoreError>;
 
     /// Marks the record failed, once the processor has tombstoned its key (nothing was charged
     /// and nothing can be): the next retry starts a new generation with a new processor key.
     /// Its retention counts from now. A record that holds an effect id is never
     /// failed: this writes nothing and answers [`Finish::Fenced`].
-    async fn fail(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-    ) -> Result<Finish, StoreError>;
+    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
 
     /// Gives up the lock after an unknown outcome (the processor timed out or was unreachable):
     /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
     /// nobody retries, the completer settles it with the processor once the settle grace has
     /// passed. Marking it failed instead would leave a charge the processor did make unrecorded.
-    async fn release(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-    ) -> Result<Finish, StoreError>;
+    async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
 
     /// Completes the record with a response that created nothing (a decline).
     async fn complete_without_effect(
         &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
+        owner: Owner<'_>,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
 }
@@ -128,9 +111,7 @@ pub trait ChargeRepository: Send + Sync {
     /// completed record atomically, gated on the fence: all of them or none.
     async fn finish_charge(
         &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
+        owner: Owner<'_>,
         charge: &Charge,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
@@ -184,9 +165,7 @@ pub trait RefundRepository: Send + Sync {
     /// the generation already made is returned as it is.
     async fn reserve_refund(
         &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
+        owner: Owner<'_>,
         request: &RefundRequest,
         created_at: DateTime<Utc>,
     ) -> Result<Reservation, StoreError>;
@@ -196,9 +175,7 @@ pub trait RefundRepository: Send + Sync {
     /// gated on the fence: all of them or none.
     async fn finish_refund(
         &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
+        owner: Owner<'_>,
         refund: &Refund,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
@@ -207,21 +184,14 @@ pub trait RefundRepository: Send + Sync {
     /// refusal), releasing whatever the generation reserved, in one transaction.
     async fn refuse_refund(
         &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
+        owner: Owner<'_>,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
 
     /// [`RecordRepository::fail`], releasing whatever the generation reserved, in one
     /// transaction: the processor has tombstoned the refund's key, so no refund was or can be
     /// made under it.
-    async fn fail_refund(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fence: Fence,
-    ) -> Result<Finish, StoreError>;
+    async fn fail_refund(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
 
     /// The tenant's refund with this id; another tenant's refund is simply not found.
     async fn get_refund(
@@ -301,7 +271,7 @@ pub trait FloorRepository: Send + Sync {
         fingerprint: &Fingerprint,
         request_body: &[u8],
         resource_id: uuid::Uuid,
-    ) -> Result<Fence, StoreError>;
+    ) -> Result<crate::model::Fence, StoreError>;
 }
 
 /// Which database a store writes to.

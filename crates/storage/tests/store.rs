@@ -11,7 +11,7 @@ use futures::future::join_all;
 use payments_domain::{
     Amount, Charge, ChargeId, Currency, Money, PaymentSource, RefundRequest, TenantId,
 };
-use payments_idempotency::engine::{Claim, Claimed, Completion, Fence, Finish};
+use payments_idempotency::engine::{Claim, Claimed, Completion, Fence, Finish, Owner};
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, Scope, StoredResponse,
 };
@@ -293,14 +293,18 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     let k = key("k");
     assert_eq!(
         db.store
-            .record_effect(&s, &k, first.fence(), "sim_old")
+            .record_effect(Owner::new(&s, &k, first.fence()), "sim_old")
             .await
             .expect("write"),
         Finish::Fenced
     );
     let late = db
         .store
-        .finish_charge(&s, &k, first.fence(), &charge_for(&first), &response("old"))
+        .finish_charge(
+            Owner::new(&s, &k, first.fence()),
+            &charge_for(&first),
+            &response("old"),
+        )
         .await;
     assert_eq!(late.expect("write"), Completion::Fenced);
     assert_eq!(
@@ -311,9 +315,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     let done = db
         .store
         .finish_charge(
-            &s,
-            &k,
-            second.fence(),
+            Owner::new(&s, &k, second.fence()),
             &charge_for(&second),
             &response("new"),
         )
@@ -332,9 +334,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     let again = db
         .store
         .finish_charge(
-            &s,
-            &k,
-            second.fence(),
+            Owner::new(&s, &k, second.fence()),
             &charge_for(&second),
             &response("new"),
         )
@@ -360,7 +360,7 @@ async fn a_takeover_resumes_from_charged_with_the_effect_id(backend: Backend) {
     );
     assert_eq!(
         db.store
-            .record_effect(&scope(), &key("k"), first.fence(), "sim_42")
+            .record_effect(Owner::new(&scope(), &key("k"), first.fence()), "sim_42")
             .await
             .expect("write"),
         Finish::Written
@@ -387,7 +387,7 @@ async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key
     );
     assert_eq!(
         db.store
-            .fail(&scope(), &key("k"), first.fence())
+            .fail(Owner::new(&scope(), &key("k"), first.fence()))
             .await
             .expect("write"),
         Finish::Written
@@ -423,9 +423,7 @@ async fn answers_from_a_record_need_no_lock(backend: Backend) {
     let claimed = db.claim_owned(&s, &k).await;
     db.store
         .finish_charge(
-            &s,
-            &k,
-            claimed.fence(),
+            Owner::new(&s, &k, claimed.fence()),
             &charge_for(&claimed),
             &response("done"),
         )
@@ -484,31 +482,41 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
     let stale = old.fence();
     assert_eq!(
         db.store
-            .record_effect(&s, &k, stale, "sim_old")
+            .record_effect(Owner::new(&s, &k, stale), "sim_old")
             .await
             .expect("write"),
         Finish::Fenced
     );
     assert_eq!(
-        db.store.release(&s, &k, stale).await.expect("write"),
+        db.store
+            .release(Owner::new(&s, &k, stale))
+            .await
+            .expect("write"),
         Finish::Fenced
     );
     assert_eq!(
         db.store
-            .finish_charge(&s, &k, stale, &charge_for(&old), &response("old"))
+            .finish_charge(
+                Owner::new(&s, &k, stale),
+                &charge_for(&old),
+                &response("old")
+            )
             .await
             .expect("write"),
         Completion::Fenced
     );
     assert_eq!(
         db.store
-            .complete_without_effect(&s, &k, stale, &response("old"))
+            .complete_without_effect(Owner::new(&s, &k, stale), &response("old"))
             .await
             .expect("write"),
         Completion::Fenced
     );
     assert_eq!(
-        db.store.fail(&s, &k, stale).await.expect("write"),
+        db.store
+            .fail(Owner::new(&s, &k, stale))
+            .await
+            .expect("write"),
         Finish::Fenced
     );
     assert_eq!(db.count("charges").await, 0);
@@ -524,7 +532,11 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
     // The new generation's own writes pass.
     assert!(matches!(
         db.store
-            .finish_charge(&s, &k, new.fence(), &charge_for(&new), &response("new"))
+            .finish_charge(
+                Owner::new(&s, &k, new.fence()),
+                &charge_for(&new),
+                &response("new")
+            )
             .await
             .expect("write"),
         Completion::Stored { .. }
@@ -542,9 +554,7 @@ async fn every_completion_counts_retention_from_itself(backend: Backend) {
     let Completion::Stored { expires_at } = db
         .store
         .finish_charge(
-            &s,
-            &k,
-            claimed.fence(),
+            Owner::new(&s, &k, claimed.fence()),
             &charge_for(&claimed),
             &response("a"),
         )
@@ -579,18 +589,21 @@ async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_ch
     let (s, k) = (scope(), key("k"));
     let claimed = db.claim_owned(&s, &k).await;
     db.store
-        .record_effect(&s, &k, claimed.fence(), "sim_known")
+        .record_effect(Owner::new(&s, &k, claimed.fence()), "sim_known")
         .await
         .expect("charged");
     assert_eq!(
-        db.store.fail(&s, &k, claimed.fence()).await.expect("write"),
+        db.store
+            .fail(Owner::new(&s, &k, claimed.fence()))
+            .await
+            .expect("write"),
         Finish::Fenced
     );
     // Nor completed with an answer that made nothing: its effect must reach the ledger.
     let declined = StoredResponse::new(402, [], b"declined".to_vec());
     assert_eq!(
         db.store
-            .complete_without_effect(&s, &k, claimed.fence(), &declined)
+            .complete_without_effect(Owner::new(&s, &k, claimed.fence()), &declined)
             .await
             .expect("write"),
         Completion::Fenced
@@ -618,7 +631,7 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
     let (s, k) = (scope(), key("k"));
     let claimed = db.claim_owned(&s, &k).await;
     db.store
-        .release(&s, &k, claimed.fence())
+        .release(Owner::new(&s, &k, claimed.fence()))
         .await
         .expect("release");
     let grace = std::time::Duration::from_secs(30);
@@ -633,7 +646,7 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
     let retry = db.claim_owned(&s, &k).await;
     assert!(retry.took_over);
     db.store
-        .release(&s, &k, retry.fence())
+        .release(Owner::new(&s, &k, retry.fence()))
         .await
         .expect("release");
     db.move_into_past(&["locked_until"]).await;
@@ -662,7 +675,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backen
     );
     let declined = StoredResponse::new(402, [], b"declined".to_vec());
     db.store
-        .complete_without_effect(&scope(), &key("k"), first.fence(), &declined)
+        .complete_without_effect(Owner::new(&scope(), &key("k"), first.fence()), &declined)
         .await
         .expect("finish");
     assert_eq!(
@@ -758,9 +771,7 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
     let written = db
         .store
         .finish_charge(
-            &s,
-            &key("first"),
-            first.fence(),
+            Owner::new(&s, &key("first"), first.fence()),
             &charge_for(&first),
             &response("a"),
         )
@@ -781,9 +792,7 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
     let refused = db
         .store
         .finish_charge(
-            &s,
-            &key("second"),
-            second.fence(),
+            Owner::new(&s, &key("second"), second.fence()),
             &duplicate,
             &response("b"),
         )
@@ -823,9 +832,7 @@ async fn write_charge(db: &TestDb, name: &str) {
     let done = db
         .store
         .finish_charge(
-            &scope(),
-            &key(name),
-            claimed.fence(),
+            Owner::new(&scope(), &key(name), claimed.fence()),
             &charge,
             &response(name),
         )
@@ -948,7 +955,11 @@ async fn charged(db: &TestDb) -> ChargeId {
     let charge = charge_for(&claimed);
     let done = db
         .store
-        .finish_charge(&s, &k, claimed.fence(), &charge, &response("charge"))
+        .finish_charge(
+            Owner::new(&s, &k, claimed.fence()),
+            &charge,
+            &response("charge"),
+        )
         .await
         .expect("finish the charge");
     assert!(matches!(done, Completion::Stored { .. }));
@@ -976,9 +987,7 @@ impl TestDb {
         let reservation = self
             .store
             .reserve_refund(
-                &s,
-                &k,
-                claimed.fence(),
+                Owner::new(&s, &k, claimed.fence()),
                 &refund_of(charge, amount),
                 created_at(),
             )
@@ -1024,9 +1033,7 @@ async fn a_reservation_is_made_once_per_generation_and_never_exceeds_the_charge(
     let again = db
         .store
         .reserve_refund(
-            &refund_scope(),
-            &key("refund-1"),
-            claimed.fence(),
+            Owner::new(&refund_scope(), &key("refund-1"), claimed.fence()),
             &refund_of(charge, Some(60)),
             created_at(),
         )
@@ -1070,9 +1077,7 @@ async fn a_fenced_off_attempt_reserves_nothing(backend: Backend) {
     let reservation = db
         .store
         .reserve_refund(
-            &s,
-            &k,
-            taken_over,
+            Owner::new(&s, &k, taken_over),
             &refund_of(charge, Some(10)),
             created_at(),
         )
@@ -1096,7 +1101,10 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
     let (declined, _) = db.reserve("declined", charge, Some(30)).await;
     let done = db
         .store
-        .refuse_refund(&s, &key("declined"), declined.fence(), &response("402"))
+        .refuse_refund(
+            Owner::new(&s, &key("declined"), declined.fence()),
+            &response("402"),
+        )
         .await
         .expect("refuse");
     assert!(matches!(done, Completion::Stored { .. }));
@@ -1109,7 +1117,7 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
     let (canceled, _) = db.reserve("canceled", charge, Some(30)).await;
     let failed = db
         .store
-        .fail_refund(&s, &key("canceled"), canceled.fence())
+        .fail_refund(Owner::new(&s, &key("canceled"), canceled.fence()))
         .await
         .expect("fail");
     assert_eq!(failed, Finish::Written);
@@ -1124,14 +1132,18 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
     let refund = reserved(reservation).succeeded("re_sim_1".into());
     let done = db
         .store
-        .finish_refund(&s, &key("made"), made.fence(), &refund, &response("201"))
+        .finish_refund(
+            Owner::new(&s, &key("made"), made.fence()),
+            &refund,
+            &response("201"),
+        )
         .await
         .expect("finish");
     assert!(matches!(done, Completion::Stored { .. }));
     assert_eq!(db.refunded_and_reserved().await, (30, 30));
     let late_failure = db
         .store
-        .fail_refund(&s, &key("made"), made.fence())
+        .fail_refund(Owner::new(&s, &key("made"), made.fence()))
         .await
         .expect("fail");
     assert_eq!(
@@ -1212,7 +1224,7 @@ mod floors {
         };
         let done = db
             .store
-            .finish_charge(&s, &k, fence, &charge, &response("floor"))
+            .finish_charge(Owner::new(&s, &k, fence), &charge, &response("floor"))
             .await
             .expect("finish");
         assert!(matches!(done, Completion::Stored { .. }));

@@ -111,7 +111,7 @@ impl Operation for CreateCharge {
         let completion = self
             .0
             .store
-            .finish_charge(owner.scope, owner.key, owner.fence, &charge, &response)
+            .finish_charge(owner, &charge, &response)
             .await?;
         if completion != Completion::Fenced {
             tracing::info!(charge.id = %charge.id, "charge created");

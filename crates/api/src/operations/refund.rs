@@ -58,13 +58,7 @@ impl Operation for CreateRefund {
         let reservation = self
             .0
             .store
-            .reserve_refund(
-                owner.scope,
-                owner.key,
-                owner.fence,
-                request,
-                now_to_the_microsecond(),
-            )
+            .reserve_refund(owner, request, now_to_the_microsecond())
             .await?;
         let refused = |error: ApiError| Ok(Prepared::Refused(error.to_stored_response()));
         match reservation {
@@ -145,7 +139,7 @@ impl Operation for CreateRefund {
         let completion = self
             .0
             .store
-            .finish_refund(owner.scope, owner.key, owner.fence, &refund, &response)
+            .finish_refund(owner, &refund, &response)
             .await?;
         if completion != Completion::Fenced {
             tracing::info!(refund.id = %refund.id, charge.id = %refund.charge, "refund created");
@@ -160,11 +154,7 @@ impl Operation for CreateRefund {
         owner: Owner<'_>,
         response: &StoredResponse,
     ) -> Result<Completion, ProtocolError> {
-        Ok(self
-            .0
-            .store
-            .refuse_refund(owner.scope, owner.key, owner.fence, response)
-            .await?)
+        Ok(self.0.store.refuse_refund(owner, response).await?)
     }
 
     /// The refund's own store fails the record, releasing the reservation with it.
@@ -173,10 +163,6 @@ impl Operation for CreateRefund {
         _records: &dyn RecordStore,
         owner: Owner<'_>,
     ) -> Result<Finish, ProtocolError> {
-        Ok(self
-            .0
-            .store
-            .fail_refund(owner.scope, owner.key, owner.fence)
-            .await?)
+        Ok(self.0.store.fail_refund(owner).await?)
     }
 }

@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, TenantId};
-use payments_idempotency::engine::{self, Completion};
+use payments_idempotency::engine::{self, Completion, Owner};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -101,7 +101,7 @@ pub(super) async fn charge_in_two_commits(
     let response = created_response(&charge)?;
     match state
         .store
-        .finish_charge(&scope, &key, fence, &charge, &response)
+        .finish_charge(Owner::new(&scope, &key, fence), &charge, &response)
         .await?
     {
         Completion::Stored { .. } => Ok((

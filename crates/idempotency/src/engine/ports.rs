@@ -49,6 +49,12 @@ pub struct Owner<'a> {
     pub fence: Fence,
 }
 
+impl<'a> Owner<'a> {
+    pub fn new(scope: &'a Scope, key: &'a IdempotencyKey, fence: Fence) -> Self {
+        Self { scope, key, fence }
+    }
+}
+
 /// What an owning attempt needs to execute or resume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {

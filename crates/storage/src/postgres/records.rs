@@ -79,14 +79,7 @@ impl PgStore {
     ) -> Result<Completion, StoreError> {
         let ttl = self.policy.ttl;
         let mut sql = QueryBuilder::new("WITH gate AS (");
-        fenced::push_complete(
-            &mut sql,
-            finish.scope,
-            finish.key,
-            finish.fence,
-            finish.response,
-            ttl,
-        )?;
+        fenced::push_complete(&mut sql, finish.owner, finish.response, ttl)?;
         sql.push("), ");
         push_charge_writes(&mut sql, finish.charge)?;
         sql.push(" SELECT expires_at FROM gate");

@@ -65,8 +65,7 @@ impl SqliteStore {
         finish: ChargeFinish<'_>,
     ) -> Result<Completion, StoreError> {
         let ttl = self.policy.ttl;
-        let mut sql =
-            fenced::complete(finish.scope, finish.key, finish.fence, finish.response, ttl)?;
+        let mut sql = fenced::complete(finish.owner, finish.response, ttl)?;
         let mut write = self.begin_write().await?;
         let completion = Self::complete_on(&mut write, &mut sql).await?;
         if completion == Completion::Fenced {
