@@ -4,14 +4,16 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use payments_domain::{Charge, ChargeId, ChargeRequest, ProcessorCharge, ProcessorChargeRequest};
+use payments_domain::{
+    Charge, ChargeId, ChargeRequest, ProcessorCharge, ProcessorChargeRequest, TenantId,
+};
 use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
     Completion, EffectError, Operation, Owner, Prepared, ProtocolError, Settled,
 };
 use payments_storage::StoreError;
 
-use super::{Ports, created, effect_error, settled, tenant_of};
+use super::{Ports, created, effect_error, settled};
 use crate::ApiError;
 use crate::failpoint::{self, Failure};
 use crate::views::{ChargeView, CreateChargeBody};
@@ -96,7 +98,7 @@ impl Operation for CreateCharge {
     ) -> Result<(Completion, StoredResponse), ProtocolError> {
         let charge = Charge {
             id: ChargeId::from_uuid(owner.fence.resource_id),
-            tenant: tenant_of(&owner),
+            tenant: TenantId::new(owner.scope.tenant.clone()),
             money: request.money,
             source: request.source.clone(),
             description: request.description.clone(),

@@ -62,8 +62,3 @@ fn settled<E>(outcome: CancelOutcome<E>) -> Settled<E> {
         CancelOutcome::Canceled => Settled::Tombstoned,
     }
 }
-
-/// The tenant an owned record belongs to.
-fn tenant_of(owner: &payments_idempotency::engine::Owner<'_>) -> payments_domain::TenantId {
-    payments_domain::TenantId::new(owner.scope.tenant.clone())
-}

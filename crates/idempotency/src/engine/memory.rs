@@ -116,11 +116,6 @@ impl MemoryRecords {
         inner.now += delta(by);
     }
 
-    /// The store's clock.
-    pub fn now(&self) -> DateTime<Utc> {
-        self.lock().now
-    }
-
     /// Writes fenced calls without checking the fence: a broken store, for a test that shows
     /// its checks would catch one.
     pub fn without_fence(self) -> Self {

@@ -95,7 +95,7 @@ impl Answer {
 
 /// An operation with what the engine keeps for it: how long its recent attempts took, for
 /// the `Retry-After` of a duplicate.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Idempotent<O> {
     operation: O,
     durations: RecentDurations,
@@ -194,11 +194,6 @@ impl Engine {
     pub fn with_operation<O: Operation>(mut self, op: Arc<Idempotent<O>>) -> Self {
         self.operations.insert(O::NAME, op);
         self
-    }
-
-    /// The records the engine works on.
-    pub fn records(&self) -> &dyn RecordStore {
-        self.records.as_ref()
     }
 
     /// Runs `request` of `op` through the protocol.
