@@ -6,11 +6,9 @@
 
 use std::time::Duration;
 
-use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyPolicy, Scope};
-use sqlx::QueryBuilder;
-
-use crate::fenced::{Dialect, PushValue};
+use crate::dialect::{Dialect, Statement};
 use crate::model::Generation;
+use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyPolicy, Scope};
 
 /// A claim of `key` for a request: its scope, its fingerprint, and the canonical body stored
 /// with the record for the completer.
@@ -29,7 +27,7 @@ pub(crate) fn insert_pending<'a, DB: Dialect>(
     claim: NewClaim<'a>,
     generation: &'a Generation,
     policy: IdempotencyPolicy,
-) -> QueryBuilder<'a, DB> {
+) -> Statement<'a, DB> {
     let mut sql = insert_record(claim, generation, policy);
     sql.push(" ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING RETURNING attempts");
     sql
@@ -41,8 +39,8 @@ pub(crate) fn insert_record<'a, DB: Dialect>(
     claim: NewClaim<'a>,
     generation: &'a Generation,
     policy: IdempotencyPolicy,
-) -> QueryBuilder<'a, DB> {
-    let mut sql = DB::builder(
+) -> Statement<'a, DB> {
+    let mut sql = Statement::new(
         "INSERT INTO idempotency_records
              (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
               locked_until, attempts, resource_id, processor_key, created_at, expires_at,
@@ -82,8 +80,8 @@ pub(crate) fn read_record<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     lock: bool,
-) -> QueryBuilder<'a, DB> {
-    let mut sql = DB::builder("SELECT r.*, ");
+) -> Statement<'a, DB> {
+    let mut sql = Statement::new("SELECT r.*, ");
     sql.push(DB::NOW)
         .push(" AS db_now FROM idempotency_records r");
     push_where_key(&mut sql, scope, key);
@@ -100,8 +98,8 @@ pub(crate) fn take_over<'a, DB: Dialect>(
     scope: &'a Scope,
     key: &'a IdempotencyKey,
     lock_timeout: Duration,
-) -> QueryBuilder<'a, DB> {
-    let mut sql = DB::builder(
+) -> Statement<'a, DB> {
+    let mut sql = Statement::new(
         "UPDATE idempotency_records SET state = 'pending', attempts = attempts + 1, locked_until = ",
     );
     DB::push_now_plus(&mut sql, lock_timeout);
@@ -118,8 +116,8 @@ pub(crate) fn replace<'a, DB: Dialect>(
     claim: NewClaim<'a>,
     generation: &'a Generation,
     policy: IdempotencyPolicy,
-) -> QueryBuilder<'a, DB> {
-    let mut sql = DB::builder("UPDATE idempotency_records SET fingerprint = ");
+) -> Statement<'a, DB> {
+    let mut sql = Statement::new("UPDATE idempotency_records SET fingerprint = ");
     sql.value(claim.fingerprint.as_bytes().as_slice()).push(
         ", state = 'pending', recovery_point = 'started', attempts = attempts + 1,
              locked_until = ",
@@ -147,7 +145,7 @@ pub(crate) fn replace<'a, DB: Dialect>(
 
 /// ` WHERE <the record's primary key>`.
 pub(crate) fn push_where_key<'a, DB: Dialect>(
-    sql: &mut QueryBuilder<'a, DB>,
+    sql: &mut Statement<'a, DB>,
     scope: &'a Scope,
     key: &'a IdempotencyKey,
 ) {

@@ -2,14 +2,16 @@
 //! and the outbox, behind repository traits with two backends, PostgreSQL (deployments) and
 //! SQLite (the embedded mode), and the migrations of each.
 //!
-//! Queries are plain `sqlx::query`/`query_as` with `FromRow` rows: the SQL is visible where it
-//! runs, and rows are converted to domain and protocol types here, at the edge, so nothing above
+//! Statements are built one way, as a `Statement` whose fragments bind their values where they
+//! name them, and read back as `FromRow` rows: the SQL is visible where it runs, and rows are
+//! converted to domain and protocol types here, at the edge, so nothing above
 //! this crate sees a database type. Each multi-statement step runs in a transaction this crate
 //! opens and commits. This crate must not import axum or any HTTP type. Redis (the replay
 //! cache, the event stream) is only ever an accelerator and a transport: nothing here treats it
 //! as a source of truth.
 
 mod claiming;
+mod dialect;
 mod error;
 mod fenced;
 #[cfg(feature = "bench")]
@@ -17,6 +19,7 @@ mod floors;
 mod model;
 mod outbox;
 mod postgres;
+mod posting;
 mod reading;
 mod recording;
 mod records;
@@ -25,8 +28,10 @@ mod refunding;
 mod replay_cache;
 mod repository;
 mod rows;
+mod sql_store;
 mod sqlite;
 mod stream;
+mod workers;
 
 use std::str::FromStr;
 use std::sync::Arc;

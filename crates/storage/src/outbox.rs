@@ -1,17 +1,15 @@
 //! The outbox's upkeep, written once for both backends: the size of the unpublished backlog,
 //! and the pruning of published events. (Publishing differs: each backend's relay takes its
-//! rows its own way, in `workers.rs`.)
+//! rows its own way, in `relay.rs`.)
 
 use std::time::Duration;
 
-use sqlx::QueryBuilder;
-
-use crate::fenced::{Dialect, PushValue};
+use crate::dialect::{Dialect, Statement};
 
 /// The number of unpublished events and the age of the oldest in seconds (`NULL` when there
 /// is none).
-pub(crate) fn backlog<'a, DB: Dialect>() -> QueryBuilder<'a, DB> {
-    let mut sql = DB::builder("SELECT count(*), ");
+pub(crate) fn backlog<'a, DB: Dialect>() -> Statement<'a, DB> {
+    let mut sql = Statement::new("SELECT count(*), ");
     sql.push(DB::OLDEST_AGE_SECS)
         .push(" FROM outbox_events WHERE published_at IS NULL");
     sql
@@ -26,8 +24,8 @@ pub(crate) fn backlog<'a, DB: Dialect>() -> QueryBuilder<'a, DB> {
 pub(crate) fn prune_published<'a, DB: Dialect>(
     retention: Duration,
     batch: i64,
-) -> QueryBuilder<'a, DB> {
-    let mut sql = DB::builder(
+) -> Statement<'a, DB> {
+    let mut sql = Statement::new(
         "DELETE FROM outbox_events WHERE id IN (
              SELECT id FROM outbox_events
              WHERE published_at IS NOT NULL AND published_at < ",

@@ -234,7 +234,7 @@ pub trait WorkerRepository: Send + Sync {
 }
 
 /// The outbox's upkeep: the same statements on both backends (`outbox.rs`), implemented once
-/// with the store (`impl_store!`).
+/// over any backend's store (`sql_store.rs`).
 #[async_trait]
 pub trait OutboxRepository: Send + Sync {
     /// The size and age of the unpublished backlog.
@@ -309,57 +309,3 @@ pub trait Store:
     /// Answers whether the database takes a query now.
     async fn ping(&self) -> Result<(), StoreError>;
 }
-
-/// Implements `Store` and `OutboxRepository` for `$store`, a store of backend `$backend` with
-/// a `pool` of database `$db` and a `policy`, whose `run_migrations` applies the backend's
-/// migrations and whose `write_statement` runs one statement on its write path.
-macro_rules! impl_store {
-    ($store:ty, $db:ty, $backend:expr) => {
-        #[async_trait::async_trait]
-        impl $crate::repository::Store for $store {
-            fn backend(&self) -> $crate::repository::Backend {
-                $backend
-            }
-
-            #[cfg(feature = "bench")]
-            fn floors(&self) -> &dyn $crate::FloorRepository {
-                self
-            }
-
-            fn policy(&self) -> payments_idempotency::IdempotencyPolicy {
-                self.policy
-            }
-
-            async fn migrate(&self) -> Result<(), $crate::StoreError> {
-                self.run_migrations()
-                    .await
-                    .map_err(|e| $crate::StoreError::Migration(e.to_string()))
-            }
-
-            async fn ping(&self) -> Result<(), $crate::StoreError> {
-                sqlx::query("SELECT 1").execute(&self.pool).await?;
-                Ok(())
-            }
-        }
-
-        #[async_trait::async_trait]
-        impl $crate::repository::OutboxRepository for $store {
-            async fn outbox_backlog(&self) -> Result<$crate::model::Backlog, $crate::StoreError> {
-                let mut sql = $crate::outbox::backlog::<$db>();
-                let row = sql.build_query_as().fetch_one(&self.pool).await?;
-                Ok($crate::model::Backlog::from_row(row))
-            }
-
-            async fn prune_published_events(
-                &self,
-                retention: std::time::Duration,
-                batch: i64,
-            ) -> Result<u64, $crate::StoreError> {
-                let sql = $crate::outbox::prune_published::<$db>(retention, batch);
-                self.write_statement(sql).await
-            }
-        }
-    };
-}
-
-pub(crate) use impl_store;

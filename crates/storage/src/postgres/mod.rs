@@ -3,26 +3,21 @@
 //! Row locks (`FOR UPDATE`, `SKIP LOCKED`) serialise what must be serialised and let
 //! instances share the work of the background workers; the finish is one statement.
 //!
-//! The layout is the SQLite backend's: `records.rs` implements `RecordRepository` (with the
-//! claim's steps in `claim.rs` and the SQL of the fenced writes in `statements.rs`),
-//! `reads.rs` `ChargeRepository`, `workers.rs` `WorkerRepository`, `floors.rs` the bench
-//! floors, and this module the store itself.
+//! The layout is the SQLite backend's: this module is the store itself, `store.rs` what it
+//! does its own way (`SqlStore`: the claim's lock, the write path, the finish), `charges.rs`
+//! the inserts of a charge's finish, `dialect.rs` its SQL dialect, and `relay.rs`
+//! how its outbox relay takes rows. Everything else is shared, written once over `SqlStore`.
 
-#[cfg(feature = "bench")]
-mod floors;
-mod reads;
-mod records;
-mod statements;
-mod workers;
-
-use std::time::Duration;
+mod charges;
+mod dialect;
+mod relay;
+mod store;
 
 use payments_idempotency::IdempotencyPolicy;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Transaction};
 
-use crate::repository::{Backend, impl_store};
 use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
@@ -79,17 +74,3 @@ impl PgStore {
             .map_err(StoreError::from)
     }
 }
-
-/// Seconds as a PostgreSQL interval argument (`make_interval(secs => $n)` takes a double).
-fn secs(duration: Duration) -> f64 {
-    duration.as_secs_f64()
-}
-
-impl PgStore {
-    /// sqlx takes an advisory lock around the migrations, so instances may start together.
-    async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        MIGRATOR.run(&self.pool).await
-    }
-}
-
-impl_store!(PgStore, Postgres, Backend::Postgres);

@@ -10,17 +10,20 @@
 //! - the clock is SQLite's (`strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`), so lock expiry is judged
 //!   the same way by every process on the file.
 
-#[cfg(feature = "bench")]
-mod floors;
-mod reads;
-mod records;
-mod workers;
+//!
+//! The layout is the PostgreSQL backend's: this module is the store itself, `store.rs` what it
+//! does its own way (`SqlStore`: the claim's lock, the write path, the finish), `charges.rs`
+//! the inserts of a charge's finish, `dialect.rs` its SQL dialect, and `relay.rs`
+//! how its outbox relay takes rows. Everything else is shared, written once over `SqlStore`.
+
+mod charges;
+mod dialect;
+mod relay;
+mod store;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use payments_idempotency::IdempotencyPolicy;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -28,36 +31,10 @@ use sqlx::sqlite::{
 use sqlx::{Sqlite, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 
-use crate::fenced::Dialect;
-use crate::repository::{Backend, impl_store};
 use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/sqlite`, embedded in the binary.
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
-
-/// The database's clock, in the one text format every time column uses.
-const NOW: &str = <sqlx::Sqlite as Dialect>::NOW;
-
-/// The database's clock plus the modifier bound at `param` (see [`offset`]).
-fn now_plus(param: &str) -> String {
-    format!("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', {param})")
-}
-
-/// A duration as an SQLite date modifier, `+30.000 seconds`.
-pub(crate) fn offset(duration: Duration) -> String {
-    format!("+{:.3} seconds", duration.as_secs_f64())
-}
-
-/// A duration as an SQLite date modifier into the past, `-30.000 seconds`.
-pub(crate) fn ago(duration: Duration) -> String {
-    format!("-{:.3} seconds", duration.as_secs_f64())
-}
-
-/// A time written by the service (a charge's creation), at microseconds like PostgreSQL: one
-/// fixed width per column, so that text order is time order.
-pub(crate) fn stored_time(time: DateTime<Utc>) -> String {
-    time.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
-}
 
 /// The SQLite store. Cheap to clone (the pool and the write gate are shared).
 #[derive(Debug, Clone)]
@@ -68,7 +45,7 @@ pub(crate) struct SqliteStore {
 }
 
 /// A write transaction: the in-process gate, then SQLite's write lock.
-struct WriteTx<'a> {
+pub(crate) struct WriteTx<'a> {
     tx: Transaction<'static, Sqlite>,
     _gate: MutexGuard<'a, ()>,
 }
@@ -140,7 +117,7 @@ impl SqliteStore {
     }
 
     /// Begins a write transaction that holds the write lock from its first statement on.
-    async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
+    pub(crate) async fn begin_immediate(&self) -> Result<WriteTx<'_>, StoreError> {
         let gate = self.write_gate.lock().await;
         // The SQLite driver's custom BEGIN is not cancel-safe: a request dropped while it runs
         // (its client went away, or it timed out) can leave the connection inside a transaction
@@ -205,13 +182,3 @@ fn owner_only(file: &Path) -> Result<(), StoreError> {
 fn owner_only(_file: &Path) -> Result<(), StoreError> {
     Ok(())
 }
-
-impl SqliteStore {
-    /// Migrations write: several processes starting on one file take turns.
-    async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        let _gate = self.write_gate.lock().await;
-        MIGRATOR.run(&self.pool).await
-    }
-}
-
-impl_store!(SqliteStore, Sqlite, Backend::Sqlite);

@@ -1,0 +1,128 @@
+//! What PostgreSQL's store does its own way ([`SqlStore`]): a claim inserts on its own and
+//! locks only an existing record, one write statement runs on the pool, and a charge's finish
+//! is one statement.
+
+use async_trait::async_trait;
+use payments_idempotency::IdempotencyPolicy;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres, Transaction};
+
+use super::MIGRATOR;
+use super::PgStore;
+use super::charges::push_charge_writes;
+use crate::StoreError;
+use crate::claiming::NewClaim;
+use crate::dialect::Statement;
+use crate::fenced;
+use crate::model::{Claim, Completion};
+use crate::recording::{self, ChargeFinish};
+use crate::repository::Backend;
+use crate::sql_store::SqlStore;
+use crate::stream::{EventSink, RelayError};
+
+#[async_trait]
+impl SqlStore for PgStore {
+    type Db = Postgres;
+    type Write<'s> = Transaction<'static, Postgres>;
+
+    const BACKEND: Backend = Backend::Postgres;
+
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn policy(&self) -> IdempotencyPolicy {
+        self.policy
+    }
+
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.begin().await
+    }
+
+    async fn commit(write: Self::Write<'_>) -> Result<(), StoreError> {
+        Ok(write.commit().await?)
+    }
+
+    /// Autocommit: one statement is its own transaction.
+    type OneWrite<'s> = PoolConnection<Postgres>;
+
+    async fn begin_one_write(&self) -> Result<PoolConnection<Postgres>, StoreError> {
+        Ok(self.pool.acquire().await?)
+    }
+
+    async fn end_one_write(_: Self::OneWrite<'_>) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// A fresh key is claimed by a single `INSERT .. ON CONFLICT DO NOTHING`: the primary key
+    /// decides between concurrent duplicates, with no check-then-act window. Only when the key
+    /// exists does the claim read the record under `FOR UPDATE` and judge it, in one short
+    /// transaction, so that two retries cannot both take over a stale record.
+    async fn claim_under_lock(&self, claim: NewClaim<'_>) -> Result<Claim, StoreError> {
+        // Two rounds at most: the record can vanish (reaped) between the failed insert and the
+        // locking read, and then the insert is tried once more.
+        for _ in 0..2 {
+            let mut connection = self.pool.acquire().await?;
+            let inserted =
+                recording::insert_pending::<Postgres>(&mut connection, &claim, self.policy);
+            if let Some(claimed) = inserted.await? {
+                return Ok(Claim::Owned(claimed));
+            }
+            drop(connection);
+            let mut tx = self.begin().await?;
+            let Some(locked) =
+                recording::read_record::<Postgres>(&mut tx, claim.scope, claim.key, true).await?
+            else {
+                continue;
+            };
+            // Judged absent: the record vanished in between; try the insert again.
+            let acted = recording::act_on_locked::<Postgres>(&mut tx, locked, &claim, self.policy);
+            let Some(outcome) = acted.await? else {
+                continue;
+            };
+            tx.commit().await?;
+            return Ok(outcome);
+        }
+        Err(StoreError::Corrupt(format!(
+            "key {} neither inserts nor reads back",
+            claim.key
+        )))
+    }
+
+    /// Writes the charge, its ledger transaction, its `payment.completed` outbox event and the
+    /// completed record as ONE statement: either all of them exist or none does.
+    ///
+    /// Data-modifying CTEs make it a single round trip and a single commit. The fenced update of
+    /// the record is the gate every insert selects from: if another attempt owns the record,
+    /// the update matches no row and nothing else is written. The ledger's balance trigger and
+    /// the foreign keys are checked at the end of the statement and at commit as usual.
+    async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError> {
+        let mut sql = Statement::new("WITH gate AS (");
+        fenced::push_complete(&mut sql, finish.owner, finish.response, self.policy.ttl)?;
+        sql.push("), ");
+        push_charge_writes(&mut sql, finish.charge)?;
+        sql.push(" SELECT expires_at FROM gate");
+        self.complete_one(sql).await
+    }
+
+    async fn relay(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {
+        self.relay_outbox_locked(batch, sink).await
+    }
+
+    /// sqlx takes an advisory lock around the migrations, so instances may start together.
+    async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError> {
+        MIGRATOR.run(&self.pool).await
+    }
+
+    /// The finish's very inserts (`push_charge_writes`) behind a gate that always yields its
+    /// row: one statement, one commit, no idempotency record at all.
+    #[cfg(feature = "bench")]
+    async fn write_charge_alone(&self, charge: &payments_domain::Charge) -> Result<(), StoreError> {
+        let mut sql = Statement::new("WITH gate AS (SELECT 1), ");
+        push_charge_writes(&mut sql, charge)?;
+        sql.push(" SELECT count(*) FROM gate");
+        let mut connection = self.pool.acquire().await?;
+        let _: (i64,) = sql.fetch_one(&mut connection).await?;
+        Ok(())
+    }
+}

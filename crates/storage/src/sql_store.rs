@@ -1,0 +1,167 @@
+//! What a backend's store supplies, as one trait, [`SqlStore`]: its pool and policy, its write
+//! path, how a claim takes its lock, how a charge's finish writes and how the outbox relay
+//! takes its rows. Everything else is written once over it, as plain generic impls:
+//! `RecordRepository` (`recording.rs`), `ChargeRepository` (`reading.rs`), `RefundRepository`
+//! (`refunding.rs`), `WorkerRepository` (`workers.rs`), the bench floors (`floors.rs`), and
+//! `Store` and `OutboxRepository` here.
+
+use std::fmt::Debug;
+use std::ops::DerefMut;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use payments_idempotency::IdempotencyPolicy;
+use sqlx::{Database, Pool};
+
+use crate::StoreError;
+use crate::claiming::NewClaim;
+use crate::dialect::{Dialect, Reads, Statement};
+use crate::model::{Backlog, Claim, Completion};
+use crate::outbox;
+use crate::recording::ChargeFinish;
+use crate::repository::{Backend, OutboxRepository, Store};
+use crate::stream::{EventSink, RelayError};
+
+/// A backend's store: the little that differs between PostgreSQL and SQLite beyond the SQL
+/// its [`Dialect`] writes.
+#[async_trait]
+pub(crate) trait SqlStore: Debug + Send + Sync {
+    type Db: Dialect;
+
+    /// A write transaction: PostgreSQL's transaction; SQLite's in-process write gate and its
+    /// `BEGIN IMMEDIATE` transaction, which holds the database's write lock.
+    type Write<'s>: DerefMut<Target = <Self::Db as Database>::Connection> + Send
+    where
+        Self: 's;
+
+    const BACKEND: Backend;
+
+    fn pool(&self) -> &Pool<Self::Db>;
+
+    fn policy(&self) -> IdempotencyPolicy;
+
+    /// Begins a write transaction. Cancel-safe: a caller dropped while it begins leaves no
+    /// transaction open on a pooled connection.
+    async fn begin_write(&self) -> Result<Self::Write<'_>, StoreError>;
+
+    async fn commit(write: Self::Write<'_>) -> Result<(), StoreError>;
+
+    /// Where one write statement (a fenced write, a takeover, a prune) runs on its own:
+    /// PostgreSQL's pooled connection, autocommit; SQLite's write transaction.
+    type OneWrite<'s>: DerefMut<Target = <Self::Db as Database>::Connection> + Send
+    where
+        Self: 's;
+
+    async fn begin_one_write(&self) -> Result<Self::OneWrite<'_>, StoreError>;
+
+    /// Ends the one write: nothing to do on PostgreSQL, the commit on SQLite.
+    async fn end_one_write(write: Self::OneWrite<'_>) -> Result<(), StoreError>;
+
+    /// Runs one write statement on its own and returns the rows it changed.
+    async fn write_one(&self, sql: Statement<'_, Self::Db>) -> Result<u64, StoreError> {
+        let mut write = self.begin_one_write().await?;
+        let changed = sql.execute(&mut write).await?;
+        Self::end_one_write(write).await?;
+        Ok(changed)
+    }
+
+    /// Runs one write statement on its own and reads the row it returned, if any.
+    async fn write_one_returning<R: Send>(
+        &self,
+        sql: Statement<'_, Self::Db>,
+    ) -> Result<Option<R>, StoreError>
+    where
+        Self::Db: Reads<R>,
+    {
+        let mut write = self.begin_one_write().await?;
+        let row = sql.fetch_optional(&mut write).await?;
+        Self::end_one_write(write).await?;
+        Ok(row)
+    }
+
+    /// Runs a completing statement (`RETURNING expires_at`, fenced) on its own.
+    async fn complete_one(&self, sql: Statement<'_, Self::Db>) -> Result<Completion, StoreError> {
+        let expires_at: Option<(DateTime<Utc>,)> = self.write_one_returning(sql).await?;
+        Ok(Completion::from_expiry(expires_at.map(|(at,)| at)))
+    }
+
+    /// Claims a key under the lock (the lock-free read that answers replays, 409s and 422s
+    /// comes first, in `RecordRepository::claim`), with the steps of `recording.rs`.
+    async fn claim_under_lock(&self, claim: NewClaim<'_>) -> Result<Claim, StoreError>;
+
+    /// A charge's finish: the charge, its ledger transaction, its event and the completed
+    /// record, all or nothing (PostgreSQL: one statement gated on the completion; SQLite: the
+    /// completion, then the inserts, in one transaction).
+    async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError>;
+
+    /// Publishes up to `batch` unpublished events and marks them published, each backend its
+    /// own way (`WorkerRepository::relay_outbox`).
+    async fn relay(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError>;
+
+    /// Applies the backend's embedded migrations.
+    async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError>;
+
+    /// The finish's inserts without a record: the floor of a first charge.
+    #[cfg(feature = "bench")]
+    async fn write_charge_alone(&self, charge: &payments_domain::Charge) -> Result<(), StoreError>;
+}
+
+/// Runs a completing statement (`RETURNING expires_at`, fenced) on the caller's connection:
+/// the write that ends a record, with what ends with it.
+pub(crate) async fn complete_on<DB: Dialect>(
+    connection: &mut DB::Connection,
+    sql: Statement<'_, DB>,
+) -> Result<Completion, StoreError> {
+    let expires_at = sql.fetch_optional(connection).await?;
+    Ok(Completion::from_expiry(expires_at.map(|(at,)| at)))
+}
+
+#[async_trait]
+impl<S: SqlStore> Store for S {
+    fn backend(&self) -> Backend {
+        S::BACKEND
+    }
+
+    #[cfg(feature = "bench")]
+    fn floors(&self) -> &dyn crate::FloorRepository {
+        self
+    }
+
+    fn policy(&self) -> IdempotencyPolicy {
+        SqlStore::policy(self)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        self.run_migrations()
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut connection = self.pool().acquire().await?;
+        Statement::<S::Db>::new("SELECT 1")
+            .execute(&mut connection)
+            .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<S: SqlStore> OutboxRepository for S {
+    async fn outbox_backlog(&self) -> Result<Backlog, StoreError> {
+        let mut connection = self.pool().acquire().await?;
+        let row = outbox::backlog::<S::Db>()
+            .fetch_one(&mut connection)
+            .await?;
+        Ok(Backlog::from_row(row))
+    }
+
+    async fn prune_published_events(
+        &self,
+        retention: std::time::Duration,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        self.write_one(outbox::prune_published(retention, batch))
+            .await
+    }
+}
