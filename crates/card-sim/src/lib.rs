@@ -13,7 +13,8 @@
 //! says only that the key is processing; a cancel under a key without a charge tombstones it,
 //! which is the one answer that no charge will ever exist under that key. Refunds, under keys
 //! of their own, keep exactly the same protocol, and never give back more than their charge
-//! took, however many race.
+//! took, however many race; so do payouts ([`PayoutProcessor`](payments_domain::PayoutProcessor)),
+//! whose test bank accounts choose their outcome (see [`TestDestination`]).
 //! The test tokens choose the outcome (see [`TestToken`]); the token rules live only in the
 //! simulator, which the server wraps. This crate depends only on the domain among the
 //! workspace's crates; it must not import the service's storage or API.
@@ -26,4 +27,4 @@ mod wire;
 
 pub use client::{ClientError, HttpCardProcessor};
 pub use simulator::InMemoryCardProcessor;
-pub use tokens::TestToken;
+pub use tokens::{TestDestination, TestToken};

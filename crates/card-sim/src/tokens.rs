@@ -46,3 +46,25 @@ impl TestToken {
         }
     }
 }
+
+/// What a test bank account (a payout's `destination`) makes the simulator do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestDestination {
+    /// Any `ba_` reference not named below: the payout is paid.
+    Pays,
+    /// `ba_slow`: paid after [`TestToken::SLOW_LATENCY`] more than the configured latency.
+    PaysSlowly,
+    /// `ba_declined`: a definitive decline (`account_closed`), like a closed account.
+    Declined,
+}
+
+impl TestDestination {
+    /// The outcome a destination produces.
+    pub fn from_destination(destination: &str) -> Self {
+        match destination {
+            "ba_slow" => Self::PaysSlowly,
+            "ba_declined" => Self::Declined,
+            _ => Self::Pays,
+        }
+    }
+}

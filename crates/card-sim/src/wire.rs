@@ -51,8 +51,32 @@ pub(crate) struct RefundView {
 /// The `object` of a [`RefundView`].
 pub(crate) const REFUND_OBJECT: &str = "refund";
 
-/// The 200 body of `POST /v1/charges/cancel` (`T` is a [`ChargeView`]) and of
-/// `POST /v1/refunds/cancel` (a [`RefundView`]): what was made under the key, or the tombstone.
+/// The body of `POST /v1/payouts`: `destination` is the bank account (`ba_...`) to pay.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct PayoutBody {
+    pub amount: i64,
+    pub currency: String,
+    pub destination: String,
+}
+
+/// A payout as the server shows it (200 on create, on lookup and on cancel). `object` is
+/// always [`PAYOUT_OBJECT`]; `status`, as for a charge, is only ever `succeeded`.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct PayoutView {
+    pub id: String,
+    pub object: String,
+    pub destination: String,
+    pub amount: i64,
+    pub currency: String,
+    pub status: String,
+}
+
+/// The `object` of a [`PayoutView`].
+pub(crate) const PAYOUT_OBJECT: &str = "payout";
+
+/// The 200 body of `POST /v1/charges/cancel` (`T` is a [`ChargeView`]), of
+/// `POST /v1/refunds/cancel` (a [`RefundView`]) and of `POST /v1/payouts/cancel` (a
+/// [`PayoutView`]): what was made under the key, or the tombstone.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum CancelView<T> {
@@ -69,7 +93,7 @@ pub(crate) struct CanceledView {
 /// The `status` of a [`CanceledView`].
 pub(crate) const CANCELED: &str = "canceled";
 
-/// The query of `GET /v1/charges` and `GET /v1/refunds`.
+/// The query of `GET /v1/charges`, `GET /v1/refunds` and `GET /v1/payouts`.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct FindQuery {
     pub idempotency_key: String,
@@ -81,6 +105,8 @@ pub(crate) struct StatsView {
     pub charges_created: u64,
     /// Refunds that succeeded, each key once.
     pub refunds_created: u64,
+    /// Payouts that were paid, each key once.
+    pub payouts_created: u64,
 }
 
 /// Every error body: `{"error": {...}}`, in the shape card processors commonly use.

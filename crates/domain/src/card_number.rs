@@ -140,3 +140,32 @@ mod tests {
         assert!(passes_luhn("0"));
     }
 }
+
+/// Why a client's opaque reference (a card token, a bank account reference) was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReferenceRefusal {
+    /// It holds a card number: the client sent the number itself (a PCI matter).
+    CardNumber,
+    /// It is not `prefix` and then letters, digits or underscores, at most `max_len` in all.
+    Malformed,
+}
+
+/// Checks that `reference` is `prefix` and then at least one ASCII letter, digit or
+/// underscore, at most `max_len` characters in all, and holds no card number (checked first,
+/// so that a client that sends one is told so, not merely that the reference is malformed).
+pub(crate) fn check_reference(
+    reference: &str,
+    prefix: &str,
+    max_len: usize,
+) -> Result<(), ReferenceRefusal> {
+    if contains_card_number(reference) {
+        return Err(ReferenceRefusal::CardNumber);
+    }
+    let well_formed = reference.strip_prefix(prefix).is_some_and(|rest| {
+        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    if !well_formed || reference.len() > max_len {
+        return Err(ReferenceRefusal::Malformed);
+    }
+    Ok(())
+}

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::card_number::contains_card_number;
+use crate::card_number::{ReferenceRefusal, check_reference, contains_card_number};
 use crate::{ChargeId, Money, TenantId};
 
 /// The card token to charge (`tok_visa`): an opaque reference, never a card number.
@@ -20,16 +20,11 @@ impl PaymentSource {
     /// merely that the token is malformed.
     pub fn new(token: impl Into<String>) -> Result<Self, SourceError> {
         let token = token.into();
-        if contains_card_number(&token) {
-            return Err(SourceError::CardNumber);
+        match check_reference(&token, Self::PREFIX, Self::MAX_LEN) {
+            Ok(()) => Ok(Self(token)),
+            Err(ReferenceRefusal::CardNumber) => Err(SourceError::CardNumber),
+            Err(ReferenceRefusal::Malformed) => Err(SourceError::NotAToken),
         }
-        let well_formed = token.strip_prefix(Self::PREFIX).is_some_and(|rest| {
-            !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        });
-        if !well_formed || token.len() > Self::MAX_LEN {
-            return Err(SourceError::NotAToken);
-        }
-        Ok(Self(token))
     }
 
     pub fn as_str(&self) -> &str {

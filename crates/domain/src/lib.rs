@@ -1,5 +1,6 @@
 //! Pure payment types and rules: money, currencies, tenants, charges, the double-entry ledger,
-//! the outbox events and the [`CardProcessor`] port, with its refunds.
+//! the outbox events, the [`CardProcessor`] port, with its refunds, and the
+//! [`PayoutProcessor`] port.
 //!
 //! This crate owns the invariants that must hold whatever stores or serves them: an amount is
 //! never zero or negative, a ledger transaction always balances. It performs no I/O and must not
@@ -11,6 +12,7 @@ mod event;
 mod ids;
 mod ledger;
 mod money;
+mod payout;
 mod processor;
 mod refund;
 
@@ -25,6 +27,10 @@ pub use event::{
 pub use ids::{ChargeId, IdError, RefundId, TenantId};
 pub use ledger::{Account, LedgerEntry, LedgerError, LedgerTransaction};
 pub use money::{Amount, AmountError, Currency, CurrencyError, Money};
+pub use payout::{
+    Destination, DestinationError, PayoutProcessor, ProcessorPayout, ProcessorPayoutRequest,
+    ProcessorPayoutStatus,
+};
 pub use processor::{
     CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorChargeStatus,
     ProcessorError, ProcessorMismatch,

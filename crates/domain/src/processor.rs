@@ -71,6 +71,13 @@ pub enum ProcessorMismatch {
         reported: Money,
         requested: Money,
     },
+    /// A payout to another bank account than the one the request named.
+    #[error("the processor reported payout {id} to {reported}, the request was for {requested}")]
+    Destination {
+        id: String,
+        reported: String,
+        requested: String,
+    },
     /// A refund of another charge than the one the request named.
     #[error(
         "the processor reported refund {id} of charge {reported}, the request was for {requested}"

@@ -1,8 +1,8 @@
-//! [`HttpCardProcessor`]: the [`CardProcessor`] port over HTTP, talking to a `card-sim` server
-//! (or anything that speaks the same small protocol).
+//! [`HttpCardProcessor`]: the [`CardProcessor`] and [`PayoutProcessor`] ports over HTTP,
+//! talking to a `card-sim` server (or anything that speaks the same small protocol).
 //!
-//! The mapping keeps the port's contract, for charges and refunds alike: only a 200 is a charge
-//! or a refund and only a 402 is a decline. Everything else (a 409 while a call under the key
+//! The mapping keeps the ports' contract, for charges, refunds and payouts alike: only a 200 is
+//! what was made and only a 402 is a decline. Everything else (a 409 while a call under the key
 //! is processing or after it was canceled, a 5xx, a refused connection, a timeout, a body that
 //! cannot be read) is [`ProcessorError::Unavailable`], because the caller learns nothing
 //! definitive about money from it; only the same idempotency key, which the processor
@@ -15,17 +15,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use payments_domain::{
-    CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorError,
-    ProcessorRefund, ProcessorRefundRequest,
+    CancelOutcome, CardProcessor, PayoutProcessor, ProcessorCharge, ProcessorChargeRequest,
+    ProcessorError, ProcessorPayout, ProcessorPayoutRequest, ProcessorRefund,
+    ProcessorRefundRequest,
 };
 use reqwest::{StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::wire::{
-    CANCELED, CancelView, ChargeBody, ConflictCode, ErrorEnvelope, IDEMPOTENCY_KEY, RefundBody,
+    CANCELED, CancelView, ChargeBody, ConflictCode, ErrorEnvelope, IDEMPOTENCY_KEY, PayoutBody,
+    RefundBody,
 };
-use reported::{reported, reported_charge, reported_refund};
+use reported::{reported, reported_charge, reported_payout, reported_refund};
 
 /// A card processor reached over HTTP.
 #[derive(Debug, Clone)]
@@ -35,6 +37,8 @@ pub struct HttpCardProcessor {
     cancel_url: Url,
     refunds_url: Url,
     refund_cancel_url: Url,
+    payouts_url: Url,
+    payout_cancel_url: Url,
     timeout: Duration,
 }
 
@@ -72,6 +76,8 @@ impl HttpCardProcessor {
         let cancel_url = join("v1/charges/cancel")?;
         let refunds_url = join("v1/refunds")?;
         let refund_cancel_url = join("v1/refunds/cancel")?;
+        let payouts_url = join("v1/payouts")?;
+        let payout_cancel_url = join("v1/payouts/cancel")?;
         let http = reqwest::Client::builder().timeout(timeout).build()?;
         Ok(Self {
             http,
@@ -79,6 +85,8 @@ impl HttpCardProcessor {
             cancel_url,
             refunds_url,
             refund_cancel_url,
+            payouts_url,
+            payout_cancel_url,
             timeout,
         })
     }
@@ -286,6 +294,43 @@ impl CardProcessor for HttpCardProcessor {
     }
 }
 
+#[async_trait]
+impl PayoutProcessor for HttpCardProcessor {
+    async fn payout(
+        &self,
+        request: ProcessorPayoutRequest,
+    ) -> Result<ProcessorPayout, ProcessorError> {
+        let body = PayoutBody {
+            amount: request.money.amount.minor_units(),
+            currency: request.money.currency.code().to_owned(),
+            destination: request.destination.as_str().to_owned(),
+        };
+        let view = self
+            .create(&self.payouts_url, &request.idempotency_key, &body)
+            .await?;
+        reported_payout(view)
+    }
+
+    async fn find_payout(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorPayout>, ProcessorError> {
+        let view = self.find(self.payouts_url.clone(), idempotency_key).await?;
+        view.map(reported_payout).transpose()
+    }
+
+    async fn cancel_payout(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorPayout>, ProcessorError> {
+        let url = &self.payout_cancel_url;
+        reported(
+            self.cancel_key(url, idempotency_key).await?,
+            reported_payout,
+        )
+    }
+}
+
 fn unavailable(reason: String) -> ProcessorError {
     ProcessorError::Unavailable { reason }
 }
@@ -349,6 +394,19 @@ mod tests {
             Some((
                 "http://sim.local/prefix/v1/refunds".to_owned(),
                 "http://sim.local/prefix/v1/refunds/cancel".to_owned()
+            ))
+        );
+    }
+
+    #[test]
+    fn the_payout_urls_append_to_the_base_path() {
+        let client = HttpCardProcessor::new("http://sim.local/prefix", Duration::from_secs(1));
+        let urls = client.map(|c| (c.payouts_url.to_string(), c.payout_cancel_url.to_string()));
+        assert_eq!(
+            urls.ok(),
+            Some((
+                "http://sim.local/prefix/v1/payouts".to_owned(),
+                "http://sim.local/prefix/v1/payouts/cancel".to_owned()
             ))
         );
     }

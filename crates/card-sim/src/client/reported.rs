@@ -3,11 +3,11 @@
 
 use payments_domain::{
     Amount, CancelOutcome, Currency, CurrencyError, Money, ProcessorCharge, ProcessorChargeStatus,
-    ProcessorError, ProcessorRefund,
+    ProcessorError, ProcessorPayout, ProcessorRefund,
 };
 
 use super::unavailable;
-use crate::wire::{ChargeView, REFUND_OBJECT, RefundView};
+use crate::wire::{ChargeView, PAYOUT_OBJECT, PayoutView, REFUND_OBJECT, RefundView};
 
 /// A charge as the processor reported it, with its own amount, currency and status: the
 /// caller decides whether it is the charge it asked for. A field this side cannot read is
@@ -23,18 +23,35 @@ pub(super) fn reported_charge(view: ChargeView) -> Result<ProcessorCharge, Proce
 /// A refund as the processor reported it, with its own charge, amount, currency and status,
 /// never copied from the request; a body that is not a refund is `Unavailable`.
 pub(super) fn reported_refund(view: RefundView) -> Result<ProcessorRefund, ProcessorError> {
-    if view.object != REFUND_OBJECT {
-        return Err(unavailable(format!(
-            "{} is a {:?}, not a refund",
-            view.id, view.object
-        )));
-    }
+    reported_object(&view.id, &view.object, REFUND_OBJECT)?;
     Ok(ProcessorRefund {
         money: reported_money(view.amount, &view.currency)?,
         status: reported_status(&view.id, &view.status)?,
         id: view.id,
         processor_charge_id: view.charge,
     })
+}
+
+/// A payout as the processor reported it, with its own destination, amount, currency and
+/// status, never copied from the request; a body that is not a payout is `Unavailable`.
+pub(super) fn reported_payout(view: PayoutView) -> Result<ProcessorPayout, ProcessorError> {
+    reported_object(&view.id, &view.object, PAYOUT_OBJECT)?;
+    Ok(ProcessorPayout {
+        money: reported_money(view.amount, &view.currency)?,
+        status: reported_status(&view.id, &view.status)?,
+        id: view.id,
+        destination: view.destination,
+    })
+}
+
+/// Refuses a body whose `object` is not `expected`: it is not what was asked for.
+fn reported_object(id: &str, object: &str, expected: &str) -> Result<(), ProcessorError> {
+    if object == expected {
+        return Ok(());
+    }
+    Err(unavailable(format!(
+        "{id} is a {object:?}, not a {expected}"
+    )))
 }
 
 fn reported_money(amount: i64, currency: &str) -> Result<Money, ProcessorError> {

@@ -9,11 +9,15 @@
 //! | `POST /v1/refunds` (`Idempotency-Key` required; body `charge`, `amount`, `currency`) | 200 refund, 402 `card_error` with `decline_code` `no_such_charge`, `refund_declined`, `amount_too_large` or `currency_mismatch`, 409 `processing`, 409 `idempotency_key_canceled`, 400 |
 //! | `GET /v1/refunds?idempotency_key=K` | 200 refund made under K, or 404 (also while processing); never refunds |
 //! | `POST /v1/refunds/cancel` (`Idempotency-Key` required) | 200 refund made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
-//! | `GET /v1/stats` | `{"charges_created": N, "refunds_created": M}` |
+//! | `POST /v1/payouts` (`Idempotency-Key` required; body `amount`, `currency`, `destination`) | 200 payout, 402 `card_error` with `decline_code` `account_closed` (to `ba_declined`), 409 `processing`, 409 `idempotency_key_canceled`, 400 |
+//! | `GET /v1/payouts?idempotency_key=K` | 200 payout made under K, or 404 (also while processing); never pays |
+//! | `POST /v1/payouts/cancel` (`Idempotency-Key` required) | 200 payout made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
+//! | `GET /v1/stats` | `{"charges_created": N, "refunds_created": M, "payouts_created": P}` |
 //! | `GET /healthz` | 200 |
 
 mod config;
 mod error;
+mod payouts;
 mod refunds;
 mod routes;
 
@@ -23,7 +27,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::{MethodRouter, get, post};
-use payments_domain::{ProcessorCharge, ProcessorRefund};
+use payments_domain::{ProcessorCharge, ProcessorPayout, ProcessorRefund};
 use tokio::net::TcpListener;
 
 pub use config::{ConfigError, DEFAULT_BIND, ServerConfig, USAGE};
@@ -36,6 +40,7 @@ pub fn app(processor: Arc<InMemoryCardProcessor>) -> Router {
     let router = Router::new();
     let router = keyed::<ProcessorCharge>(router, "/v1/charges", post(routes::create_charge));
     let router = keyed::<ProcessorRefund>(router, "/v1/refunds", post(refunds::create_refund));
+    let router = keyed::<ProcessorPayout>(router, "/v1/payouts", post(payouts::create_payout));
     router
         .route("/v1/stats", get(routes::stats))
         .route("/healthz", get(routes::healthz))

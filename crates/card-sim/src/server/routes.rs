@@ -48,7 +48,7 @@ pub(crate) async fn create_charge(
 }
 
 /// What the server needs of each kind of call the simulator keeps keys for (charges,
-/// refunds), so that one lookup handler and one cancel handler serve them all alike.
+/// refunds, payouts), so that one lookup handler and one cancel handler serve them all alike.
 pub(crate) trait Served: Kept + Send + 'static {
     type View: Serialize;
     /// The 404 message of a lookup that finds nothing.
@@ -109,6 +109,7 @@ pub(crate) async fn stats(State(sim): State<Sim>) -> Json<StatsView> {
     Json(StatsView {
         charges_created: sim.charges_created(),
         refunds_created: sim.refunds_created(),
+        payouts_created: sim.payouts_created(),
     })
 }
 

@@ -1,10 +1,11 @@
 //! The in-process simulator the service uses by default, modelled on a slow processor: a call
 //! under a new key registers the key as processing, and its outcome exists only once the
-//! latency has passed, whether or not the caller is still waiting. Charges and refunds keep
-//! their keys in two books of the same kind, so both follow exactly this protocol.
+//! latency has passed, whether or not the caller is still waiting. Charges, refunds and
+//! payouts keep their keys in books of the same kind, so all follow exactly this protocol.
 
 mod book;
 mod charges;
+mod payouts;
 mod refunds;
 #[cfg(test)]
 mod tests;
@@ -14,13 +15,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use payments_domain::{
-    CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorError,
-    ProcessorRefund, ProcessorRefundRequest,
+    CancelOutcome, CardProcessor, PayoutProcessor, ProcessorCharge, ProcessorChargeRequest,
+    ProcessorError, ProcessorPayout, ProcessorPayoutRequest, ProcessorRefund,
+    ProcessorRefundRequest,
 };
 
 pub(crate) use book::{Answer, Book, Outcome};
 
-use crate::TestToken;
+use crate::{TestDestination, TestToken};
 use book::Begin;
 use refunds::Refundable;
 
@@ -29,6 +31,9 @@ pub(crate) type ChargeAnswer = Answer<ProcessorCharge>;
 
 /// The answer to a refund call.
 pub(crate) type RefundAnswer = Answer<ProcessorRefund>;
+
+/// The answer to a payout call.
+pub(crate) type PayoutAnswer = Answer<ProcessorPayout>;
 
 /// A processor that lives in the service's memory. It forgets everything when the service
 /// restarts, so it cannot show exactly-once across crashes; a processor in its own process,
@@ -47,6 +52,7 @@ pub(crate) struct State {
     charges: Book<ProcessorCharge>,
     refunds: Book<ProcessorRefund>,
     refundable: Refundable,
+    payouts: Book<ProcessorPayout>,
 }
 
 /// What a key of each kind settles to (a charge, a refund), and where its book is: so that a
@@ -67,6 +73,12 @@ impl Kept for ProcessorRefund {
     }
 }
 
+impl Kept for ProcessorPayout {
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.payouts
+    }
+}
+
 impl InMemoryCardProcessor {
     /// A simulator whose every new charge or refund takes `latency` to come into existence.
     pub fn with_latency(latency: Duration) -> Self {
@@ -84,6 +96,11 @@ impl InMemoryCardProcessor {
     /// The number of distinct refunds that ever succeeded.
     pub fn refunds_created(&self) -> u64 {
         lock(&self.state).refunds.created()
+    }
+
+    /// The number of distinct payouts ever paid.
+    pub fn payouts_created(&self) -> u64 {
+        lock(&self.state).payouts.created()
     }
 
     /// How long a new call with `token` processes: the configured latency, plus
@@ -132,6 +149,31 @@ impl InMemoryCardProcessor {
             state.refundable.settle(&key, &outcome);
             state.refunds.settle(key, outcome)
         })
+        .await
+    }
+
+    /// How long a new payout to `destination` processes: the configured latency, plus
+    /// [`TestToken::SLOW_LATENCY`] to `ba_slow`.
+    fn payout_latency(&self, destination: TestDestination) -> Duration {
+        match destination {
+            TestDestination::PaysSlowly => self.latency + TestToken::SLOW_LATENCY,
+            TestDestination::Pays | TestDestination::Declined => self.latency,
+        }
+    }
+
+    /// A payout call, answered in full. It processes for the configured latency, plus
+    /// [`TestToken::SLOW_LATENCY`] to `ba_slow`.
+    pub(crate) async fn submit_payout(&self, request: ProcessorPayoutRequest) -> PayoutAnswer {
+        let key = request.idempotency_key;
+        let begun = lock(&self.state).payouts.begin(&key, |_| {
+            payouts::decide(&request.destination, request.money)
+        });
+        let destination = TestDestination::from_destination(request.destination.as_str());
+        self.process(
+            begun,
+            self.payout_latency(destination),
+            move |state, outcome| state.payouts.settle(key, outcome),
+        )
         .await
     }
 
@@ -224,5 +266,29 @@ impl CardProcessor for InMemoryCardProcessor {
     ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError> {
         let mut state = lock(&self.state);
         Ok(state.refunds.cancel(idempotency_key))
+    }
+}
+
+#[async_trait]
+impl PayoutProcessor for InMemoryCardProcessor {
+    async fn payout(
+        &self,
+        request: ProcessorPayoutRequest,
+    ) -> Result<ProcessorPayout, ProcessorError> {
+        self.submit_payout(request).await.into_result()
+    }
+
+    async fn find_payout(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<Option<ProcessorPayout>, ProcessorError> {
+        Ok(self.find_key::<ProcessorPayout>(idempotency_key))
+    }
+
+    async fn cancel_payout(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorPayout>, ProcessorError> {
+        Ok(self.cancel_key(idempotency_key))
     }
 }

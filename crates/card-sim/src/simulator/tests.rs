@@ -1,8 +1,9 @@
-//! One test per rule of the simulator, the charge rules here and the refund rules in
-//! [`refunds`]. Latencies are real but short (the workspace's tokio has no paused clock); a call
+//! One test per rule of the simulator, the charge rules here and the refund and payout rules
+//! in [`refunds`] and [`payouts`]. Latencies are real but short (the workspace's tokio has no paused clock); a call
 //! is started by polling it once, which registers its key deterministically, instead of by
 //! sleeping.
 
+mod payouts;
 mod refunds;
 
 use std::fmt::Debug;

@@ -1,5 +1,6 @@
-//! `POST /v1/charges/cancel`, `POST /v1/refunds/cancel` and `HttpCardProcessor::cancel`: the
-//! one answer that says a key has nothing under it and never will.
+//! `POST /v1/charges/cancel`, `POST /v1/refunds/cancel`, `POST /v1/payouts/cancel` and
+//! `HttpCardProcessor::cancel`: the one answer that says a key has nothing under it and never
+//! will.
 
 use axum::http::StatusCode;
 use payments_card_sim::HttpCardProcessor;
@@ -7,8 +8,8 @@ use payments_domain::{CancelOutcome, CardProcessor, ProcessorChargeStatus, Proce
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    CHARGES, Kind, PATIENT, REACH, REFUNDS, TestSim, charge_body, refund_body, request,
-    spawn_fake_processor, spawn_sim, spawn_slow_sim, usd,
+    CHARGES, Kind, PATIENT, PAYOUTS, REACH, REFUNDS, TestSim, charge_body, payout_body,
+    refund_body, request, spawn_fake_processor, spawn_sim, spawn_slow_sim, usd,
 };
 
 #[tokio::test]
@@ -36,6 +37,19 @@ async fn cancel_of_a_refunded_key_returns_the_refund_and_keeps_it() {
     let (_, charge) = sim.charged(usd(1999)).await;
     let refund = refund_body(&charge.id, 500);
     cancel_of_a_used_key_returns_what_was_made(&sim, REFUNDS, &refund).await;
+}
+
+#[tokio::test]
+async fn cancel_of_an_unused_payout_key_tombstones_it_and_a_later_payout_is_refused() {
+    let sim = spawn_sim().await;
+    cancel_of_an_unused_key_tombstones_it(&sim, PAYOUTS, &payout_body("ba_checking", 500)).await;
+}
+
+#[tokio::test]
+async fn cancel_of_a_paid_key_returns_the_payout_and_keeps_it() {
+    let sim = spawn_sim().await;
+    let payout = payout_body("ba_checking", 500);
+    cancel_of_a_used_key_returns_what_was_made(&sim, PAYOUTS, &payout).await;
 }
 
 /// A cancel under a key never used tombstones it: a later call under it with `body` is

@@ -6,8 +6,9 @@ use std::time::Duration;
 use axum::http::{StatusCode, header};
 use payments_card_sim::HttpCardProcessor;
 use payments_domain::{
-    Amount, CardProcessor, Currency, Money, PaymentSource, ProcessorCharge, ProcessorChargeRequest,
-    ProcessorError, ProcessorRefund, ProcessorRefundRequest,
+    Amount, CardProcessor, Currency, Destination, Money, PaymentSource, ProcessorCharge,
+    ProcessorChargeRequest, ProcessorError, ProcessorPayoutRequest, ProcessorRefund,
+    ProcessorRefundRequest,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -30,6 +31,7 @@ pub(crate) struct Kind(&'static str);
 
 pub(crate) const CHARGES: Kind = Kind("charges");
 pub(crate) const REFUNDS: Kind = Kind("refunds");
+pub(crate) const PAYOUTS: Kind = Kind("payouts");
 
 impl Kind {
     /// `POST` makes one, `GET ?idempotency_key=K` looks it up.
@@ -279,6 +281,18 @@ pub(crate) fn refund_request(key: &str, charge_id: &str, money: Money) -> Proces
 }
 
 /// The body of `POST /v1/refunds` for `amount` USD cents of the processor's charge `charge_id`.
+pub(crate) fn payout_request(key: &str, destination: &str, money: Money) -> ProcessorPayoutRequest {
+    ProcessorPayoutRequest {
+        idempotency_key: key.into(),
+        money,
+        destination: Destination::new(destination).unwrap_or_else(|e| panic!("{e}")),
+    }
+}
+
+pub(crate) fn payout_body(destination: &str, amount: i64) -> Value {
+    json!({"amount": amount, "currency": "USD", "destination": destination})
+}
+
 pub(crate) fn refund_body(charge_id: &str, amount: i64) -> Value {
     json!({"charge": charge_id, "amount": amount, "currency": "USD"})
 }

@@ -6,6 +6,7 @@ mod cancel;
 mod charges;
 mod helpers;
 mod lookup;
+mod payouts;
 mod processing;
 mod protocol;
 mod refund_client;

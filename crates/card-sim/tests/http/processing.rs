@@ -1,5 +1,5 @@
-//! A slow processor, over raw HTTP: a charge or a refund comes into existence only once its
-//! latency has passed; until then its key is processing, and nothing about it is definitive.
+//! A slow processor, over raw HTTP: a charge, a refund or a payout comes into existence only
+//! once its latency has passed; until then its key is processing, and nothing about it is definitive.
 
 use std::time::Instant;
 
@@ -7,7 +7,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 
 use crate::helpers::{
-    CHARGES, Kind, LATENCY, REACH, REFUNDS, TestSim, charge_body, refund_body, spawn_slow_sim, usd,
+    CHARGES, Kind, LATENCY, PAYOUTS, REACH, REFUNDS, TestSim, charge_body, payout_body,
+    refund_body, spawn_slow_sim, usd,
 };
 
 #[tokio::test]
@@ -21,6 +22,17 @@ async fn a_refund_does_not_exist_until_its_latency_has_passed() {
     assert_eq!(refund["charge"], charge.id.as_str());
     assert_eq!(refund["amount"], 500);
     assert_eq!(refund["currency"], "USD");
+}
+
+#[tokio::test]
+async fn a_payout_does_not_exist_until_its_latency_has_passed() {
+    let sim = spawn_slow_sim().await;
+    let payout =
+        exists_only_after_its_latency(&sim, PAYOUTS, &payout_body("ba_checking", 700)).await;
+    assert_eq!(payout["object"], "payout");
+    assert_eq!(payout["destination"], "ba_checking");
+    assert_eq!(payout["amount"], 700);
+    assert_eq!(payout["currency"], "USD");
 }
 
 #[tokio::test]
