@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Checks docker-compose.yml without Docker (no engine, no compose plugin needed):
+# Checks docker-compose.yml with real tools:
 #
-#  1. Installs the pinned jsonschema and PyYAML (scripts/compose/requirements.txt) into a
+#  1. Installs the pinned check-jsonschema and PyYAML (scripts/compose/requirements.txt) into a
 #     Python venv at target/compose-venv, or reuses it when it is up to date (a stamp in the
 #     venv holds the sha256 of requirements.txt).
-#  2. Validates the compose file with scripts/compose/validate.py: the Compose Specification
-#     JSON schema (vendored in scripts/compose/compose-spec.json), then what the schema cannot
-#     express: every service has an image or a build context, every depends_on names a
-#     defined service with a valid condition (and a healthcheck behind service_healthy), no
-#     dependency cycle, every mounted named volume is declared.
-#  3. Runs scripts/compose/selftest.sh: broken copies of the file, one fault each, must all be
-#     rejected, or the check is blind.
+#  2. Validates the file: with a Docker engine, `docker compose config -q` (or v1's
+#     `docker-compose config -q`); without one, `check-jsonschema --builtin-schema
+#     vendor.compose-spec`.
+#  3. Checks what neither tool does (scripts/compose/references.py): every depends_on names a
+#     service, and a dependency with a healthcheck is waited for with it.
+#  4. Proves the check can fail: three broken copies of the file must each be rejected.
 #
 #   scripts/check-compose.sh                    # docker-compose.yml
 #   scripts/check-compose.sh other-compose.yml
@@ -40,40 +39,61 @@ venv=target/compose-venv
 python=${COMPOSE_PYTHON:-python3}
 requirements=scripts/compose/requirements.txt
 
-# --- 1. jsonschema and PyYAML in a venv, pinned -------------------------------------------
+# --- 1. the tools, pinned, in a venv -----------------------------------------------------
 wanted=$(sha256sum "$requirements" | cut -d' ' -f1)
 stamp=$venv/.requirements.sha256
-if [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ] &&
-    "$venv/bin/python" -c 'import jsonschema, yaml' 2>/dev/null; then
+if [ "$(cat "$stamp" 2>/dev/null)" = "$wanted" ] && [ -x "$venv/bin/check-jsonschema" ]; then
     say "reusing $venv (requirements unchanged)"
 else
-    if ! { [ -x "$venv/bin/python" ] &&
-        "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }; then
-        command -v "$python" >/dev/null 2>&1 ||
-            fail "$python not found: the validator needs Python 3.11 or newer (set COMPOSE_PYTHON)"
-        "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-            fail "$python is $("$python" -V 2>&1); the validator needs 3.11 or newer (set COMPOSE_PYTHON)"
-        say "creating $venv with $("$python" -V 2>&1)"
-        rm -rf "$venv"
-        mkdir -p "$(dirname "$venv")"
-        "$python" -m venv "$venv" ||
-            fail "could not create a venv with $python (on Debian: apt-get install python3-venv)"
-    fi
-    say "installing $(grep -E '^(jsonschema|PyYAML)==' "$requirements" | paste -sd' ') and their pinned dependencies"
-    rm -f "$stamp"
+    command -v "$python" >/dev/null 2>&1 ||
+        fail "$python not found: the check needs Python 3.11 or newer (set COMPOSE_PYTHON)"
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+        fail "$python is $("$python" -V 2>&1); the check needs 3.11 or newer (set COMPOSE_PYTHON)"
+    say "creating $venv with $("$python" -V 2>&1)"
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    "$python" -m venv "$venv" ||
+        fail "could not create a venv with $python (on Debian: apt-get install python3-venv)"
     "$venv/bin/python" -m pip install --disable-pip-version-check --quiet -r "$requirements" ||
         fail "pip could not install $requirements into $venv (is PyPI reachable?)"
     echo "$wanted" >"$stamp"
 fi
 
-# --- 2. the real file ---------------------------------------------------------------------
-say "validating $compose against the Compose Specification schema and its cross-references"
-"$venv/bin/python" scripts/compose/validate.py "$compose" ||
-    fail "$compose is not valid (problems above)"
+# Which tool validates: the engine's own compose when an engine answers, else the schema.
+if docker info >/dev/null 2>&1 && docker compose version >/dev/null 2>&1; then
+    tool="docker compose config -q"
+    validate() { docker compose -f "$1" config -q; }
+elif docker info >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1; then
+    tool="docker-compose config -q"
+    validate() { docker-compose -f "$1" config -q; }
+else
+    tool="check-jsonschema --builtin-schema vendor.compose-spec"
+    validate() { "$venv/bin/check-jsonschema" --builtin-schema vendor.compose-spec "$1"; }
+fi
+check() { validate "$1" && "$venv/bin/python" scripts/compose/references.py "$1"; }
 
-# --- 3. the check can fail ----------------------------------------------------------------
-say "self-test: broken copies of $compose must all be rejected"
-COMPOSE_VENV=$venv bash scripts/compose/selftest.sh "$compose" ||
-    fail "the self-test failed (above): the validator cannot be trusted as it is"
+# --- 2 and 3. the real file ----------------------------------------------------------------
+say "validating $compose with $tool, then its references"
+check "$compose" || fail "$compose is not valid (problems above)"
 
-say "OK: $compose is valid, and the validator rejects every broken copy"
+# --- 4. the check can fail ----------------------------------------------------------------
+broken=$(mktemp -d)
+trap 'rm -rf "$broken"' EXIT
+# A copy with one line replaced (sed expression), which the check must reject.
+must_reject() {
+    local what=$1 edit=$2 copy
+    copy="$broken/$(tr ' ' '-' <<<"$what").yml"
+    sed -E "$edit" "$compose" >"$copy"
+    cmp -s "$compose" "$copy" && fail "self-test: the edit for '$what' changed nothing"
+    if check "$copy" >/dev/null 2>&1; then
+        fail "self-test: a file where $what was accepted"
+    fi
+    say "self-test: rejected a file where $what"
+}
+must_reject "a service has a key the specification does not know" \
+    '0,/^    image: postgres/s//    imagee: postgres/'
+must_reject "payments-api no longer waits for the PostgreSQL healthcheck" \
+    '0,/condition: service_healthy/s//condition: service_started/'
+must_reject "payments-api depends on a service that does not exist" \
+    '0,/^      postgres:$/s//      postgresql:/'
+say "OK: $compose is valid, and the check rejects every broken copy"
