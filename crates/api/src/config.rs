@@ -15,7 +15,9 @@ use payments_storage::{CacheSecret, Database, PoolSettings};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use crate::admission::TenantRate;
 use crate::auth::{ApiKeys, DEMO_KEY_HASHES, parse_key_hash};
+use crate::edge::EdgeLimits;
 use crate::state::Limits;
 use crate::workers::WorkerSettings;
 
@@ -47,6 +49,8 @@ pub struct ServerSettings {
     pub max_in_flight_per_tenant: usize,
     pub header_limit_bytes: usize,
     pub request_timeout_ms: u64,
+    pub header_read_timeout_ms: u64,
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +109,10 @@ pub struct AuthSettings {
     pub api_keys: Vec<ApiKeySetting>,
     /// Lets the public demo keys serve on an address other than loopback.
     pub allow_demo_keys: bool,
+    /// Each tenant's sustained requests per second on one instance.
+    pub rate_limit_per_sec: u32,
+    /// How many requests a tenant may send at once above its rate, after a quiet spell.
+    pub rate_limit_burst: u32,
 }
 
 #[derive(Debug, Deserialize)]
@@ -140,6 +148,7 @@ pub struct ValidSettings {
     pub policy: IdempotencyPolicy,
     pub api_keys: ApiKeys,
     pub limits: Limits,
+    pub edge: EdgeLimits,
     pub processor_url: Option<String>,
     pub processor_timeout: Duration,
     pub workers: WorkerSettings,
@@ -174,8 +183,6 @@ pub enum StartupError {
         addr: SocketAddr,
         reason: String,
     },
-    #[error("server: {0}")]
-    Serve(String),
 }
 
 impl Settings {
@@ -237,30 +244,37 @@ impl Settings {
                 reason,
             }
         })?;
-        if self.database.max_connections == 0 {
-            return Err(invalid("database.max_connections", "must be at least 1"));
-        }
-        if self.server.body_timeout_ms == 0 {
-            return Err(invalid("server.body_timeout_ms", "must be at least 1"));
-        }
-        if self.server.header_limit_bytes == 0 {
-            return Err(invalid("server.header_limit_bytes", "must be at least 1"));
-        }
-        if self.server.request_timeout_ms == 0 {
-            return Err(invalid("server.request_timeout_ms", "must be at least 1"));
-        }
-        if self.server.max_in_flight == 0 {
-            return Err(invalid("server.max_in_flight", "must be at least 1"));
-        }
-        if self.server.max_in_flight_per_tenant == 0 {
-            return Err(invalid(
+        let counts = [
+            (
+                "database.max_connections",
+                u64::from(self.database.max_connections),
+            ),
+            ("server.body_timeout_ms", self.server.body_timeout_ms),
+            (
+                "server.header_limit_bytes",
+                self.server.header_limit_bytes as u64,
+            ),
+            ("server.request_timeout_ms", self.server.request_timeout_ms),
+            (
+                "server.header_read_timeout_ms",
+                self.server.header_read_timeout_ms,
+            ),
+            ("server.max_connections", self.server.max_connections as u64),
+            ("server.max_in_flight", self.server.max_in_flight as u64),
+            (
                 "server.max_in_flight_per_tenant",
-                "must be at least 1",
-            ));
+                self.server.max_in_flight_per_tenant as u64,
+            ),
+            (
+                "server.body_limit_bytes",
+                self.server.body_limit_bytes as u64,
+            ),
+        ];
+        if let Some((key, _)) = counts.iter().find(|(_, value)| *value == 0) {
+            return Err(invalid(key, "must be at least 1"));
         }
-        if self.server.body_limit_bytes == 0 {
-            return Err(invalid("server.body_limit_bytes", "must be at least 1"));
-        }
+        let tenant_rate = TenantRate::new(self.auth.rate_limit_per_sec, self.auth.rate_limit_burst)
+            .map_err(|refused| invalid(refused.key(), "must be at least 1"))?;
         let policy = IdempotencyPolicy::new(
             Duration::from_secs(self.idempotency.ttl_secs),
             Duration::from_secs(self.idempotency.lock_timeout_secs),
@@ -399,6 +413,11 @@ impl Settings {
                     .min(self.server.max_in_flight),
                 header_limit_bytes: self.server.header_limit_bytes,
                 request_timeout: Duration::from_millis(self.server.request_timeout_ms),
+                tenant_rate,
+            },
+            edge: EdgeLimits {
+                header_read_timeout: Duration::from_millis(self.server.header_read_timeout_ms),
+                max_connections: self.server.max_connections,
             },
             processor_url,
             processor_timeout,

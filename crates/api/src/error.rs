@@ -103,6 +103,14 @@ pub enum ApiError {
          Idempotency-Key."
     )]
     TenantInFlightLimit,
+    /// 429 `rate_limited`: the tenant sent more requests than its rate
+    /// (`auth.rate_limit_per_sec`, with `auth.rate_limit_burst`) allows; nothing was done, the
+    /// key is not consumed.
+    #[error(
+        "Too many requests: you are over your rate limit. Retry the request with the same \
+         Idempotency-Key after Retry-After seconds."
+    )]
+    RateLimited { retry_after_secs: u64 },
     /// 503 `overloaded`: this instance is at its limit of requests in flight; nothing was done.
     #[error("The service is at capacity. Retry the request with the same Idempotency-Key.")]
     Overloaded,
@@ -134,7 +142,7 @@ impl ApiError {
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::IdempotencyKeyInUse { .. } => StatusCode::CONFLICT,
-            Self::TenantInFlightLimit => StatusCode::TOO_MANY_REQUESTS,
+            Self::TenantInFlightLimit | Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
@@ -157,6 +165,7 @@ impl ApiError {
             Self::CardNumberNotAllowed { .. } => "card_number_not_allowed",
             Self::AuthorizationRepeated => "invalid_authorization",
             Self::TenantInFlightLimit => "tenant_in_flight_limit",
+            Self::RateLimited { .. } => "rate_limited",
             Self::Unauthorized => "unauthorized",
             Self::CardDeclined { .. } => "card_declined",
             Self::RefundDeclined { .. } => "refund_declined",
@@ -179,7 +188,8 @@ impl ApiError {
     /// Seconds a client should wait before retrying, where retrying can help.
     fn retry_after(&self) -> Option<u64> {
         match self {
-            Self::IdempotencyKeyInUse { retry_after_secs } => Some(*retry_after_secs),
+            Self::IdempotencyKeyInUse { retry_after_secs }
+            | Self::RateLimited { retry_after_secs } => Some(*retry_after_secs),
             Self::ProcessorUnavailable
             | Self::StoreUnavailable(_)
             | Self::Overloaded

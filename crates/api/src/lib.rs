@@ -11,6 +11,7 @@
 mod admission;
 mod auth;
 pub mod config;
+mod edge;
 mod error;
 mod events_tail;
 mod extract;
@@ -147,14 +148,17 @@ pub async fn run() -> Result<(), StartupError> {
     };
     let (stop_workers, workers_stopped) = tokio::sync::watch::channel(false);
     let workers = workers::spawn(state.clone(), settings.workers, workers_stopped);
+    let edge = settings.edge;
     let metrics_server = metrics_listener.map(|(listener, _)| {
-        let serve = axum::serve(listener, routes::metrics_app(state.clone()))
-            .with_graceful_shutdown(until_stopped(stopped.clone()));
-        tokio::spawn(async move { serve.await })
+        let serve = edge::serve(
+            listener,
+            routes::metrics_app(state.clone()),
+            edge,
+            until_stopped(stopped.clone()),
+        );
+        tokio::spawn(serve)
     });
-    let served = axum::serve(listener, app(state))
-        .with_graceful_shutdown(until_stopped(stopped))
-        .await;
+    edge::serve(listener, app(state), edge, until_stopped(stopped)).await;
     if let Some(metrics_server) = metrics_server {
         let _ = metrics_server.await;
     }
@@ -162,7 +166,6 @@ pub async fn run() -> Result<(), StartupError> {
     for worker in workers {
         let _ = worker.await;
     }
-    served.map_err(|e| StartupError::Serve(e.to_string()))?;
     tracing::info!("stopped");
     Ok(())
 }

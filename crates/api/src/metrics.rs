@@ -111,6 +111,12 @@ pub(crate) fn request_finished() {
     gauge!("http_requests_in_flight").decrement(1.0);
 }
 
+/// A connection was closed as soon as it was accepted: the instance had `server.max_connections`
+/// open (`http_connections_refused_total`).
+pub(crate) fn connection_refused() {
+    counter!("http_connections_refused_total").increment(1);
+}
+
 pub(crate) fn events_published(count: usize) {
     counter!("outbox_events_published_total").increment(count as u64);
 }

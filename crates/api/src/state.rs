@@ -27,6 +27,8 @@ pub struct Limits {
     pub header_limit_bytes: usize,
     /// The longest a whole request may take.
     pub request_timeout: std::time::Duration,
+    /// Each tenant's token bucket on this instance.
+    pub tenant_rate: crate::admission::TenantRate,
 }
 
 /// Shared by every request; cheap to clone.

@@ -200,6 +200,11 @@ async fn a_zero_bound_names_its_key() {
             "workers.outbox_retention_secs",
             "PAYMENTS__WORKERS__OUTBOX_RETENTION_SECS",
         ),
+        (
+            "auth.rate_limit_per_sec",
+            "PAYMENTS__AUTH__RATE_LIMIT_PER_SEC",
+        ),
+        ("auth.rate_limit_burst", "PAYMENTS__AUTH__RATE_LIMIT_BURST"),
     ] {
         assert_refused(&[redis, (variable, "0")], key).await;
     }
