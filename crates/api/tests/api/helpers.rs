@@ -210,6 +210,17 @@ impl Service {
         Self::listening(child, &address, &line)
     }
 
+    /// The service's resident set size in KiB, from `/proc`.
+    pub(crate) fn resident_kib(&self) -> u64 {
+        let pid = self.child.id().expect("the service is running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+    }
+
     /// The service whose listening log line is `line`.
     fn listening(child: Child, address: &str, line: &str) -> Self {
         let metrics = field_of(line, "metrics=").unwrap_or_default();
@@ -286,7 +297,7 @@ pub(crate) struct TestApp {
     pub metrics_url: String,
     pub client: Client,
     // Declared before the database so that the process is killed before the database drops.
-    _service: Service,
+    service: Service,
     pub database: TestDatabase,
 }
 
@@ -303,7 +314,7 @@ pub(crate) async fn spawn_app_with(backend: Backend, env: &[(&str, &str)]) -> Te
         base_url: service.base_url.clone(),
         metrics_url: service.metrics_url.clone(),
         client: http_client(),
-        _service: service,
+        service,
         database,
     }
 }
@@ -396,6 +407,11 @@ impl TestApp {
             .send()
             .await
             .expect("POST /charges")
+    }
+
+    /// The service's resident set size in KiB.
+    pub(crate) fn resident_kib(&self) -> u64 {
+        self.service.resident_kib()
     }
 
     /// Asserts that `key` was not consumed: a valid charge under it is made (201).

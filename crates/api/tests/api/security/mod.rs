@@ -1,8 +1,9 @@
 //! Attacks on the service's edges: a replay cache an attacker can write to, card numbers where
 //! tokens belong, bodies of the wrong shape, demo keys on a public address, metrics on the API
-//! port, request ids that forge log lines, ambiguous credentials, readable database files, and
-//! one tenant starving the others of the in-flight limit or with its request rate. Each test
-//! names the guarantee; its doc comment names the attack it stops.
+//! port, request ids that forge log lines, ambiguous credentials, readable database files, one
+//! tenant starving the others of the in-flight limit or with its request rate, connections
+//! that never finish a request, and requests that grow memory. Each test names the guarantee;
+//! its doc comment names the attack it stops.
 
 mod cache;
 mod connections;
@@ -10,6 +11,7 @@ mod demo_keys;
 mod headers;
 mod in_flight;
 mod input;
+mod memory;
 mod rate_limit;
 
 use reqwest::Response;
