@@ -29,7 +29,7 @@ use payments_idempotency::engine::memory::{MemoryCache, MemoryRecords, yield_onc
 use payments_idempotency::engine::{
     Abandoned, Answer, CacheFailure, CacheRead, Claim, Completion, EffectError, Engine, Finish,
     Idempotent, KeyedRequest, Operation, Owner, Prepared, ProtocolError, RecordStore,
-    ResponseCache, Settled, StoreFailure, fingerprint_of,
+    ResponseCache, Settled, StoreFailure, fingerprint_of, scope_of,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState, Scope,
@@ -830,4 +830,30 @@ fn the_checks_catch_a_settle_that_fails_a_record_without_a_tombstone() {
         cancel_without_tombstone: true,
         ..Breakage::default()
     });
+}
+
+/// Operations are found by name through the engine's one registry: a registered name gives its
+/// scope, any other none, so a caller never compares operation names itself.
+#[test]
+fn the_registry_finds_an_operation_by_its_name_and_by_no_other() {
+    let records = Arc::new(FlakyRecords {
+        records: Arc::new(MemoryRecords::new(
+            IdempotencyPolicy {
+                ttl: Duration::from_secs(60),
+                lock_timeout: LOCK,
+            },
+            Utc::now(),
+        )),
+        faults: Faults::new(1, 0),
+    });
+    let pay = Arc::new(Idempotent::new(Pay {
+        records: Arc::clone(&records),
+        processor: Arc::new(FakeProcessor::new(1, true)),
+    }));
+    let engine = Engine::new(records as _).with_operation(pay);
+
+    assert_eq!(engine.operation_names(), [Pay::NAME]);
+    let scope = engine.scope_named(Pay::NAME, "acme");
+    assert_eq!(scope, Some(scope_of::<Pay>("acme")));
+    assert_eq!(engine.scope_named("refunds.create.v1", "acme"), None);
 }

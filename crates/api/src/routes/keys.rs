@@ -7,13 +7,12 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use chrono::SecondsFormat;
-use payments_idempotency::engine::{self, Operation};
+use payments_idempotency::engine::Operation;
 use payments_idempotency::{IdempotencyKey, IdempotencyRecord, RecordState};
 use serde::{Deserialize, Serialize};
 
 use crate::extract::{ApiQuery, Tenant};
 use crate::operations::charge::CreateCharge;
-use crate::operations::refund::CreateRefund;
 use crate::{ApiError, AppState};
 
 /// The query: which operation's key (a key is scoped to its operation); a charge's by default.
@@ -75,17 +74,16 @@ pub(super) async fn show(
     })?;
     let key =
         IdempotencyKey::parse(&raw).map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
-    let scope = match params.operation.as_deref() {
-        None | Some(CreateCharge::NAME) => engine::scope_of::<CreateCharge>(tenant.as_str()),
-        Some(CreateRefund::NAME) => engine::scope_of::<CreateRefund>(tenant.as_str()),
-        Some(other) => {
-            return Err(ApiError::InvalidRequest(format!(
-                "operation: must be {} or {}, got {other}",
-                CreateCharge::NAME,
-                CreateRefund::NAME
-            )));
-        }
-    };
+    let operation = params.operation.as_deref().unwrap_or(CreateCharge::NAME);
+    let scope = state
+        .engine
+        .scope_named(operation, tenant.as_str())
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(format!(
+                "operation: must be one of {}, got {operation}",
+                state.engine.operation_names().join(", ")
+            ))
+        })?;
     let not_found = || ApiError::NotFound(format!("No such idempotency key: {key}"));
     let (record, now) = state
         .store

@@ -157,11 +157,9 @@ pub struct Engine {
 
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut operations: Vec<_> = self.operations.keys().collect();
-        operations.sort();
         f.debug_struct("Engine")
             .field("cache", &self.cache.is_some())
-            .field("operations", &operations)
+            .field("operations", &self.operation_names())
             .finish_non_exhaustive()
     }
 }
@@ -194,6 +192,22 @@ impl Engine {
     pub fn with_operation<O: Operation>(mut self, op: Arc<Idempotent<O>>) -> Self {
         self.operations.insert(O::NAME, op);
         self
+    }
+
+    /// The names of the registered operations, in order.
+    pub fn operation_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.operations.keys().copied().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The scope of `tenant`'s keys of the registered operation named `operation`; `None` for
+    /// a name no registered operation has.
+    pub fn scope_named(&self, operation: &str, tenant: &str) -> Option<Scope> {
+        self.operations.contains_key(operation).then(|| Scope {
+            tenant: tenant.to_owned(),
+            operation: operation.to_owned(),
+        })
     }
 
     /// Runs `request` of `op` through the protocol.
