@@ -50,6 +50,8 @@ pub(crate) async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
+    // Shared by every connection's task, not copied into each.
+    let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut shutdown = std::pin::pin!(shutdown);
@@ -76,7 +78,7 @@ pub(crate) async fn serve(
         };
         // Small responses go out at once, not after Nagle's delay.
         let _ = stream.set_nodelay(true);
-        let (builder, app, watcher) = (builder.clone(), app.clone(), graceful.watcher());
+        let (builder, app, watcher) = (Arc::clone(&builder), app.clone(), graceful.watcher());
         let first_bytes = limits.header_read_timeout;
         tokio::spawn(async move {
             // hyper's header timer starts once it knows the protocol, which it learns from the
