@@ -105,7 +105,7 @@ request() {
 
 status_of() { cat "$WORK/$1.status"; }
 
-# id_of NAME PREFIX: the first `"id"` with that prefix (ch_, re_) in NAME.body, or nothing.
+# id_of NAME PREFIX: the first `"id"` with that prefix (ch_, re_, po_) in NAME.body, or nothing.
 id_of() {
     grep -o "\"id\"[[:space:]]*:[[:space:]]*\"$2[^\"]*\"" "$WORK/$1.body" | head -n1 |
         sed 's/.*"\([^"]*\)"$/\1/' || true
@@ -172,6 +172,16 @@ expect_same_body() {
 charge_body() {
     # amount source description
     printf '{"amount": %s, "currency": "usd", "source": "%s", "description": "%s"}' "$1" "$2" "$3"
+}
+
+# available_usd NAME: the USD amount in the `available` list of a GET /balance body (0 when
+# the list has no USD entry), read with grep and sed so the demo needs no JSON tool.
+available_usd() {
+    local list entry amount
+    list=$(tr -d ' \n\r\t' <"$WORK/$1.body" | sed -n 's/.*"available":\[\([^]]*\)\].*/\1/p')
+    entry=$(printf '%s\n' "$list" | grep -o '{[^{}]*}' | grep -i '"currency":"usd"' | head -n1 || true)
+    amount=$(printf '%s\n' "$entry" | sed -n 's/.*"amount":\([0-9][0-9]*\).*/\1/p')
+    printf '%s\n' "${amount:-0}"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -315,6 +325,42 @@ show_response "$WORK/refunded"
 expect_status refunded 200
 expect_field refunded amount_refunded 1000
 
+KEY_PAYOUT="$RUN-payout"
+BODY_PAYOUT=$(printf '{"amount": 1000, "currency": "usd", "destination": "ba_checking", "description": "%s"}' "Demo payout $RUN")
+
+step 10 "Payout" "Part of the balance goes to a bank account once under its own key; the retry is a replay, and the balance shows it."
+request balance_before GET /balance
+show_response "$WORK/balance_before"
+expect_status balance_before 200
+AVAILABLE_BEFORE=$(available_usd balance_before)
+ok "available before the payout: $AVAILABLE_BEFORE USD minor units"
+request payout POST /payouts "$KEY_PAYOUT" "$BODY_PAYOUT"
+show_response "$WORK/payout"
+expect_status payout 201
+expect_no_header payout Idempotent-Replayed
+PAYOUT_ID=$(id_of payout po_)
+[ -n "$PAYOUT_ID" ] || fail "no payout id (po_...) in the response"
+ok "payout $PAYOUT_ID"
+expect_header payout Location "/payouts/$PAYOUT_ID"
+expect_field payout status '"paid"'
+request payout_replay POST /payouts "$KEY_PAYOUT" "$BODY_PAYOUT"
+show_response "$WORK/payout_replay"
+expect_status payout_replay 201
+expect_header payout_replay Idempotent-Replayed true
+REPLAYED_PAYOUT_ID=$(id_of payout_replay po_)
+[ "$REPLAYED_PAYOUT_ID" = "$PAYOUT_ID" ] ||
+    fail "the replay names payout '${REPLAYED_PAYOUT_ID:-<none>}', the first answer $PAYOUT_ID: paid out twice?"
+ok "same payout id $PAYOUT_ID"
+expect_same_body payout payout_replay
+request balance GET /balance
+show_response "$WORK/balance"
+expect_status balance 200
+expect_field balance object '"balance"'
+AVAILABLE_AFTER=$(available_usd balance)
+[ "$AVAILABLE_AFTER" = "$((AVAILABLE_BEFORE - 1000))" ] ||
+    fail "available went from $AVAILABLE_BEFORE to $AVAILABLE_AFTER, not down by the one payout of 1000"
+ok "available is $AVAILABLE_AFTER: down by the payout once, not twice"
+
 CURRENT_STEP="summary"
-printf '\nOK: all 9 steps passed against %s (charge %s, refund %s; keys %s-*).\n' \
-    "$BASE_URL" "$CHARGE_ID" "$REFUND_ID" "$RUN"
+printf '\nOK: all 10 steps passed against %s (charge %s, refund %s, payout %s; keys %s-*).\n' \
+    "$BASE_URL" "$CHARGE_ID" "$REFUND_ID" "$PAYOUT_ID" "$RUN"

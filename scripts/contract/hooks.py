@@ -65,7 +65,7 @@ def _integer_literal_amount(case):
     spec's prose for `amount` says. JSON Schema cannot express that rule, so it is applied here.
     Delete this function if the service starts accepting whole-number floats.
     """
-    if case.method.upper() != "POST" or case.path not in ("/charges", "/charges/{id}/refunds"):
+    if case.method.upper() != "POST" or case.path not in ("/charges", "/charges/{id}/refunds", "/payouts"):
         return
     body = case.body
     if isinstance(body, dict):

@@ -70,6 +70,18 @@ pub enum ApiError {
     /// 400 `charge_already_refunded`: nothing is left to refund; stored and replayed.
     #[error("This charge has already been refunded in full.")]
     ChargeAlreadyRefunded,
+    /// 402 `payout_declined`: the processor refused the payout for good (a closed account);
+    /// stored and replayed.
+    #[error("{message}")]
+    PayoutDeclined {
+        decline_code: String,
+        message: String,
+    },
+    /// 400 `insufficient_balance`: a payout, or a refund, for more than the tenant's balance
+    /// has available in its currency (payouts in flight hold their amounts); stored and
+    /// replayed, since it depends on the balance's state.
+    #[error("The balance available in this currency ({available}) does not cover this amount.")]
+    InsufficientBalance { available: i64 },
     /// 503 `processor_unavailable`: nothing was stored; retry with the same key.
     #[error("The card processor is unavailable. Retry the request with the same Idempotency-Key.")]
     ProcessorUnavailable,
@@ -134,9 +146,12 @@ impl ApiError {
             | Self::CardNumberNotAllowed { .. }
             | Self::AuthorizationRepeated
             | Self::RefundAmountTooLarge { .. }
-            | Self::ChargeAlreadyRefunded => StatusCode::BAD_REQUEST,
+            | Self::ChargeAlreadyRefunded
+            | Self::InsufficientBalance { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::CardDeclined { .. } | Self::RefundDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
+            Self::CardDeclined { .. }
+            | Self::RefundDeclined { .. }
+            | Self::PayoutDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -171,6 +186,8 @@ impl ApiError {
             Self::RefundDeclined { .. } => "refund_declined",
             Self::RefundAmountTooLarge { .. } => "refund_amount_too_large",
             Self::ChargeAlreadyRefunded => "charge_already_refunded",
+            Self::PayoutDeclined { .. } => "payout_declined",
+            Self::InsufficientBalance { .. } => "insufficient_balance",
             Self::ProcessorUnavailable => "processor_unavailable",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -210,7 +227,12 @@ impl ApiError {
             code: self.code(),
             decline_code: match self {
                 Self::CardDeclined { decline_code, .. }
-                | Self::RefundDeclined { decline_code, .. } => Some(decline_code.clone()),
+                | Self::RefundDeclined { decline_code, .. }
+                | Self::PayoutDeclined { decline_code, .. } => Some(decline_code.clone()),
+                _ => None,
+            },
+            available: match self {
+                Self::InsufficientBalance { available } => Some(*available),
                 _ => None,
             },
         }
@@ -263,6 +285,9 @@ pub struct Problem {
     pub code: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decline_code: Option<String>,
+    /// What the balance had available, for `insufficient_balance`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available: Option<i64>,
 }
 
 impl Problem {

@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payments_card_sim::{HttpCardProcessor, InMemoryCardProcessor};
-use payments_domain::CardProcessor;
 use payments_storage::{EventStream, RedisLink, ReplayCache};
 use tokio::net::TcpListener;
 
@@ -40,6 +39,7 @@ pub use routes::app;
 pub use state::AppState;
 
 use crate::config::{Settings, StartupError, ValidRedis};
+use crate::operations::Processor;
 
 /// Loads the configuration, prepares the database and serves until SIGINT or SIGTERM.
 pub async fn run() -> Result<(), StartupError> {
@@ -66,9 +66,7 @@ pub async fn run() -> Result<(), StartupError> {
             ))
         })?;
 
-    let (processor, processor_name): (Arc<dyn CardProcessor>, String) = match &settings
-        .processor_url
-    {
+    let (processor, processor_name): (Arc<dyn Processor>, String) = match &settings.processor_url {
         Some(url) => {
             let client = HttpCardProcessor::new(url, settings.processor_timeout).map_err(|e| {
                 StartupError::Invalid {

@@ -44,7 +44,7 @@ impl Observer for EngineMetrics {
     }
 
     /// `processor_call_duration_seconds`, labelled by the operation's effect (`charge`,
-    /// `refund`), a name fixed in the code.
+    /// `refund`, `payout`), a name fixed in the code.
     fn effect_called(&self, effect: &'static str, took: Duration) {
         histogram!("processor_call_duration_seconds", "operation" => effect)
             .record(took.as_secs_f64());

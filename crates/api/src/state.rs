@@ -3,15 +3,15 @@
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use payments_domain::CardProcessor;
 use payments_idempotency::engine::{Engine, Idempotent, ResponseCache};
 use payments_storage::{EventStream, Records, ReplayCache, Store};
 
 use crate::auth::ApiKeys;
 use crate::metrics::EngineMetrics;
-use crate::operations::Ports;
 use crate::operations::charge::CreateCharge;
+use crate::operations::payout::CreatePayout;
 use crate::operations::refund::CreateRefund;
+use crate::operations::{Ports, Processor};
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
@@ -51,24 +51,27 @@ pub struct AppState {
     /// The operations the engine runs.
     pub charges: Arc<Idempotent<CreateCharge>>,
     pub refunds: Arc<Idempotent<CreateRefund>>,
+    pub payouts: Arc<Idempotent<CreatePayout>>,
 }
 
 impl AppState {
     pub fn new(
         store: Arc<dyn Store>,
-        processor: Arc<dyn CardProcessor>,
+        processor: Arc<dyn Processor>,
         api_keys: ApiKeys,
         limits: Limits,
         cache: Option<ReplayCache>,
     ) -> Self {
         let ports = Ports::new(Arc::clone(&store), processor);
         let charges = Arc::new(Idempotent::new(CreateCharge(ports.clone())));
-        let refunds = Arc::new(Idempotent::new(CreateRefund(ports)));
+        let refunds = Arc::new(Idempotent::new(CreateRefund(ports.clone())));
+        let payouts = Arc::new(Idempotent::new(CreatePayout(ports)));
         let cache = cache.map(Arc::new);
         let mut engine = Engine::new(Arc::new(Records::new(Arc::clone(&store))))
             .with_observer(Arc::new(EngineMetrics))
             .with_operation(Arc::clone(&charges))
-            .with_operation(Arc::clone(&refunds));
+            .with_operation(Arc::clone(&refunds))
+            .with_operation(Arc::clone(&payouts));
         if let Some(cache) = &cache {
             engine = engine.with_cache(Arc::clone(cache) as Arc<dyn ResponseCache>);
         }
@@ -82,6 +85,7 @@ impl AppState {
             engine: Arc::new(engine),
             charges,
             refunds,
+            payouts,
         }
     }
 }

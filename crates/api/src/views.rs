@@ -2,10 +2,11 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use payments_domain::{
-    Amount, Charge, ChargeId, ChargeRequest, Currency, Description, DescriptionError, Money,
-    PaymentSource, Refund, RefundReason, RefundRequest, RefundStatus, SourceError,
+    Amount, Charge, ChargeId, ChargeRequest, Currency, Description, DescriptionError, Destination,
+    DestinationError, Money, PaymentSource, Payout, PayoutRequest, PayoutStatus, Refund,
+    RefundReason, RefundRequest, RefundStatus, SourceError,
 };
-use payments_storage::Balance;
+use payments_storage::{Balance, Funds};
 use serde::{Deserialize, Serialize};
 
 use crate::ApiError;
@@ -51,28 +52,106 @@ impl TryFrom<CreateChargeBody> for ChargeRequest {
     type Error = ApiError;
 
     fn try_from(body: CreateChargeBody) -> Result<Self, Self::Error> {
-        let field = |name: &str, e: &dyn std::fmt::Display| {
-            ApiError::InvalidRequest(format!("{name}: {e}"))
-        };
-        let amount = Amount::new(body.amount).map_err(|e| field("amount", &e))?;
-        let currency: Currency = body.currency.parse().map_err(|e| field("currency", &e))?;
+        let money = money_field(body.amount, &body.currency)?;
         let source = PaymentSource::new(body.source).map_err(|e| match e {
             SourceError::CardNumber => card_number("source", &e),
-            SourceError::NotAToken => field("source", &e),
+            SourceError::NotAToken => invalid_field("source", &e),
         })?;
-        let description =
-            body.description
-                .map(Description::new)
-                .transpose()
-                .map_err(|e| match e {
-                    DescriptionError::CardNumber => card_number("description", &e),
-                    DescriptionError::Malformed => field("description", &e),
-                })?;
         Ok(ChargeRequest {
-            money: Money::new(amount, currency),
+            money,
             source,
-            description,
+            description: description_field(body.description)?,
         })
+    }
+}
+
+/// 400 `invalid_request` naming `name`.
+fn invalid_field(name: &str, reason: &dyn std::fmt::Display) -> ApiError {
+    ApiError::InvalidRequest(format!("{name}: {reason}"))
+}
+
+/// The `amount` and `currency` fields of a body.
+fn money_field(amount: i64, currency: &str) -> Result<Money, ApiError> {
+    let amount = Amount::new(amount).map_err(|e| invalid_field("amount", &e))?;
+    let currency: Currency = currency
+        .parse()
+        .map_err(|e| invalid_field("currency", &e))?;
+    Ok(Money::new(amount, currency))
+}
+
+/// The optional `description` field of a body.
+fn description_field(description: Option<String>) -> Result<Option<Description>, ApiError> {
+    description
+        .map(Description::new)
+        .transpose()
+        .map_err(|e| match e {
+            DescriptionError::CardNumber => card_number("description", &e),
+            DescriptionError::Malformed => invalid_field("description", &e),
+        })
+}
+
+/// The body of `POST /payouts`. Unknown fields are rejected, like a charge's.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreatePayoutBody {
+    pub amount: i64,
+    pub currency: String,
+    pub destination: String,
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+impl CreatePayoutBody {
+    /// The validated request in a `POST /payouts` body: by the handler before the claim, and
+    /// by the completer from the canonical body stored with a record.
+    pub(crate) fn parse(body: &[u8]) -> Result<PayoutRequest, ApiError> {
+        let typed: Self = json_body(body)?;
+        let destination = Destination::new(typed.destination).map_err(|e| match e {
+            DestinationError::CardNumber => card_number("destination", &e),
+            DestinationError::NotABankAccount => invalid_field("destination", &e),
+        })?;
+        Ok(PayoutRequest {
+            money: money_field(typed.amount, &typed.currency)?,
+            destination,
+            description: description_field(typed.description)?,
+        })
+    }
+}
+
+/// A payout as the API shows it, in its 201, `GET /payouts/{id}` and lists alike.
+#[derive(Debug, Serialize)]
+pub(crate) struct PayoutView {
+    pub id: String,
+    pub object: &'static str,
+    pub amount: i64,
+    pub currency: &'static str,
+    pub destination: String,
+    pub description: Option<String>,
+    pub status: &'static str,
+    /// `None` while the payout is pending at the processor.
+    pub processor_payout_id: Option<String>,
+    pub created_at: String,
+}
+
+impl From<&Payout> for PayoutView {
+    fn from(payout: &Payout) -> Self {
+        let (status, processor_payout_id) = match &payout.status {
+            PayoutStatus::Pending => ("pending", None),
+            PayoutStatus::Paid {
+                processor_payout_id,
+            } => ("paid", Some(processor_payout_id.clone())),
+        };
+        Self {
+            id: payout.id.to_string(),
+            object: "payout",
+            amount: payout.money.amount.minor_units(),
+            currency: payout.money.currency.code(),
+            destination: payout.destination.as_str().to_owned(),
+            description: payout.description.as_ref().map(|d| d.as_str().to_owned()),
+            status,
+            processor_payout_id,
+            created_at: timestamp(payout.created_at),
+        }
     }
 }
 
@@ -174,20 +253,17 @@ impl CreateRefundBody {
     }
 
     fn into_request(self, charge: ChargeId) -> Result<RefundRequest, ApiError> {
-        let field = |name: &str, e: &dyn std::fmt::Display| {
-            ApiError::InvalidRequest(format!("{name}: {e}"))
-        };
         let amount = self
             .amount
             .map(Amount::new)
             .transpose()
-            .map_err(|e| field("amount", &e))?;
+            .map_err(|e| invalid_field("amount", &e))?;
         let reason = self
             .reason
             .map(|name| {
                 RefundReason::from_name(&name).ok_or_else(|| {
                     let names: Vec<_> = RefundReason::ALL.iter().map(|r| r.name()).collect();
-                    field("reason", &format!("must be one of {}", names.join(", ")))
+                    invalid_field("reason", &format!("must be one of {}", names.join(", ")))
                 })
             })
             .transpose()?;
@@ -236,7 +312,7 @@ impl From<&Refund> for RefundView {
     }
 }
 
-/// A page of charges or refunds, in the list shape payment APIs commonly use.
+/// A page of charges, refunds or payouts, in the list shape payment APIs commonly use.
 #[derive(Debug, Serialize)]
 pub(crate) struct List<V> {
     pub object: &'static str,
@@ -276,6 +352,44 @@ impl From<&Balance> for BalanceView {
             account: b.account.name(),
             currency: b.currency.code(),
             balance: b.balance,
+        }
+    }
+}
+
+/// `GET /balance`: the tenant's funds per currency, in the shape payment APIs commonly use.
+#[derive(Debug, Serialize)]
+pub(crate) struct FundsView {
+    pub object: &'static str,
+    /// What payouts and refunds may take now.
+    pub available: Vec<AmountView>,
+    /// What payouts in flight hold; only currencies in which some are.
+    pub pending: Vec<AmountView>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct AmountView {
+    pub amount: i64,
+    pub currency: &'static str,
+}
+
+impl FundsView {
+    pub(crate) fn of(funds: &[Funds]) -> Self {
+        let amounts = |amount: fn(&Funds) -> i64| -> Vec<AmountView> {
+            funds
+                .iter()
+                .map(|f| AmountView {
+                    amount: amount(f),
+                    currency: f.currency.code(),
+                })
+                .collect()
+        };
+        Self {
+            object: "balance",
+            available: amounts(|f| f.available),
+            pending: amounts(|f| f.pending)
+                .into_iter()
+                .filter(|a| a.amount != 0)
+                .collect(),
         }
     }
 }

@@ -1,17 +1,20 @@
 //! The events written to the outbox: `payment.completed` with every successful charge,
-//! `payment.refunded` with every successful refund.
+//! `payment.refunded` with every successful refund, `payout.paid` with every paid payout.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::{Charge, ChargeId, Currency, Money, Refund, RefundId, TenantId};
+use crate::{Charge, ChargeId, Currency, Money, Payout, PayoutId, Refund, RefundId, TenantId};
 
 /// The event type name of a charge on the wire.
 pub const PAYMENT_COMPLETED: &str = "payment.completed";
 
 /// The event type name of a refund on the wire.
 pub const PAYMENT_REFUNDED: &str = "payment.refunded";
+
+/// The event type name of a payout on the wire.
+pub const PAYOUT_PAID: &str = "payout.paid";
 
 /// An event as it is published: consumers deduplicate on `event_id`, since delivery is at
 /// least once, and read `schema_version` before anything else.
@@ -41,6 +44,9 @@ pub type PaymentCompleted = Event<Payment>;
 
 /// A refund succeeded: the refund, and the part of its charge it gave back.
 pub type PaymentRefunded = Event<Refunded>;
+
+/// A payout was paid: money left the tenant's balance for one of its bank accounts.
+pub type PayoutPaid = Event<PaidOut>;
 
 /// Money that moved for a charge: the charge itself, or a refund of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -94,6 +100,31 @@ impl PaymentRefunded {
                 refund.money,
                 refund.created_at,
             ),
+        })
+    }
+}
+
+/// The payload of `payout.paid`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PaidOut {
+    pub payout_id: PayoutId,
+    #[serde(serialize_with = "serialize_tenant")]
+    pub tenant: TenantId,
+    pub amount: i64,
+    pub currency: Currency,
+    pub destination: String,
+    pub occurred_at: DateTime<Utc>,
+}
+
+impl PayoutPaid {
+    pub fn for_payout(payout: &Payout) -> Self {
+        Self::new(PaidOut {
+            payout_id: payout.id,
+            tenant: payout.tenant.clone(),
+            amount: payout.money.amount.minor_units(),
+            currency: payout.money.currency,
+            destination: payout.destination.as_str().to_owned(),
+            occurred_at: payout.created_at,
         })
     }
 }

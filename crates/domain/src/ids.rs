@@ -26,7 +26,7 @@ impl fmt::Display for TenantId {
     }
 }
 
-/// A public id: a prefix naming the kind of object, then a UUID (`ch_…`, `re_…`).
+/// A public id: a prefix naming the kind of object, then a UUID (`ch_…`, `re_…`, `po_…`).
 macro_rules! prefixed_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
         $(#[$doc])*
@@ -88,6 +88,12 @@ prefixed_id!(
     /// A refund's public id: `re_` followed by a UUID.
     RefundId,
     "re_"
+);
+
+prefixed_id!(
+    /// A payout's public id: `po_` followed by a UUID.
+    PayoutId,
+    "po_"
 );
 
 /// The string is not the id's prefix followed by a UUID.

@@ -6,25 +6,33 @@ use std::fmt;
 
 use uuid::Uuid;
 
-use crate::{Charge, Currency, Money, Refund};
+use crate::{Charge, Currency, Money, Payout, Refund};
 
 /// A ledger account of one tenant. Debits are positive, credits negative.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Account {
     /// What the card processor owes the tenant for captured charges (an asset: debited).
     ProcessorReceivable,
-    /// What the tenant earned from its customers (revenue: credited).
+    /// What the tenant earned from its customers (revenue: credited), less what it was
+    /// paid out: its balance.
     CustomerPayments,
+    /// What was paid out of the tenant's balance to its bank accounts.
+    PayoutsInTransit,
 }
 
 impl Account {
-    pub const ALL: [Account; 2] = [Self::ProcessorReceivable, Self::CustomerPayments];
+    pub const ALL: [Account; 3] = [
+        Self::ProcessorReceivable,
+        Self::CustomerPayments,
+        Self::PayoutsInTransit,
+    ];
 
     /// The stable name stored in the database and shown by the API.
     pub fn name(self) -> &'static str {
         match self {
             Self::ProcessorReceivable => "processor_receivable",
             Self::CustomerPayments => "customer_payments",
+            Self::PayoutsInTransit => "payouts_in_transit",
         }
     }
 
@@ -60,8 +68,9 @@ pub enum LedgerError {
 }
 
 /// A balanced set of entries. The fields are private: the only ways in are
-/// [`LedgerTransaction::new`], which checks the balance, and [`LedgerTransaction::for_charge`]
-/// and [`LedgerTransaction::for_refund`], which balance by construction.
+/// [`LedgerTransaction::new`], which checks the balance, and [`LedgerTransaction::for_charge`],
+/// [`LedgerTransaction::for_refund`] and [`LedgerTransaction::for_payout`], which balance by
+/// construction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerTransaction {
     id: Uuid,
@@ -107,6 +116,15 @@ impl LedgerTransaction {
         )
     }
 
+    /// A payout takes its amount out of the tenant's balance, on its way to the bank.
+    pub fn for_payout(payout: &Payout) -> Self {
+        Self::moving(
+            payout.money,
+            Account::PayoutsInTransit,
+            Account::CustomerPayments,
+        )
+    }
+
     /// `money` credited to `from` and debited to `to`: balanced by construction.
     fn moving(money: Money, from: Account, to: Account) -> Self {
         let amount = money.amount.minor_units();
@@ -142,7 +160,19 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
-    use crate::{Amount, ChargeId, PaymentSource, RefundId, RefundStatus, TenantId};
+    use crate::{
+        Amount, ChargeId, Destination, PaymentSource, PayoutId, PayoutStatus, RefundId,
+        RefundStatus, TenantId,
+    };
+
+    /// The signed sum of `tx`'s entries in `account`.
+    fn amount_in(tx: &LedgerTransaction, account: Account) -> i64 {
+        tx.entries()
+            .iter()
+            .filter(|e| e.account == account)
+            .map(|e| e.amount)
+            .sum()
+    }
 
     fn entry(account: Account, currency: Currency, amount: i64) -> LedgerEntry {
         LedgerEntry {
@@ -230,15 +260,30 @@ mod tests {
             created_at: Utc::now(),
         };
         let tx = LedgerTransaction::for_refund(&refund);
-        let amount_in = |account| {
-            tx.entries()
-                .iter()
-                .filter(|e| e.account == account)
-                .map(|e| e.amount)
-                .sum::<i64>()
-        };
+        let amount_in = |account| amount_in(&tx, account);
         assert_eq!(amount_in(Account::ProcessorReceivable), -700);
         assert_eq!(amount_in(Account::CustomerPayments), 700);
+        assert!(LedgerTransaction::new(tx.id(), tx.entries().to_vec()).is_ok());
+        Ok(())
+    }
+
+    #[test]
+    fn a_payout_moves_its_amount_from_the_balance_to_payouts_in_transit()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let payout = Payout {
+            id: PayoutId::generate(),
+            tenant: TenantId::new("acme"),
+            money: Money::new(Amount::new(900)?, Currency::Usd),
+            destination: Destination::new("ba_checking")?,
+            description: None,
+            status: PayoutStatus::Pending,
+            created_at: Utc::now(),
+        };
+        let tx = LedgerTransaction::for_payout(&payout);
+        let amount_in = |account| amount_in(&tx, account);
+        assert_eq!(amount_in(Account::CustomerPayments), 900);
+        assert_eq!(amount_in(Account::PayoutsInTransit), -900);
+        assert_eq!(amount_in(Account::ProcessorReceivable), 0);
         assert!(LedgerTransaction::new(tx.id(), tx.entries().to_vec()).is_ok());
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! Pure payment types and rules: money, currencies, tenants, charges, the double-entry ledger,
-//! the outbox events, the [`CardProcessor`] port, with its refunds, and the
+//! the outbox events, the [`CardProcessor`] port, with its refunds, and payouts with the
 //! [`PayoutProcessor`] port.
 //!
 //! This crate owns the invariants that must hold whatever stores or serves them: an amount is
@@ -21,15 +21,15 @@ pub use charge::{
     Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError,
 };
 pub use event::{
-    Event, PAYMENT_COMPLETED, PAYMENT_REFUNDED, Payment, PaymentCompleted, PaymentRefunded,
-    Refunded,
+    Event, PAYMENT_COMPLETED, PAYMENT_REFUNDED, PAYOUT_PAID, PaidOut, Payment, PaymentCompleted,
+    PaymentRefunded, PayoutPaid, Refunded,
 };
-pub use ids::{ChargeId, IdError, RefundId, TenantId};
+pub use ids::{ChargeId, IdError, PayoutId, RefundId, TenantId};
 pub use ledger::{Account, LedgerEntry, LedgerError, LedgerTransaction};
 pub use money::{Amount, AmountError, Currency, CurrencyError, Money};
 pub use payout::{
-    Destination, DestinationError, PayoutProcessor, ProcessorPayout, ProcessorPayoutRequest,
-    ProcessorPayoutStatus,
+    Destination, DestinationError, Payout, PayoutProcessor, PayoutRequest, PayoutStatus,
+    ProcessorPayout, ProcessorPayoutRequest, ProcessorPayoutStatus,
 };
 pub use processor::{
     CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorChargeStatus,

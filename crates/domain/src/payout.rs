@@ -1,10 +1,15 @@
-//! A payout at the processor: money sent from a tenant's balance to one of its bank accounts,
-//! and the port that sends it, with the same settle protocol as charges and refunds.
+//! Payouts: money sent from a tenant's balance to one of its bank accounts. The request and
+//! the payout as the service records it, and the payout at the processor with the port that
+//! sends it, on the same settle protocol as charges and refunds.
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 
 use crate::card_number::{ReferenceRefusal, check_reference};
-use crate::{CancelOutcome, Money, ProcessorChargeStatus, ProcessorError, ProcessorMismatch};
+use crate::{
+    CancelOutcome, Description, Money, PayoutId, ProcessorChargeStatus, ProcessorError,
+    ProcessorMismatch, TenantId,
+};
 
 /// The bank account a payout goes to (`ba_...`): an opaque reference to an account the tenant
 /// registered with the processor, never an account or card number.
@@ -45,6 +50,47 @@ pub enum DestinationError {
         Destination::MAX_LEN
     )]
     NotABankAccount,
+}
+
+/// A validated request to pay `money` out of the tenant's balance to `destination`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayoutRequest {
+    pub money: Money,
+    pub destination: Destination,
+    pub description: Option<Description>,
+}
+
+/// Where a payout stands. A pending payout holds its amount reserved on the tenant's balance
+/// and has no processor payout yet; only a paid one has sent money.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayoutStatus {
+    Pending,
+    Paid { processor_payout_id: String },
+}
+
+/// A payout, as the service records and shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payout {
+    pub id: PayoutId,
+    pub tenant: TenantId,
+    /// Never more than the tenant's balance held when it was reserved.
+    pub money: Money,
+    pub destination: Destination,
+    pub description: Option<Description>,
+    pub status: PayoutStatus,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Payout {
+    /// This pending payout, paid at the processor as `processor_payout_id`.
+    pub fn paid(&self, processor_payout_id: String) -> Self {
+        Self {
+            status: PayoutStatus::Paid {
+                processor_payout_id,
+            },
+            ..self.clone()
+        }
+    }
 }
 
 /// A payout to make at the processor.

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::model::TakenOver;
 use crate::rows::{
-    AbandonedRow, ChargeRow, RecordWithClock, RefundRow, RefundableRow, ReservedRow,
+    AbandonedRow, ChargeRow, PayoutRow, RecordWithClock, RefundRow, RefundableRow, ReservedRow,
 };
 
 /// A value a backend binds into a statement: every type the shared statements bind.
@@ -68,6 +68,7 @@ pub(crate) trait Dialect:
     + Reads<AbandonedRow>
     + Reads<ChargeRow>
     + Reads<RefundRow>
+    + Reads<PayoutRow>
     + Reads<RefundableRow>
     + Reads<ReservedRow>
     + Reads<(i32,)>
@@ -76,6 +77,7 @@ pub(crate) trait Dialect:
     + Reads<(i64, Option<f64>)>
     + Reads<(Uuid, i64)>
     + Reads<(String, String, i64)>
+    + Reads<(String, i64, i64)>
 {
     /// The database's clock, as an expression of the type of the time columns.
     const NOW: &'static str;

@@ -43,6 +43,15 @@ pub(crate) fn fail<'a, DB: Dialect>(owner: Owner<'a>, ttl: Duration) -> Statemen
     sql
 }
 
+/// Touches the record, fenced: on the caller's transaction, it locks the record until the
+/// commit, so the completer cannot end this generation while it reserves, and it matches no
+/// row once another attempt or generation owns the record.
+pub(crate) fn touch<'a, DB: Dialect>(owner: Owner<'a>) -> Statement<'a, DB> {
+    let mut sql = Statement::new("UPDATE idempotency_records SET locked_until = locked_until");
+    push_touched_where_fenced(&mut sql, owner);
+    sql
+}
+
 /// Gives up the lock after an unknown outcome: the record stays pending and is stale at once,
 /// so the next retry resumes it, and the completer settles it once the settle grace has
 /// passed. Failing it instead would leave a charge the processor did make unrecorded.

@@ -16,8 +16,10 @@ mod error;
 mod fenced;
 #[cfg(feature = "bench")]
 mod floors;
+mod holding;
 mod model;
 mod outbox;
+mod paying_out;
 mod postgres;
 mod posting;
 mod reading;
@@ -46,7 +48,8 @@ use crate::sqlite::SqliteStore;
 
 pub use error::StoreError;
 pub use model::{
-    Backlog, Balance, ChargePage, ListCharges, ListRefunds, RefundPage, RefundRefusal, Reservation,
+    Backlog, Balance, ChargePage, Funds, ListCharges, ListPayouts, ListRefunds, PayoutPage,
+    PayoutReservation, RefundPage, RefundRefusal, Reservation,
 };
 pub use records::Records;
 pub use redis_link::{RedisFailure, RedisLink};
@@ -54,8 +57,8 @@ pub use replay_cache::{CacheSecret, CacheSecretTooShort, Rejection, ReplayCache}
 #[cfg(feature = "bench")]
 pub use repository::FloorRepository;
 pub use repository::{
-    Backend, ChargeRepository, OutboxRepository, RecordRepository, RefundRepository, Store,
-    WorkerRepository,
+    Backend, ChargeRepository, OutboxRepository, PayoutRepository, RecordRepository,
+    RefundRepository, Store, WorkerRepository,
 };
 pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
 

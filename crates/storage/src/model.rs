@@ -1,6 +1,8 @@
 //! What the repositories take and return, the same for every backend.
 
-use payments_domain::{Account, Amount, Charge, ChargeId, Currency, Refund, RefundId};
+use payments_domain::{
+    Account, Amount, Charge, ChargeId, Currency, Payout, PayoutId, Refund, RefundId,
+};
 use payments_idempotency::{Attempt, RecoveryPoint};
 use uuid::Uuid;
 
@@ -69,6 +71,9 @@ pub enum RefundRefusal {
     NothingLeft,
     /// The amount asked for is more than is left to refund (`refundable`, possibly 0).
     TooLarge { refundable: i64 },
+    /// The refund would take the tenant's balance below what its payouts hold: only
+    /// `available` is left in the charge's currency.
+    InsufficientBalance { available: i64 },
 }
 
 impl RefundRefusal {
@@ -103,6 +108,44 @@ pub struct ListRefunds {
 pub struct RefundPage {
     pub refunds: Vec<Refund>,
     pub has_more: bool,
+}
+
+/// What reserving a payout's amount on the tenant's balance came to.
+#[derive(Debug, Clone)]
+pub enum PayoutReservation {
+    /// The payout's pending row, made now or by an earlier attempt of the same generation.
+    Reserved(Payout),
+    /// The balance does not cover the payout: only `available` is left in its currency.
+    /// Nothing was reserved.
+    InsufficientBalance { available: i64 },
+    /// Another attempt or generation owns the record: nothing was reserved.
+    Fenced,
+}
+
+/// A page request for the tenant's payouts: newest first, after an optional cursor.
+#[derive(Debug, Clone, Copy)]
+pub struct ListPayouts {
+    pub limit: u32,
+    pub starting_after: Option<PayoutId>,
+}
+
+/// One page of payouts, newest first.
+#[derive(Debug, Clone)]
+pub struct PayoutPage {
+    pub payouts: Vec<Payout>,
+    pub has_more: bool,
+}
+
+/// A tenant's money in one currency: what it may pay out or refund now, and what its payouts
+/// in flight hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Funds {
+    pub currency: Currency,
+    /// The balance of the ledger's `customer_payments`, less what refunds and payouts in
+    /// flight hold. Never below zero.
+    pub available: i64,
+    /// What payouts in flight hold.
+    pub pending: i64,
 }
 
 /// The signed sum of one account's entries in one currency (debits positive).

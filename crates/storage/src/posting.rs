@@ -9,12 +9,23 @@ use uuid::Uuid;
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
 
-/// What a ledger transaction reverses or records: the charge it belongs to, and the refund
-/// when it is one.
+/// What a ledger transaction posts: a charge, a refund of a charge, or a payout.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Posted {
-    pub charge: Uuid,
-    pub refund: Option<Uuid>,
+pub(crate) enum Posted {
+    Charge(Uuid),
+    Refund { charge: Uuid, refund: Uuid },
+    Payout(Uuid),
+}
+
+impl Posted {
+    /// The transaction's `charge_id`, `refund_id` and `payout_id`.
+    fn columns(self) -> [Option<Uuid>; 3] {
+        match self {
+            Self::Charge(charge) => [Some(charge), None, None],
+            Self::Refund { charge, refund } => [Some(charge), Some(refund), None],
+            Self::Payout(payout) => [None, None, Some(payout)],
+        }
+    }
 }
 
 /// Inserts `ledger`'s entries and its transaction row, in the order the backend seals a
@@ -47,11 +58,13 @@ pub(crate) async fn post_ledger<DB: Dialect>(
         entries.push(")");
     }
     let mut transaction = Statement::<DB>::new(
-        "INSERT INTO ledger_transactions (id, charge_id, refund_id, tenant_id, created_at)
+        "INSERT INTO ledger_transactions
+             (id, charge_id, refund_id, payout_id, tenant_id, created_at)
          VALUES (",
     );
+    let [charge, refund, payout] = posted.columns();
     transaction
-        .values([Some(ledger.id()), Some(posted.charge), posted.refund])
+        .values([Some(ledger.id()), charge, refund, payout])
         .push(", ")
         .value(tenant)
         .push(", ")

@@ -3,8 +3,10 @@
 //! is simply not found.
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use payments_domain::{Charge, ChargeId, TenantId};
 use payments_idempotency::StoredResponse;
+use uuid::Uuid;
 
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
@@ -20,30 +22,56 @@ const SELECT_CHARGES: &str = "SELECT id, tenant_id, amount, currency, source, de
 /// The tenant's charge with this id.
 pub(crate) fn charge<'a, DB: Dialect>(tenant: &'a TenantId, id: ChargeId) -> Statement<'a, DB> {
     let mut sql = Statement::new(SELECT_CHARGES);
-    sql.push(" WHERE tenant_id = ")
-        .value(tenant.as_str())
-        .push(" AND id = ")
-        .value(id.as_uuid());
+    push_tenants_id(&mut sql, tenant, id.as_uuid());
     sql
 }
 
-/// Up to `limit` + 1 of the tenant's charges, newest first, after `cursor` (keyset
-/// pagination on `(created_at, id)`): the row more than asked tells whether another page
-/// exists.
+/// ` WHERE tenant_id = <tenant> AND id = <id>`: one tenant's object by its id.
+pub(crate) fn push_tenants_id<'a, DB: Dialect>(
+    sql: &mut Statement<'a, DB>,
+    tenant: &'a TenantId,
+    id: Uuid,
+) {
+    sql.push(" WHERE tenant_id = ")
+        .value(tenant.as_str())
+        .push(" AND id = ")
+        .value(id);
+}
+
+/// ` WHERE tenant_id = <tenant> [AND (created_at, id) < <cursor>] ORDER BY .. LIMIT ..`: up to
+/// `limit` + 1 of the tenant's objects, newest first, after `cursor` (keyset pagination on
+/// `(created_at, id)`, which stays fast however deep a client pages). The row more than asked
+/// tells whether another page exists. `filter` narrows the tenant's objects (a charge's
+/// refunds).
+pub(crate) fn push_page<'a, DB: Dialect>(
+    sql: &mut Statement<'a, DB>,
+    tenant: &'a TenantId,
+    filter: Option<(&'static str, Uuid)>,
+    cursor: Option<(DateTime<Utc>, Uuid)>,
+    limit: u32,
+) {
+    sql.push(" WHERE tenant_id = ").value(tenant.as_str());
+    if let Some((column, value)) = filter {
+        sql.push(" AND ").push(column).push(" = ").value(value);
+    }
+    if let Some((created_at, id)) = cursor {
+        sql.push(" AND (created_at, id) < (");
+        DB::push_time(sql, created_at);
+        sql.push(", ").value(id).push(")");
+    }
+    sql.push(" ORDER BY created_at DESC, id DESC LIMIT ")
+        .value(i64::from(limit) + 1);
+}
+
+/// Up to `limit` + 1 of the tenant's charges, newest first, after `cursor` ([`push_page`]).
 pub(crate) fn charges_after<'a, DB: Dialect>(
     tenant: &'a TenantId,
     cursor: Option<&'a Charge>,
     limit: u32,
 ) -> Statement<'a, DB> {
     let mut sql = Statement::new(SELECT_CHARGES);
-    sql.push(" WHERE tenant_id = ").value(tenant.as_str());
-    if let Some(cursor) = cursor {
-        sql.push(" AND (created_at, id) < (");
-        DB::push_time(&mut sql, cursor.created_at);
-        sql.push(", ").value(cursor.id.as_uuid()).push(")");
-    }
-    sql.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-        .value(i64::from(limit) + 1);
+    let cursor = cursor.map(|c| (c.created_at, c.id.as_uuid()));
+    push_page(&mut sql, tenant, None, cursor, limit);
     sql
 }
 

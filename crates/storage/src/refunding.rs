@@ -3,9 +3,10 @@
 //! clock, the row lock, the time binding, the order a ledger transaction is sealed in).
 //!
 //! A refund's row has the id of its record's generation. While pending, it is the refund's
-//! reservation on its charge (`charges.amount_reserved`); the finish makes it succeeded, and a
-//! definitive failure deletes it and gives its amount back to the charge, in the same
-//! transaction as the record's completion either way.
+//! reservation on its charge (`charges.amount_reserved`) and on the tenant's balance (judged
+//! under its lock, `holding.rs`); the finish makes it succeeded, and a definitive failure
+//! deletes it and gives its amount back to the charge, in the same transaction as the record's
+//! completion either way.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -19,10 +20,12 @@ use uuid::Uuid;
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
 use crate::fenced;
+use crate::holding::{self, Hold};
 use crate::model::{
-    Completion, Fence, Finish, ListRefunds, Owner, RefundPage, RefundRefusal, Reservation,
+    Completion, Finish, ListRefunds, Owner, RefundPage, RefundRefusal, Reservation,
 };
 use crate::posting::{self, Posted};
+use crate::reading;
 use crate::repository::RefundRepository;
 use crate::rows::{self, RefundRow, RefundableRow, ReservedRow};
 use crate::sql_store::{SqlStore, complete_on};
@@ -38,41 +41,28 @@ const SELECT_RESERVED: &str = "SELECT r.id AS id, r.tenant_id AS tenant_id, \
      c.processor_charge_id AS charge_processor_id \
      FROM refunds r JOIN charges c ON c.id = r.charge_id WHERE r.id = ";
 
-/// Ends the record with `ending` (a fenced statement `RETURNING expires_at`) and releases the
-/// generation's reservation, in one transaction.
-async fn end_without_refund<S: SqlStore>(
-    store: &S,
-    ending: Statement<'_, S::Db>,
-    fence: Fence,
-) -> Result<Completion, StoreError> {
-    let mut write = store.begin_write().await?;
-    let completion = complete_on::<S::Db>(&mut write, ending).await?;
-    if completion == Completion::Fenced {
-        return Ok(completion);
-    }
-    release_reservation::<S::Db>(&mut write, fence.resource_id).await?;
-    S::commit(write).await?;
-    Ok(completion)
-}
+/// A refund's reservation: its pending row, and its amount reserved on its charge.
+struct RefundHold;
 
-/// Deletes the pending refund `refund` and gives its amount back to its charge, on the
-/// caller's transaction. Nothing to do when the generation reserved nothing.
-async fn release_reservation<DB: Dialect>(
-    connection: &mut DB::Connection,
-    refund: Uuid,
-) -> Result<(), StoreError> {
-    let mut delete = Statement::<DB>::new("DELETE FROM refunds WHERE id = ");
-    delete
-        .value(refund)
-        .push(" AND status = 'pending' RETURNING charge_id, amount");
-    let released: Option<(Uuid, i64)> = delete.fetch_optional(&mut *connection).await?;
-    if let Some((charge, amount)) = released {
-        let mut give_back =
-            Statement::<DB>::new("UPDATE charges SET amount_reserved = amount_reserved - ");
-        give_back.value(amount).push(" WHERE id = ").value(charge);
-        give_back.execute(connection).await?;
+impl Hold for RefundHold {
+    /// Deletes the pending refund and gives its amount back to its charge.
+    async fn release<DB: Dialect>(
+        connection: &mut DB::Connection,
+        refund: Uuid,
+    ) -> Result<(), StoreError> {
+        let mut delete = Statement::<DB>::new("DELETE FROM refunds WHERE id = ");
+        delete
+            .value(refund)
+            .push(" AND status = 'pending' RETURNING charge_id, amount");
+        let released: Option<(Uuid, i64)> = delete.fetch_optional(&mut *connection).await?;
+        if let Some((charge, amount)) = released {
+            let mut give_back =
+                Statement::<DB>::new("UPDATE charges SET amount_reserved = amount_reserved - ");
+            give_back.value(amount).push(" WHERE id = ").value(charge);
+            give_back.execute(connection).await?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The reversing ledger transaction of `refund` and its `payment.refunded` event, on the
@@ -82,9 +72,9 @@ async fn post_refund<DB: Dialect>(
     refund: &Refund,
 ) -> Result<(), StoreError> {
     let tenant = refund.tenant.as_str();
-    let posted = Posted {
+    let posted = Posted::Refund {
         charge: refund.charge.as_uuid(),
-        refund: Some(refund.id.as_uuid()),
+        refund: refund.id.as_uuid(),
     };
     let ledger = LedgerTransaction::for_refund(refund);
     posting::post_ledger::<DB>(&mut *connection, &ledger, tenant, posted).await?;
@@ -101,15 +91,9 @@ impl<S: SqlStore> RefundRepository for S {
         request: &RefundRequest,
         created_at: DateTime<Utc>,
     ) -> Result<Reservation, StoreError> {
-        let mut write = self.begin_write().await?;
-        // The fence first, which also locks the record until the commit: the completer cannot
-        // fail this generation while its reservation is made.
-        let mut touch =
-            Statement::<S::Db>::new("UPDATE idempotency_records SET locked_until = locked_until");
-        fenced::push_touched_where_fenced(&mut touch, owner);
-        if Finish::from_rows(touch.execute(&mut write).await?) == Finish::Fenced {
+        let Some(mut write) = holding::begin_reserving(self, owner).await? else {
             return Ok(Reservation::Fenced);
-        }
+        };
         let mut made = Statement::<S::Db>::new(SELECT_RESERVED);
         made.value(owner.fence.resource_id);
         let made: Option<ReservedRow> = made.fetch_optional(&mut write).await?;
@@ -138,6 +122,14 @@ impl<S: SqlStore> RefundRepository for S {
                 Err(refusal) => return Ok(Reservation::Refused(refusal)),
             };
         let money = rows::money(amount.minor_units(), &charge.currency)?;
+        // The charge allows it; the balance must too, or payouts would lose what they hold.
+        let tenant = owner.scope.tenant.as_str();
+        let available =
+            holding::lock_available::<S::Db>(&mut write, tenant, money.currency).await?;
+        if amount.minor_units() > available {
+            let refusal = RefundRefusal::InsufficientBalance { available };
+            return Ok(Reservation::Refused(refusal));
+        }
         let refund = Refund {
             id: RefundId::from_uuid(owner.fence.resource_id),
             tenant: TenantId::new(owner.scope.tenant.clone()),
@@ -230,17 +222,11 @@ impl<S: SqlStore> RefundRepository for S {
         owner: Owner<'_>,
         response: &StoredResponse,
     ) -> Result<Completion, StoreError> {
-        let complete =
-            fenced::complete_without_effect::<S::Db>(owner, response, self.policy().ttl)?;
-        end_without_refund(self, complete, owner.fence).await
+        holding::refuse::<S, RefundHold>(self, owner, response).await
     }
 
     async fn fail_refund(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {
-        let fail = fenced::fail::<S::Db>(owner, self.policy().ttl);
-        Ok(match end_without_refund(self, fail, owner.fence).await? {
-            Completion::Stored { .. } => Finish::Written,
-            Completion::Fenced => Finish::Fenced,
-        })
+        holding::fail::<S, RefundHold>(self, owner).await
     }
 
     async fn get_refund(
@@ -249,10 +235,7 @@ impl<S: SqlStore> RefundRepository for S {
         id: RefundId,
     ) -> Result<Option<Refund>, StoreError> {
         let mut sql = Statement::<S::Db>::new(SELECT_REFUNDS);
-        sql.push(" WHERE tenant_id = ")
-            .value(tenant.as_str())
-            .push(" AND id = ")
-            .value(id.as_uuid());
+        reading::push_tenants_id(&mut sql, tenant, id.as_uuid());
         let mut connection = self.pool().acquire().await?;
         let row: Option<RefundRow> = sql.fetch_optional(&mut connection).await?;
         row.map(RefundRow::into_refund).transpose()
@@ -271,17 +254,9 @@ impl<S: SqlStore> RefundRepository for S {
             None => None,
         };
         let mut sql = Statement::<S::Db>::new(SELECT_REFUNDS);
-        sql.push(" WHERE tenant_id = ")
-            .value(tenant.as_str())
-            .push(" AND charge_id = ")
-            .value(page.charge.as_uuid());
-        if let Some(cursor) = &cursor {
-            sql.push(" AND (created_at, id) < (");
-            S::Db::push_time(&mut sql, cursor.created_at);
-            sql.push(", ").value(cursor.id.as_uuid()).push(")");
-        }
-        sql.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-            .value(i64::from(page.limit) + 1);
+        let charge = Some(("charge_id", page.charge.as_uuid()));
+        let cursor = cursor.map(|c| (c.created_at, c.id.as_uuid()));
+        reading::push_page(&mut sql, tenant, charge, cursor, page.limit);
         let mut connection = self.pool().acquire().await?;
         let rows = sql.fetch_all(&mut connection).await?;
         rows::refund_page(rows, page.limit).map(Some)

@@ -11,8 +11,9 @@
 //!   event and the completed record in one transaction, or nothing, and every completion
 //!   counts the record's retention from itself (`expires_at = now + ttl`);
 //! - refunds of one charge reserve their amounts one after the other and never together
-//!   exceed it; a reservation is released only with the record that ends its refund without
-//!   one;
+//!   exceed it; payouts and refunds of one tenant reserve one after the other and never take
+//!   its balance below zero; a reservation is released only with the record that ends its
+//!   refund or payout without one;
 //! - a record that holds an effect id is never failed; completed, it has the rows of its
 //!   effect (they are written in the transaction that completes it), so the reaper judges it
 //!   by the record alone;
@@ -23,15 +24,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use payments_domain::{Charge, ChargeId, Refund, RefundId, RefundRequest, TenantId};
+use payments_domain::{
+    Charge, ChargeId, Payout, PayoutId, PayoutRequest, Refund, RefundId, RefundRequest, TenantId,
+};
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
 
 use crate::StoreError;
 use crate::model::{
-    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Finish, ListCharges, ListRefunds,
-    Owner, RefundPage, Reservation, Verdict,
+    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Finish, Funds, ListCharges,
+    ListPayouts, ListRefunds, Owner, PayoutPage, PayoutReservation, RefundPage, Reservation,
+    Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -209,6 +213,63 @@ pub trait RefundRepository: Send + Sync {
     ) -> Result<Option<RefundPage>, StoreError>;
 }
 
+/// Payouts: the reservation of a payout's amount on the tenant's balance, the fenced writes
+/// that end a payout, and the reads. A payout's row has the id of its record's generation, so
+/// every attempt of one generation finds the same reservation.
+#[async_trait]
+pub trait PayoutRepository: Send + Sync {
+    /// Reserves the payout's amount on the tenant's balance, in one transaction fenced by the
+    /// record: the balance's row is locked, so payouts and refunds of one tenant under
+    /// different keys reserve one after the other and never take it below zero. Idempotent
+    /// per generation: a reservation the generation already made is returned as it is.
+    async fn reserve_payout(
+        &self,
+        owner: Owner<'_>,
+        request: &PayoutRequest,
+        created_at: DateTime<Utc>,
+    ) -> Result<PayoutReservation, StoreError>;
+
+    /// Writes the paid payout, its ledger transaction, its `payout.paid` outbox event and the
+    /// completed record atomically, gated on the fence: all of them or none.
+    async fn finish_payout(
+        &self,
+        owner: Owner<'_>,
+        payout: &Payout,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError>;
+
+    /// Completes the record with a final answer that paid nothing (a decline, a refusal),
+    /// releasing whatever the generation reserved, in one transaction.
+    async fn refuse_payout(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError>;
+
+    /// [`RecordRepository::fail`], releasing whatever the generation reserved, in one
+    /// transaction: the processor has tombstoned the payout's key.
+    async fn fail_payout(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
+
+    /// The tenant's payout with this id; another tenant's payout is simply not found.
+    async fn get_payout(
+        &self,
+        tenant: &TenantId,
+        id: PayoutId,
+    ) -> Result<Option<Payout>, StoreError>;
+
+    /// A page of the tenant's payouts, newest first, or `None` when the cursor is not one of
+    /// its payouts.
+    async fn list_payouts(
+        &self,
+        tenant: &TenantId,
+        page: ListPayouts,
+    ) -> Result<Option<PayoutPage>, StoreError>;
+
+    /// The tenant's funds per currency, ordered by currency: what is available, and what its
+    /// payouts in flight hold.
+    async fn funds(&self, tenant: &TenantId) -> Result<Vec<Funds>, StoreError>;
+}
+
 /// What the background workers need, each backend its own way: abandoned records to complete,
 /// expired ones to delete, and events to publish.
 #[async_trait]
@@ -293,7 +354,13 @@ impl Backend {
 /// Everything the service needs from its database.
 #[async_trait]
 pub trait Store:
-    RecordRepository + ChargeRepository + RefundRepository + WorkerRepository + OutboxRepository + Debug
+    RecordRepository
+    + ChargeRepository
+    + RefundRepository
+    + PayoutRepository
+    + WorkerRepository
+    + OutboxRepository
+    + Debug
 {
     fn backend(&self) -> Backend;
 

@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use payments_domain::{
-    Account, Amount, Charge, ChargeId, Currency, Description, Money, PaymentSource, Refund,
-    RefundId, RefundReason, RefundStatus, TenantId,
+    Account, Amount, Charge, ChargeId, Currency, Description, Destination, Money, PaymentSource,
+    Payout, PayoutId, PayoutStatus, Refund, RefundId, RefundReason, RefundStatus, TenantId,
 };
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
@@ -11,7 +11,7 @@ use payments_idempotency::{
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::model::{Abandoned, Balance, ChargePage, RefundPage};
+use crate::model::{Abandoned, Balance, ChargePage, Funds, PayoutPage, RefundPage};
 
 /// An `idempotency_records` row.
 #[derive(Debug, sqlx::FromRow)]
@@ -164,6 +164,45 @@ impl RefundRow {
     }
 }
 
+/// A `payouts` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PayoutRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub destination: String,
+    pub description: Option<String>,
+    pub processor_payout_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl PayoutRow {
+    /// A payout is paid exactly when it has its processor payout id (the schema's
+    /// `paid_has_processor_payout`), so the id alone gives the status.
+    pub(crate) fn into_payout(self) -> Result<Payout, StoreError> {
+        Ok(Payout {
+            id: PayoutId::from_uuid(self.id),
+            tenant: TenantId::new(self.tenant_id),
+            money: money(self.amount, &self.currency)?,
+            destination: Destination::new(self.destination)
+                .map_err(|e| StoreError::Corrupt(format!("destination: {e}")))?,
+            description: self
+                .description
+                .map(Description::new)
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(format!("description: {e}")))?,
+            status: match self.processor_payout_id {
+                Some(processor_payout_id) => PayoutStatus::Paid {
+                    processor_payout_id,
+                },
+                None => PayoutStatus::Pending,
+            },
+            created_at: self.created_at,
+        })
+    }
+}
+
 /// A pending refund and the processor's id of the charge it refunds.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct ReservedRow {
@@ -251,6 +290,19 @@ pub(crate) fn balance_from_row(
     })
 }
 
+/// One row of the funds query: currency, available and pending.
+pub(crate) fn funds_from_row(
+    (currency, available, pending): (String, i64, i64),
+) -> Result<Funds, StoreError> {
+    Ok(Funds {
+        currency: currency
+            .parse()
+            .map_err(|_| corrupt("currency", &currency))?,
+        available,
+        pending,
+    })
+}
+
 /// A page of charges from the rows of a query that asked for one more than `limit`.
 pub(crate) fn charge_page(rows: Vec<ChargeRow>, limit: u32) -> Result<ChargePage, StoreError> {
     let (charges, has_more) = page(rows, limit, ChargeRow::into_charge)?;
@@ -261,6 +313,12 @@ pub(crate) fn charge_page(rows: Vec<ChargeRow>, limit: u32) -> Result<ChargePage
 pub(crate) fn refund_page(rows: Vec<RefundRow>, limit: u32) -> Result<RefundPage, StoreError> {
     let (refunds, has_more) = page(rows, limit, RefundRow::into_refund)?;
     Ok(RefundPage { refunds, has_more })
+}
+
+/// A page of payouts, like [`charge_page`].
+pub(crate) fn payout_page(rows: Vec<PayoutRow>, limit: u32) -> Result<PayoutPage, StoreError> {
+    let (payouts, has_more) = page(rows, limit, PayoutRow::into_payout)?;
+    Ok(PayoutPage { payouts, has_more })
 }
 
 /// The first `limit` rows, converted, and whether there were more: a list query asks for one

@@ -2,8 +2,8 @@
 //! path, how a claim takes its lock, how a charge's finish writes and how the outbox relay
 //! takes its rows. Everything else is written once over it, as plain generic impls:
 //! `RecordRepository` (`recording.rs`), `ChargeRepository` (`reading.rs`), `RefundRepository`
-//! (`refunding.rs`), `WorkerRepository` (`workers.rs`), the bench floors (`floors.rs`), and
-//! `Store` and `OutboxRepository` here.
+//! (`refunding.rs`), `PayoutRepository` (`paying_out.rs`), `WorkerRepository` (`workers.rs`),
+//! the bench floors (`floors.rs`), and `Store` and `OutboxRepository` here.
 
 use std::fmt::Debug;
 use std::ops::DerefMut;

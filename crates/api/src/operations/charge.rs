@@ -64,12 +64,7 @@ impl Operation for CreateCharge {
     }
 
     async fn settle(&self, effect_key: &str) -> Result<Settled<ProcessorCharge>, EffectError> {
-        self.0
-            .processor
-            .cancel(effect_key)
-            .await
-            .map(settled)
-            .map_err(effect_error)
+        settled(self.0.processor.cancel(effect_key).await)
     }
 
     fn effect_id(charge: &ProcessorCharge) -> String {

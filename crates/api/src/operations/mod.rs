@@ -2,26 +2,32 @@
 //! effect at the processor, the writes of its finish), and nothing of the protocol.
 
 pub(crate) mod charge;
+pub(crate) mod payout;
 pub(crate) mod refund;
 
 use std::sync::Arc;
 
-use payments_domain::{CancelOutcome, CardProcessor, ProcessorError};
+use payments_domain::{CancelOutcome, CardProcessor, PayoutProcessor, ProcessorError};
 use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{EffectError, ProtocolError, Settled};
 use payments_storage::Store;
 use serde::Serialize;
 
-/// What every operation of this service works with: the card processor for its effect, and
-/// the database for its rows.
+/// The processor of this service: it charges and refunds cards, and pays out.
+pub trait Processor: CardProcessor + PayoutProcessor {}
+
+impl<P: CardProcessor + PayoutProcessor> Processor for P {}
+
+/// What every operation of this service works with: the processor for its effect, and the
+/// database for its rows.
 #[derive(Debug, Clone)]
 pub struct Ports {
     store: Arc<dyn Store>,
-    processor: Arc<dyn CardProcessor>,
+    processor: Arc<dyn Processor>,
 }
 
 impl Ports {
-    pub fn new(store: Arc<dyn Store>, processor: Arc<dyn CardProcessor>) -> Self {
+    pub fn new(store: Arc<dyn Store>, processor: Arc<dyn Processor>) -> Self {
         Self { store, processor }
     }
 }
@@ -55,10 +61,10 @@ fn effect_error(error: ProcessorError) -> EffectError {
 }
 
 /// The processor's answer to a cancel, as the engine's settle reads it.
-fn settled<E>(outcome: CancelOutcome<E>) -> Settled<E> {
-    match outcome {
-        CancelOutcome::Exists(effect) => Settled::Exists(effect),
-        CancelOutcome::StillProcessing => Settled::StillProcessing,
-        CancelOutcome::Canceled => Settled::Tombstoned,
+fn settled<E>(answer: Result<CancelOutcome<E>, ProcessorError>) -> Result<Settled<E>, EffectError> {
+    match answer.map_err(effect_error)? {
+        CancelOutcome::Exists(effect) => Ok(Settled::Exists(effect)),
+        CancelOutcome::StillProcessing => Ok(Settled::StillProcessing),
+        CancelOutcome::Canceled => Ok(Settled::Tombstoned),
     }
 }

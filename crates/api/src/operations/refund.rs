@@ -75,6 +75,9 @@ impl Operation for CreateRefund {
             Reservation::Refused(RefundRefusal::NothingLeft) => {
                 refused(ApiError::ChargeAlreadyRefunded)
             }
+            Reservation::Refused(RefundRefusal::InsufficientBalance { available }) => {
+                refused(ApiError::InsufficientBalance { available })
+            }
             Reservation::Refused(RefundRefusal::NoSuchCharge) => refused(ApiError::NotFound(
                 format!("No such charge: {}", request.charge),
             )),
@@ -99,12 +102,7 @@ impl Operation for CreateRefund {
     }
 
     async fn settle(&self, effect_key: &str) -> Result<Settled<ProcessorRefund>, EffectError> {
-        self.0
-            .processor
-            .cancel_refund(effect_key)
-            .await
-            .map(settled)
-            .map_err(effect_error)
+        settled(self.0.processor.cancel_refund(effect_key).await)
     }
 
     fn effect_id(refund: &ProcessorRefund) -> String {

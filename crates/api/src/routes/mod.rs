@@ -6,6 +6,7 @@ mod charges;
 mod health;
 mod keys;
 mod ledger;
+mod payouts;
 mod refunds;
 mod request_id;
 
@@ -78,7 +79,7 @@ where
     find(id).await?.ok_or_else(not_found)
 }
 
-/// The query of a list (`GET /charges`, `GET /charges/{id}/refunds`): a page size and a
+/// The query of a list (`GET /charges`, `GET /charges/{id}/refunds`, `GET /payouts`): a page size and a
 /// keyset cursor.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -133,6 +134,9 @@ pub fn app(state: AppState) -> Router {
             get(refunds::list).post(refunds::create),
         )
         .route("/refunds/{id}", get(refunds::show))
+        .route("/payouts", get(payouts::list).post(payouts::create))
+        .route("/payouts/{id}", get(payouts::show))
+        .route("/balance", get(payouts::balance))
         .route("/ledger/balances", get(ledger::balances))
         .route("/idempotency-keys/{key}", get(keys::show))
         .route("/healthz", get(health::live))

@@ -59,6 +59,11 @@ impl CardSim {
         self.stat("refunds_created").await
     }
 
+    /// Distinct payouts the processor has ever made.
+    pub(crate) async fn payouts_created(&self) -> i64 {
+        self.stat("payouts_created").await
+    }
+
     async fn stat(&self, name: &str) -> i64 {
         let stats: Value = http_client()
             .get(format!("{}/v1/stats", self.url))

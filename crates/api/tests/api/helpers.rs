@@ -11,6 +11,8 @@ use sqlx::{AnyPool, Connection, PgConnection};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::card_sim::CardSim;
+
 pub(crate) const ACME: &str = "sk_test_acme";
 pub(crate) const GLOBEX: &str = "sk_test_globex";
 
@@ -449,6 +451,23 @@ impl TestApp {
             .expect("POST /charges/{id}/refunds")
     }
 
+    /// Sends a `POST /payouts` with an API key, an idempotency key and a body.
+    pub(crate) async fn post_payout(
+        &self,
+        api_key: &str,
+        idempotency_key: &str,
+        body: &Value,
+    ) -> Response {
+        self.client
+            .post(self.url("/payouts"))
+            .bearer_auth(api_key)
+            .header("Idempotency-Key", idempotency_key)
+            .json(body)
+            .send()
+            .await
+            .expect("POST /payouts")
+    }
+
     /// Makes a charge of `amount` with `token` and returns its id.
     pub(crate) async fn charged(&self, amount: i64, token: &str) -> String {
         let body = json!({ "amount": amount, "currency": "usd", "source": token });
@@ -552,6 +571,11 @@ pub(crate) fn visa(amount: i64) -> Value {
     json!({ "amount": amount, "currency": "usd", "source": "tok_visa" })
 }
 
+/// A valid payout body, to the test bank account that always pays.
+pub(crate) fn payout(amount: i64) -> Value {
+    json!({ "amount": amount, "currency": "usd", "destination": "ba_checking" })
+}
+
 /// A fresh idempotency key.
 pub(crate) fn new_key() -> String {
     format!("key-{}", uuid::Uuid::new_v4())
@@ -598,3 +622,33 @@ pub(crate) async fn problem(response: Response) -> (u16, Value) {
     );
     (status, body)
 }
+
+/// A card-sim process, and the service charging, refunding and paying out through it.
+pub(crate) async fn with_card_sim(backend: Backend) -> (CardSim, TestApp) {
+    let card_sim = CardSim::start().await;
+    let processor = [("PAYMENTS__PROCESSOR__URL", card_sim.url.as_str())];
+    let app = spawn_app_with(backend, &processor).await;
+    (card_sim, app)
+}
+
+/// The sum of the ledger's entries in each currency: zero in every one.
+pub(crate) async fn assert_ledger_balances(app: &TestApp) {
+    let sums: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT currency, CAST(sum(amount) AS BIGINT) FROM ledger_entries GROUP BY currency",
+    )
+    .fetch_all(app.db())
+    .await
+    .expect("ledger sums");
+    assert!(!sums.is_empty());
+    for (currency, sum) in sums {
+        assert_eq!(sum, 0, "the ledger balances in {currency}");
+    }
+}
+
+/// The headers a replay repeats from the first answer, and the one that marks it a replay.
+pub(crate) const REPLAY_HEADERS: [&str; 4] = [
+    "content-type",
+    "location",
+    "idempotency-key-expires",
+    "idempotent-replayed",
+];

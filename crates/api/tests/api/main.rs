@@ -34,6 +34,8 @@ mod concurrency;
 #[cfg(feature = "failpoints")]
 mod crash;
 #[cfg(feature = "failpoints")]
+mod crash_payouts;
+#[cfg(feature = "failpoints")]
 mod crash_refunds;
 mod embedded;
 mod events;
@@ -41,6 +43,7 @@ mod helpers;
 mod hostile;
 mod keys;
 mod metrics;
+mod payouts;
 mod reads;
 mod recovery;
 mod redis_server;

@@ -8,26 +8,10 @@ use std::collections::HashSet;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::card_sim::CardSim;
 use crate::helpers::{
-    ACME, Backend, GLOBEX, TestApp, count_rows, new_key, problem, snapshot, spawn_app,
-    spawn_app_with,
+    ACME, Backend, GLOBEX, REPLAY_HEADERS, TestApp, assert_ledger_balances, count_rows, new_key,
+    problem, snapshot, spawn_app, with_card_sim,
 };
-
-const REPLAY_HEADERS: [&str; 4] = [
-    "content-type",
-    "location",
-    "idempotency-key-expires",
-    "idempotent-replayed",
-];
-
-/// A card-sim process, and the service charging and refunding through it.
-async fn with_card_sim(backend: Backend) -> (CardSim, TestApp) {
-    let card_sim = CardSim::start().await;
-    let processor = [("PAYMENTS__PROCESSOR__URL", card_sim.url.as_str())];
-    let app = spawn_app_with(backend, &processor).await;
-    (card_sim, app)
-}
 
 /// The charge's refunded and reserved amounts, as the database holds them.
 async fn refunded_and_reserved(app: &TestApp) -> (i64, i64) {
@@ -35,20 +19,6 @@ async fn refunded_and_reserved(app: &TestApp) -> (i64, i64) {
         .fetch_one(app.db())
         .await
         .expect("the one charge")
-}
-
-/// The sum of the ledger's entries in each currency: zero in every one.
-async fn assert_ledger_balances(app: &TestApp) {
-    let sums: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT currency, CAST(sum(amount) AS BIGINT) FROM ledger_entries GROUP BY currency",
-    )
-    .fetch_all(app.db())
-    .await
-    .expect("ledger sums");
-    assert!(!sums.is_empty());
-    for (currency, sum) in sums {
-        assert_eq!(sum, 0, "the ledger balances in {currency}");
-    }
 }
 
 /// The processor still owes what was charged and not refunded.
@@ -383,7 +353,7 @@ async fn the_same_key_names_a_charge_and_a_refund_each_inspected_under_its_opera
     let unknown = app
         .get(
             ACME,
-            &format!("/idempotency-keys/{key}?operation=payouts.create.v1"),
+            &format!("/idempotency-keys/{key}?operation=transfers.create.v1"),
         )
         .await;
     let (status, problem) = problem(unknown).await;

@@ -38,10 +38,7 @@ pub(super) async fn insert_charge_writes(
     Sqlite::push_time(&mut insert, charge.created_at);
     insert.push(")");
     insert.execute(&mut *connection).await?;
-    let posted = Posted {
-        charge: charge.id.as_uuid(),
-        refund: None,
-    };
+    let posted = Posted::Charge(charge.id.as_uuid());
     let ledger = LedgerTransaction::for_charge(charge);
     posting::post_ledger::<Sqlite>(&mut *connection, &ledger, tenant, posted).await?;
     let event = PaymentCompleted::for_charge(charge);

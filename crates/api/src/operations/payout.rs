@@ -1,0 +1,142 @@
+//! `payouts.create.v1`: pay part of the tenant's balance out to one of its bank accounts. The
+//! request is a [`PayoutRequest`]; [`prepare`](Operation::prepare) reserves its amount on the
+//! tenant's balance, so payouts and refunds under different keys never take it below zero
+//! together; the effect is a [`ProcessorPayout`]; the finish writes the paid payout, its ledger
+//! transaction and the `payout.paid` event with the completed record. A payout that
+//! definitively fails (declined, refused, or tombstoned by the completer) releases its
+//! reservation in the transaction that ends its record.
+
+use async_trait::async_trait;
+use payments_domain::{Payout, PayoutRequest, ProcessorPayout, ProcessorPayoutRequest};
+use payments_idempotency::StoredResponse;
+use payments_idempotency::engine::{
+    Completion, EffectError, Finish, Operation, Owner, Prepared, ProtocolError, RecordStore,
+    Settled,
+};
+use payments_storage::PayoutReservation;
+
+use super::charge::now_to_the_microsecond;
+use super::{Ports, created, effect_error, settled};
+use crate::ApiError;
+use crate::views::{CreatePayoutBody, PayoutView};
+
+/// Paying out: the processor's payouts are its effect port, and the store holds its
+/// reservation, payout, ledger and outbox rows.
+#[derive(Debug)]
+pub struct CreatePayout(pub Ports);
+
+#[async_trait]
+impl Operation for CreatePayout {
+    type Request = PayoutRequest;
+    /// The pending payout: its id is the record's generation, its amount the one reserved.
+    type Plan = Payout;
+    type Effect = ProcessorPayout;
+
+    const NAME: &'static str = "payouts.create.v1";
+    const EFFECT: &'static str = "payout";
+    const ROUTE: (&'static str, &'static str) = ("POST", "/payouts");
+
+    fn stored_request(&self, body: &[u8]) -> Option<PayoutRequest> {
+        CreatePayoutBody::parse(body).ok()
+    }
+
+    /// Reserves the amount on the tenant's balance, or answers for good when the balance
+    /// cannot give it.
+    async fn prepare(
+        &self,
+        owner: Owner<'_>,
+        request: &PayoutRequest,
+    ) -> Result<Prepared<Payout>, ProtocolError> {
+        let reservation = self
+            .0
+            .store
+            .reserve_payout(owner, request, now_to_the_microsecond())
+            .await?;
+        Ok(match reservation {
+            PayoutReservation::Reserved(payout) => Prepared::Ready(payout),
+            PayoutReservation::InsufficientBalance { available } => {
+                Prepared::Refused(ApiError::InsufficientBalance { available }.to_stored_response())
+            }
+            PayoutReservation::Fenced => Prepared::Fenced,
+        })
+    }
+
+    async fn effect(
+        &self,
+        payout: &Payout,
+        effect_key: &str,
+    ) -> Result<ProcessorPayout, EffectError> {
+        self.0
+            .processor
+            .payout(ProcessorPayoutRequest {
+                idempotency_key: effect_key.to_owned(),
+                money: payout.money,
+                destination: payout.destination.clone(),
+            })
+            .await
+            .map_err(effect_error)
+    }
+
+    async fn settle(&self, effect_key: &str) -> Result<Settled<ProcessorPayout>, EffectError> {
+        settled(self.0.processor.cancel_payout(effect_key).await)
+    }
+
+    fn effect_id(payout: &ProcessorPayout) -> String {
+        payout.id.clone()
+    }
+
+    fn confirms(reported: &ProcessorPayout, payout: &Payout) -> Result<(), String> {
+        reported
+            .confirms(&payout.destination, payout.money)
+            .map_err(|e| e.to_string())
+    }
+
+    fn declined(&self, code: String, message: String) -> StoredResponse {
+        ApiError::PayoutDeclined {
+            decline_code: code,
+            message,
+        }
+        .to_stored_response()
+    }
+
+    async fn finish(
+        &self,
+        owner: Owner<'_>,
+        pending: &Payout,
+        processor_payout_id: String,
+    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+        let payout = pending.paid(processor_payout_id);
+        let response = created(
+            &PayoutView::from(&payout),
+            &format!("/payouts/{}", payout.id),
+        )?;
+        let completion = self
+            .0
+            .store
+            .finish_payout(owner, &payout, &response)
+            .await?;
+        if completion != Completion::Fenced {
+            tracing::info!(payout.id = %payout.id, "payout paid");
+        }
+        Ok((completion, response))
+    }
+
+    /// The payout's own store completes the record, releasing the reservation with it.
+    async fn refuse(
+        &self,
+        _records: &dyn RecordStore,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, ProtocolError> {
+        Ok(self.0.store.refuse_payout(owner, response).await?)
+    }
+
+    /// The payout's own store fails the record, releasing the reservation with it.
+    async fn fail(
+        &self,
+        _records: &dyn RecordStore,
+        owner: Owner<'_>,
+    ) -> Result<Finish, ProtocolError> {
+        Ok(self.0.store.fail_payout(owner).await?)
+    }
+}

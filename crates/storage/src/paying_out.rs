@@ -1,0 +1,207 @@
+//! `PayoutRepository`, written once for both backends over any [`SqlStore`].
+//!
+//! A payout's row has the id of its record's generation. While pending, it is the payout's
+//! reservation on the tenant's balance, made under the balance's lock (`holding.rs`) before the
+//! processor is called; the finish makes it paid and posts it, and a definitive failure deletes
+//! it, in the same transaction as the record's completion either way.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use payments_domain::{
+    LedgerTransaction, PAYOUT_PAID, Payout, PayoutId, PayoutPaid, PayoutRequest, PayoutStatus,
+    TenantId,
+};
+use payments_idempotency::StoredResponse;
+use uuid::Uuid;
+
+use crate::StoreError;
+use crate::dialect::{Dialect, Statement};
+use crate::fenced;
+use crate::holding::{self, Hold};
+use crate::model::{Completion, Finish, Funds, ListPayouts, Owner, PayoutPage, PayoutReservation};
+use crate::posting::{self, Posted};
+use crate::reading;
+use crate::repository::PayoutRepository;
+use crate::rows::{self, PayoutRow};
+use crate::sql_store::{SqlStore, complete_on};
+
+/// The columns of a `payouts` row ([`PayoutRow`]).
+const SELECT_PAYOUTS: &str = "SELECT id, tenant_id, amount, currency, destination, description, \
+                              processor_payout_id, created_at FROM payouts";
+
+/// A payout's reservation: its pending row, whose amount the balance counts as held.
+struct PayoutHold;
+
+impl Hold for PayoutHold {
+    async fn release<DB: Dialect>(
+        connection: &mut DB::Connection,
+        payout: Uuid,
+    ) -> Result<(), StoreError> {
+        let mut delete = Statement::<DB>::new("DELETE FROM payouts WHERE id = ");
+        delete.value(payout).push(" AND status = 'pending'");
+        delete.execute(connection).await?;
+        Ok(())
+    }
+}
+
+/// The ledger transaction of `payout` and its `payout.paid` event, on the caller's
+/// transaction.
+async fn post_payout<DB: Dialect>(
+    connection: &mut DB::Connection,
+    payout: &Payout,
+) -> Result<(), StoreError> {
+    let tenant = payout.tenant.as_str();
+    let posted = Posted::Payout(payout.id.as_uuid());
+    let ledger = LedgerTransaction::for_payout(payout);
+    posting::post_ledger::<DB>(&mut *connection, &ledger, tenant, posted).await?;
+    let event = PayoutPaid::for_payout(payout);
+    let (id, aggregate) = (event.event_id, payout.id.as_uuid());
+    posting::insert_event::<DB>(connection, &event, id, aggregate, tenant, PAYOUT_PAID).await
+}
+
+#[async_trait]
+impl<S: SqlStore> PayoutRepository for S {
+    async fn reserve_payout(
+        &self,
+        owner: Owner<'_>,
+        request: &PayoutRequest,
+        created_at: DateTime<Utc>,
+    ) -> Result<PayoutReservation, StoreError> {
+        let Some(mut write) = holding::begin_reserving(self, owner).await? else {
+            return Ok(PayoutReservation::Fenced);
+        };
+        let mut made = Statement::<S::Db>::new(SELECT_PAYOUTS);
+        made.push(" WHERE id = ").value(owner.fence.resource_id);
+        let made: Option<PayoutRow> = made.fetch_optional(&mut write).await?;
+        if let Some(made) = made {
+            return Ok(PayoutReservation::Reserved(made.into_payout()?));
+        }
+        let tenant = owner.scope.tenant.as_str();
+        let money = request.money;
+        let available =
+            holding::lock_available::<S::Db>(&mut write, tenant, money.currency).await?;
+        if money.amount.minor_units() > available {
+            return Ok(PayoutReservation::InsufficientBalance { available });
+        }
+        let payout = Payout {
+            id: PayoutId::from_uuid(owner.fence.resource_id),
+            tenant: TenantId::new(tenant),
+            money,
+            destination: request.destination.clone(),
+            description: request.description.clone(),
+            status: PayoutStatus::Pending,
+            created_at,
+        };
+        let mut insert = Statement::<S::Db>::new(
+            "INSERT INTO payouts
+                 (id, tenant_id, amount, currency, destination, description, status, created_at)
+             VALUES (",
+        );
+        insert
+            .value(payout.id.as_uuid())
+            .push(", ")
+            .value(tenant)
+            .push(", ")
+            .value(money.amount.minor_units())
+            .push(", ")
+            .values([money.currency.code(), payout.destination.as_str()])
+            .push(", ")
+            .value(payout.description.as_ref().map(|d| d.as_str()))
+            .push(", 'pending', ");
+        S::Db::push_time(&mut insert, created_at);
+        insert.push(")");
+        insert.execute(&mut write).await?;
+        S::commit(write).await?;
+        Ok(PayoutReservation::Reserved(payout))
+    }
+
+    async fn finish_payout(
+        &self,
+        owner: Owner<'_>,
+        payout: &Payout,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError> {
+        let PayoutStatus::Paid {
+            processor_payout_id,
+        } = &payout.status
+        else {
+            return Err(StoreError::Corrupt(format!(
+                "payout {} finished without a processor payout",
+                payout.id
+            )));
+        };
+        let complete = fenced::complete::<S::Db>(owner, response, self.policy().ttl)?;
+        let mut write = self.begin_write().await?;
+        let completion = complete_on::<S::Db>(&mut write, complete).await?;
+        if completion == Completion::Fenced {
+            return Ok(completion);
+        }
+        let mut paid =
+            Statement::<S::Db>::new("UPDATE payouts SET status = 'paid', processor_payout_id = ");
+        paid.value(processor_payout_id.as_str())
+            .push(" WHERE id = ")
+            .value(payout.id.as_uuid())
+            .push(" AND status = 'pending'");
+        if paid.execute(&mut write).await? != 1 {
+            return Err(StoreError::Corrupt(format!(
+                "payout {} has no reservation to finish",
+                payout.id
+            )));
+        }
+        post_payout::<S::Db>(&mut write, payout).await?;
+        S::commit(write).await?;
+        Ok(completion)
+    }
+
+    async fn refuse_payout(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError> {
+        holding::refuse::<S, PayoutHold>(self, owner, response).await
+    }
+
+    async fn fail_payout(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {
+        holding::fail::<S, PayoutHold>(self, owner).await
+    }
+
+    async fn get_payout(
+        &self,
+        tenant: &TenantId,
+        id: PayoutId,
+    ) -> Result<Option<Payout>, StoreError> {
+        let mut sql = Statement::<S::Db>::new(SELECT_PAYOUTS);
+        reading::push_tenants_id(&mut sql, tenant, id.as_uuid());
+        let mut connection = self.pool().acquire().await?;
+        let row: Option<PayoutRow> = sql.fetch_optional(&mut connection).await?;
+        row.map(PayoutRow::into_payout).transpose()
+    }
+
+    async fn list_payouts(
+        &self,
+        tenant: &TenantId,
+        page: ListPayouts,
+    ) -> Result<Option<PayoutPage>, StoreError> {
+        let cursor = match page.starting_after {
+            Some(id) => match self.get_payout(tenant, id).await? {
+                Some(payout) => Some(payout),
+                None => return Ok(None),
+            },
+            None => None,
+        };
+        let mut sql = Statement::<S::Db>::new(SELECT_PAYOUTS);
+        let cursor = cursor.map(|c| (c.created_at, c.id.as_uuid()));
+        reading::push_page(&mut sql, tenant, None, cursor, page.limit);
+        let mut connection = self.pool().acquire().await?;
+        let rows = sql.fetch_all(&mut connection).await?;
+        rows::payout_page(rows, page.limit).map(Some)
+    }
+
+    async fn funds(&self, tenant: &TenantId) -> Result<Vec<Funds>, StoreError> {
+        let mut connection = self.pool().acquire().await?;
+        let rows: Vec<(String, i64, i64)> = holding::funds::<S::Db>(tenant.as_str(), None)
+            .fetch_all(&mut connection)
+            .await?;
+        rows.into_iter().map(rows::funds_from_row).collect()
+    }
+}
