@@ -60,6 +60,7 @@ pub struct DatabaseSettings {
     pub url: SecretString,
     pub max_connections: u32,
     pub acquire_timeout_ms: u64,
+    pub statement_timeout_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -249,6 +250,10 @@ impl Settings {
                 "database.max_connections",
                 u64::from(self.database.max_connections),
             ),
+            (
+                "database.statement_timeout_ms",
+                self.database.statement_timeout_ms,
+            ),
             ("server.body_timeout_ms", self.server.body_timeout_ms),
             (
                 "server.header_limit_bytes",
@@ -399,6 +404,7 @@ impl Settings {
             pool: PoolSettings {
                 max_connections: self.database.max_connections,
                 acquire_timeout: Duration::from_millis(self.database.acquire_timeout_ms),
+                statement_timeout: Duration::from_millis(self.database.statement_timeout_ms),
             },
             policy,
             api_keys,

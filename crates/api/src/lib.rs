@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payments_card_sim::{HttpCardProcessor, InMemoryCardProcessor};
-use payments_storage::{EventStream, RedisLink, ReplayCache};
+use payments_storage::{Backend, Durability, EventStream, RedisLink, ReplayCache};
 use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
@@ -119,6 +119,23 @@ pub async fn run() -> Result<(), StartupError> {
     );
     state.events = events;
     state.metrics = metrics::install();
+    // Said once at start, and by `/readyz` each time it is asked: whether a commit the service
+    // acknowledges survives a failover to a standby.
+    let durability = state.store.durability().await.map_err(|e| {
+        StartupError::Database(format!(
+            "cannot read the durability of {}: {}",
+            settings.database.describe(),
+            error_chain(&e)
+        ))
+    })?;
+    metrics::record_durability(durability);
+    if durability == Durability::Local && state.store.backend() == Backend::Postgres {
+        tracing::warn!(
+            "acknowledged commits wait for no standby (synchronous_standby_names is empty or \
+             synchronous_commit does not wait): a failover to a standby that is behind can lose \
+             charges the service already answered for"
+        );
+    }
     let redis_name = settings.redis.as_ref().map_or_else(
         || "disabled".to_owned(),
         |r| without_credentials(&r.settings.url),
@@ -133,7 +150,8 @@ pub async fn run() -> Result<(), StartupError> {
         .as_ref()
         .map_or_else(|| "disabled".to_owned(), |(_, address)| address.to_string());
     tracing::info!(%address, metrics = %metrics_address, database = %settings.database.describe(),
-        processor = %processor_name, redis = %redis_name, "listening");
+        durability = durability.name(), processor = %processor_name, redis = %redis_name,
+        "listening");
 
     // One shutdown signal stops the servers (after draining requests) and then the workers.
     let (stop, stopped) = tokio::sync::watch::channel(false);

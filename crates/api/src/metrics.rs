@@ -11,6 +11,7 @@ use axum::response::Response;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use payments_idempotency::engine::{CacheCall, Checkpoint, Observer, Outcome};
+use payments_storage::Durability;
 
 use crate::failpoint;
 
@@ -94,6 +95,13 @@ impl RedisCall {
             Self::Xadd => "xadd",
         }
     }
+}
+
+/// `database_commit_waits_for_standby`: 1 when a commit the database acknowledges is on a
+/// synchronous standby too, 0 when it is only on the node that took it.
+pub(crate) fn record_durability(durability: Durability) {
+    let waits = durability == Durability::Standby;
+    gauge!("database_commit_waits_for_standby").set(if waits { 1.0 } else { 0.0 });
 }
 
 pub(crate) fn outbox_backlog(unpublished: i64, oldest_age_secs: f64) {

@@ -34,6 +34,9 @@ pub enum StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         if is_unavailable(&error) {
+            if is_read_only(&error) {
+                crate::postgres::saw_read_only();
+            }
             return Self::Unavailable(error);
         }
         match violated_constraint(&error) {
@@ -89,6 +92,18 @@ fn sqlite_code(db: &dyn DatabaseError) -> Option<i32> {
     db.code()?.parse().ok()
 }
 
+/// Whether PostgreSQL refused a write because the node is (now) a standby.
+fn is_read_only(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .filter(|db| sqlite_code(*db).is_none())
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == READ_ONLY_SQL_TRANSACTION)
+}
+
+/// A write on a primary that has been demoted to a standby.
+const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+
 const SQLITE_CONSTRAINT: i32 = 19;
 const SQLITE_BUSY: i32 = 5;
 const SQLITE_LOCKED: i32 = 6;
@@ -103,13 +118,19 @@ fn is_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
-        // 57P01 admin_shutdown, 57P03 cannot_connect_now, 08xxx connection exceptions.
+        // 08xxx connection exceptions, 57P01 admin_shutdown, 57P03 cannot_connect_now, 57014
+        // a statement cancelled by `statement_timeout` (rolled back: nothing it did holds),
+        // and 25006 a write on a primary that was demoted (nothing written).
         sqlx::Error::Database(db) => match sqlite_code(db.as_ref()) {
             // SQLite: another writer kept the database locked past the busy timeout.
             Some(code) => matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED),
-            None => db
-                .code()
-                .is_some_and(|code| code.starts_with("08") || code == "57P01" || code == "57P03"),
+            None => db.code().is_some_and(|code| {
+                code.starts_with("08")
+                    || matches!(
+                        &*code,
+                        "57P01" | "57P03" | "57014" | READ_ONLY_SQL_TRANSACTION
+                    )
+            }),
         },
         _ => false,
     }

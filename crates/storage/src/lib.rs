@@ -48,8 +48,8 @@ use crate::sqlite::SqliteStore;
 
 pub use error::StoreError;
 pub use model::{
-    Backlog, Balance, ChargePage, Funds, ListCharges, ListPayouts, ListRefunds, PayoutPage,
-    PayoutReservation, RefundPage, RefundRefusal, Reservation,
+    Backlog, Balance, ChargePage, Durability, Funds, ListCharges, ListPayouts, ListRefunds,
+    PayoutPage, PayoutReservation, RefundPage, RefundRefusal, Reservation,
 };
 pub use records::Records;
 pub use redis_link::{RedisFailure, RedisLink};
@@ -70,6 +70,10 @@ pub struct PoolSettings {
     /// before it fails with 503: short, so a lost database fails requests fast instead of
     /// queueing them.
     pub acquire_timeout: Duration,
+    /// PostgreSQL cancels a statement that runs longer (`statement_timeout`), so that a lock
+    /// held forever or a node too loaded to answer fails a request as unavailable instead of
+    /// holding it to its timeout. Migrations run without it.
+    pub statement_timeout: Duration,
 }
 
 /// Where the data lives, parsed from a database URL.

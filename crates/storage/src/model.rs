@@ -148,6 +148,40 @@ pub struct Funds {
     pub pending: i64,
 }
 
+/// How durable a commit the database acknowledges is, as it is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// A commit is acknowledged once a synchronous standby has it too: a failover to that
+    /// standby loses nothing the service was told is committed.
+    Standby,
+    /// A commit is acknowledged once this node has it: a failover to a standby that was behind
+    /// can lose commits the service already answered for (a charge made at the processor whose
+    /// record is gone).
+    Local,
+}
+
+impl Durability {
+    /// The name `/readyz` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Standby => "standby",
+            Self::Local => "local",
+        }
+    }
+
+    /// From PostgreSQL's settings: a commit waits for a standby when standbys are named as
+    /// synchronous and `synchronous_commit` waits for them (`on`, `remote_write`,
+    /// `remote_apply`; `local` and `off` do not).
+    pub fn of_postgres(synchronous_commit: &str, synchronous_standby_names: &str) -> Self {
+        let waits = matches!(synchronous_commit, "on" | "remote_write" | "remote_apply");
+        if waits && !synchronous_standby_names.trim().is_empty() {
+            Self::Standby
+        } else {
+            Self::Local
+        }
+    }
+}
+
 /// The signed sum of one account's entries in one currency (debits positive).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Balance {
@@ -246,5 +280,32 @@ mod refund_tests {
             RefundRefusal::judge(1000, 1000, Some(amount(1))),
             Err(RefundRefusal::TooLarge { refundable: 0 })
         );
+    }
+}
+
+#[cfg(test)]
+mod durability_tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_waits_for_a_standby_only_when_one_is_named_and_synchronous_commit_waits() {
+        let standby = Durability::Standby;
+        let local = Durability::Local;
+        let cases = [
+            ("on", "", local),
+            ("on", "ANY 1 (node2, node3)", standby),
+            ("remote_apply", "node2", standby),
+            ("remote_write", "*", standby),
+            ("local", "node2", local),
+            ("off", "node2", local),
+            ("on", "  ", local),
+        ];
+        for (commit, names, durability) in cases {
+            assert_eq!(
+                Durability::of_postgres(commit, names),
+                durability,
+                "{commit} {names:?}"
+            );
+        }
     }
 }

@@ -33,9 +33,9 @@ use payments_idempotency::{
 
 use crate::StoreError;
 use crate::model::{
-    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Finish, Funds, ListCharges,
-    ListPayouts, ListRefunds, Owner, PayoutPage, PayoutReservation, RefundPage, Reservation,
-    Verdict,
+    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, Finish, Funds,
+    ListCharges, ListPayouts, ListRefunds, Owner, PayoutPage, PayoutReservation, RefundPage,
+    Reservation, Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -375,4 +375,8 @@ pub trait Store:
 
     /// Answers whether the database takes a query now.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// How durable the database's acknowledged commits are; like [`ping`](Self::ping), it
+    /// fails when the database does not answer.
+    async fn durability(&self) -> Result<Durability, StoreError>;
 }

@@ -16,7 +16,7 @@ use sqlx::{Database, Pool};
 use crate::StoreError;
 use crate::claiming::NewClaim;
 use crate::dialect::{Dialect, Reads, Statement};
-use crate::model::{Backlog, Claim, Completion};
+use crate::model::{Backlog, Claim, Completion, Durability};
 use crate::outbox;
 use crate::recording::ChargeFinish;
 use crate::repository::{Backend, OutboxRepository, Store};
@@ -101,6 +101,9 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
     /// Applies the backend's embedded migrations.
     async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError>;
 
+    /// How durable the database's acknowledged commits are (`Store::durability`).
+    async fn durability(&self) -> Result<Durability, StoreError>;
+
     /// The finish's inserts without a record: the floor of a first charge.
     #[cfg(feature = "bench")]
     async fn write_charge_alone(&self, charge: &payments_domain::Charge) -> Result<(), StoreError>;
@@ -135,6 +138,10 @@ impl<S: SqlStore> Store for S {
         self.run_migrations()
             .await
             .map_err(|e| StoreError::Migration(e.to_string()))
+    }
+
+    async fn durability(&self) -> Result<Durability, StoreError> {
+        SqlStore::durability(self).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -93,6 +93,7 @@ async fn test_db(backend: Backend) -> TestDb {
     let settings = PoolSettings {
         max_connections: 20,
         acquire_timeout: std::time::Duration::from_secs(10),
+        statement_timeout: std::time::Duration::from_secs(30),
     };
     let store = Database::parse(&url)
         .expect("test database URL")

@@ -13,10 +13,15 @@ pub(super) async fn live() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// The service can take traffic: the database answers.
+/// The service can take traffic: the database answers. The answer says how durable its
+/// acknowledged commits are (`standby` or `local`), read from the database each time, since a
+/// failover can change it.
 pub(super) async fn ready(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    state.store.ping().await?;
-    Ok(Json(json!({ "status": "ready" })))
+    let durability = state.store.durability().await?;
+    crate::metrics::record_durability(durability);
+    Ok(Json(
+        json!({ "status": "ready", "durability": durability.name() }),
+    ))
 }
 
 /// Prometheus text exposition of this instance's metrics.

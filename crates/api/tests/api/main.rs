@@ -37,6 +37,7 @@ mod crash;
 mod crash_payouts;
 #[cfg(feature = "failpoints")]
 mod crash_refunds;
+mod database;
 mod embedded;
 mod events;
 mod helpers;

@@ -294,7 +294,7 @@ async fn health_and_readiness_answer(backend: Backend) {
         .expect("readyz");
     assert_eq!(
         ready.json::<Value>().await.expect("json"),
-        json!({ "status": "ready" })
+        json!({ "status": "ready", "durability": "local" })
     );
 }
 

@@ -13,6 +13,10 @@ mod dialect;
 mod relay;
 mod store;
 
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
 use payments_idempotency::IdempotencyPolicy;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -22,6 +26,33 @@ use crate::{PoolSettings, StoreError};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
 pub(crate) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// When a statement last found its database read-only (SQLSTATE 25006: the node it reached was
+/// demoted to a standby), in milliseconds on [`CLOCK`]; 0 for never. Every connection opened
+/// before then may lead to that node, so each is closed as it comes back to the pool, and the
+/// pool opens new ones (which a pooler in front sends to the new primary). Process-wide: one
+/// demoted node is reason enough for every pool of the process to reconnect.
+static READ_ONLY_SEEN_AT: AtomicU64 = AtomicU64::new(0);
+
+/// The clock of [`READ_ONLY_SEEN_AT`], started with the first pool.
+static CLOCK: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+fn millis_on_clock() -> u64 {
+    u64::try_from(CLOCK.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A statement found its database read-only: the connections opened until now leave the pool.
+pub(crate) fn saw_read_only() {
+    READ_ONLY_SEEN_AT.store(millis_on_clock().max(1), Ordering::Relaxed);
+}
+
+/// Whether a connection of this `age` was opened before the last read-only answer (or in the
+/// same millisecond).
+fn opened_before_read_only(age: Duration) -> bool {
+    let seen = READ_ONLY_SEEN_AT.load(Ordering::Relaxed);
+    let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+    seen != 0 && millis_on_clock().saturating_sub(age) <= seen
+}
 
 /// The PostgreSQL store. Cheap to clone (the pool is shared).
 #[derive(Debug, Clone)]
@@ -38,13 +69,21 @@ impl PgStore {
         settings: &PoolSettings,
         policy: IdempotencyPolicy,
     ) -> Self {
+        LazyLock::force(&CLOCK);
+        let timeout_ms = settings.statement_timeout.as_millis();
+        let options = options.options([("statement_timeout", timeout_ms)]);
         // No ping before each acquire: it would add a round trip to every statement on the hot
         // path. A connection that died is found by its next statement, which fails as
-        // `Unavailable` (503, nothing executed) and is dropped from the pool.
+        // `Unavailable` (503, nothing executed) and is dropped from the pool; one that reached
+        // a demoted primary is closed as it comes back (`opened_before_read_only`).
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.acquire_timeout)
             .test_before_acquire(false)
+            .after_release(|_, connection| {
+                let keep = !opened_before_read_only(connection.age);
+                Box::pin(async move { Ok(keep) })
+            })
             .connect_lazy_with(options);
         Self { pool, policy }
     }

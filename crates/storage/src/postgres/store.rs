@@ -14,7 +14,7 @@ use crate::StoreError;
 use crate::claiming::NewClaim;
 use crate::dialect::Statement;
 use crate::fenced;
-use crate::model::{Claim, Completion};
+use crate::model::{Claim, Completion, Durability};
 use crate::recording::{self, ChargeFinish};
 use crate::repository::Backend;
 use crate::sql_store::SqlStore;
@@ -110,8 +110,30 @@ impl SqlStore for PgStore {
     }
 
     /// sqlx takes an advisory lock around the migrations, so instances may start together.
+    ///
+    /// Migrations may rewrite a large table: they run on a connection of their own without
+    /// the statement timeout, which is closed afterwards rather than pooled.
     async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        MIGRATOR.run(&self.pool).await
+        let mut connection = self.pool.acquire().await?;
+        connection.close_on_drop();
+        Statement::<Postgres>::new("SET statement_timeout = 0")
+            .execute(&mut connection)
+            .await
+            .map_err(|e| sqlx::migrate::MigrateError::Source(Box::new(e)))?;
+        MIGRATOR.run_direct(&mut *connection).await
+    }
+
+    /// Read from the settings of a pooled connection, so that a session-level
+    /// `synchronous_commit` (in the URL's options) counts too.
+    async fn durability(&self) -> Result<Durability, StoreError> {
+        let mut connection = self.pool.acquire().await?;
+        let (commit, standbys): (String, String) = Statement::<Postgres>::new(
+            "SELECT current_setting('synchronous_commit'), \
+             current_setting('synchronous_standby_names')",
+        )
+        .fetch_one(&mut connection)
+        .await?;
+        Ok(Durability::of_postgres(&commit, &standbys))
     }
 
     /// The finish's very inserts (`push_charge_writes`) behind a gate that always yields its

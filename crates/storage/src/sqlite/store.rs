@@ -11,9 +11,9 @@ use super::{MIGRATOR, SqliteStore, WriteTx};
 use crate::StoreError;
 use crate::claiming::NewClaim;
 use crate::fenced;
-use crate::model::{Claim, Completion};
+use crate::model::{Claim, Completion, Durability};
 use crate::recording::{self, ChargeFinish};
-use crate::repository::Backend;
+use crate::repository::{Backend, Store};
 use crate::sql_store::{SqlStore, complete_on};
 use crate::stream::{EventSink, RelayError};
 
@@ -90,6 +90,12 @@ impl SqlStore for SqliteStore {
 
     async fn relay(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {
         self.relay_outbox_leased(batch, sink).await
+    }
+
+    /// One file on one machine: a commit is as durable as that disk (`synchronous = FULL`).
+    async fn durability(&self) -> Result<Durability, StoreError> {
+        Store::ping(self).await?;
+        Ok(Durability::Local)
     }
 
     /// Migrations write: several processes starting on one file take turns.
