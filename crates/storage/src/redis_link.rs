@@ -62,6 +62,11 @@ impl RedisLink {
         })
     }
 
+    /// The longest any call on this link may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Runs one command.
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisFailure> {
         let mut connection = self.connection().await?;

@@ -15,10 +15,35 @@ pub(crate) struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// The master's port, for a replica.
+    replica_of: Option<u16>,
 }
 
 impl RedisServer {
     pub(crate) async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A replica of `master`, started once it has caught up with it (its link is up).
+    pub(crate) async fn start_replica_of(master: &RedisServer) -> Self {
+        let replica = Self::start_with(Some(master.port)).await;
+        for _ in 0..100 {
+            if replica
+                .info_replication()
+                .await
+                .contains("master_link_status:up")
+            {
+                return replica;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "the replica on port {} never linked to its master",
+            replica.port
+        );
+    }
+
+    async fn start_with(replica_of: Option<u16>) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -32,6 +57,7 @@ impl RedisServer {
             port,
             dir,
             child: None,
+            replica_of,
         };
         server.restart().await;
         server
@@ -54,6 +80,13 @@ impl RedisServer {
                 "",
             ])
             .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .args(self.replica_of.iter().flat_map(|master| {
+                [
+                    "--replicaof".to_owned(),
+                    "127.0.0.1".to_owned(),
+                    master.to_string(),
+                ]
+            }))
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
@@ -75,6 +108,34 @@ impl RedisServer {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("redis-server did not start on port {}", self.port);
+    }
+
+    /// `INFO replication`, as the server answers it.
+    pub(crate) async fn info_replication(&self) -> String {
+        let client = redis::Client::open(self.url()).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to redis-server");
+        redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO replication")
+    }
+
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the server: a node that hangs, and comes back.
+    pub(crate) fn signal(&self, signal: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(Child::id)
+            .expect("a running redis-server");
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {pid}");
     }
 
     /// Kills the server outright, as a crash or an operator would.

@@ -12,12 +12,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::events::{
-    assert_each_event_once, outbox_ids, sample, scrape, unpublished, wait_until_published,
+    assert_each_event_once, outbox_ids, sample, scrape, stream_events, unpublished,
+    wait_until_published,
 };
 use crate::helpers::{
     Backend, Service, TestDatabase, count_rows, new_key, stream_for, test_redis_url, visa,
 };
-use crate::redis_server::SlowRedis;
+use crate::redis_server::{RedisServer, SlowRedis};
 
 async fn redis_connection() -> MultiplexedConnection {
     let client = redis::Client::open(test_redis_url()).expect("redis url");
@@ -182,7 +183,70 @@ async fn events_tail_takes_over_what_a_dead_tail_left_pending(backend: Backend) 
     );
 }
 
+/// A master whose replica has stopped answering (Sentinel would promote that replica if the
+/// master died now): the relay writes the batch to the master but does not mark it published
+/// until `WAIT` says a replica has it. The batch goes out again until the replica is back, and
+/// then every event is on the replica, and published. Without the `WAIT`, the rows would be
+/// marked published while only the master, which a failover would drop, had their events.
+async fn events_count_as_published_only_once_a_replica_has_them(backend: Backend) {
+    let master = RedisServer::start().await;
+    let replica = RedisServer::start_replica_of(&master).await;
+    let db = TestDatabase::create(backend).await;
+    let service = Service::start(&db.url, &[("PAYMENTS__REDIS__URL", &master.url())]).await;
+    let stream = stream_for(&db.url);
+    let on_replica = || async {
+        let events = stream_events(&replica.url(), &stream).await;
+        events
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect::<HashSet<String>>()
+    };
+    let failed_publishes = || async {
+        sample(
+            &scrape(&service).await,
+            "redis_errors_total",
+            &[("operation", "xadd")],
+        )
+    };
+    assert_eq!(
+        service.post_charge(&new_key(), &visa(100)).await.status(),
+        201
+    );
+    wait_until_published(&db).await;
+    assert_eq!(on_replica().await, outbox_ids(&db).await);
+
+    replica.signal("-STOP");
+    let before = failed_publishes().await;
+    assert_eq!(
+        service.post_charge(&new_key(), &visa(100)).await.status(),
+        201
+    );
+    // Two failed publishes of the batch: the relay has tried, and tried again.
+    for _ in 0..200 {
+        if failed_publishes().await >= before + 2.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let failed = failed_publishes().await - before;
+    assert!(failed >= 2.0, "the relay failed {failed} publishes");
+    assert_eq!(
+        unpublished(&db).await,
+        1,
+        "published while no replica had it"
+    );
+
+    replica.signal("-CONT");
+    wait_until_published(&db).await;
+    assert_eq!(
+        on_replica().await,
+        outbox_ids(&db).await,
+        "every event is on the replica"
+    );
+}
+
 on_every_backend!(
+    events_count_as_published_only_once_a_replica_has_them,
     a_redis_slower_than_the_cache_timeout_still_receives_every_event,
     the_stream_is_capped_and_the_relay_still_publishes_every_event,
     events_tail_takes_over_what_a_dead_tail_left_pending,
