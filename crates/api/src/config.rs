@@ -83,6 +83,10 @@ pub struct ProcessorSettings {
 #[serde(deny_unknown_fields)]
 pub struct RedisSettings {
     pub url: String,
+    /// The master's name at the Sentinels; empty for a Redis reached at `url`.
+    pub sentinel_master: String,
+    /// The Sentinels, `host:port` separated by commas.
+    pub sentinels: String,
     /// The replay cache's MAC key: never sent to Redis, never printed.
     pub cache_secret: SecretString,
     pub timeout_ms: u64,
@@ -167,6 +171,19 @@ pub struct ValidSettings {
 pub struct ValidRedis {
     pub settings: RedisSettings,
     pub cache_secret: CacheSecret,
+    pub server: RedisServer,
+}
+
+/// Where the Redis is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisServer {
+    /// `redis.url`.
+    Url(String),
+    /// Whichever Redis `redis.sentinels` name as the master `redis.sentinel_master`.
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+    },
 }
 
 /// Why the service did not start. Each message is one line that names the setting.
@@ -339,9 +356,53 @@ impl Settings {
                 "must be more than 0",
             ));
         }
-        let redis = match self.redis.url.trim() {
-            "" => None,
-            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+        let server = match (self.redis.url.trim(), self.redis.sentinel_master.trim()) {
+            ("", "") => None,
+            (url, "") if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                Some(RedisServer::Url(url.to_owned()))
+            }
+            (_, "") => {
+                return Err(invalid(
+                    "redis.url",
+                    "must be a redis:// or rediss:// URL, or empty to run without Redis",
+                ));
+            }
+            ("", master) => {
+                let sentinels: Vec<String> = self
+                    .redis
+                    .sentinels
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                let malformed = sentinels.iter().find(|s| {
+                    s.rsplit_once(':')
+                        .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+                });
+                if sentinels.is_empty() || malformed.is_some() {
+                    return Err(invalid(
+                        "redis.sentinels",
+                        "must list the Sentinels as host:port, separated by commas, when \
+                         redis.sentinel_master is set",
+                    ));
+                }
+                Some(RedisServer::Sentinel {
+                    master: master.to_owned(),
+                    sentinels,
+                })
+            }
+            (_, _) => {
+                return Err(invalid(
+                    "redis.sentinel_master",
+                    "set either redis.url (one Redis) or redis.sentinel_master with \
+                     redis.sentinels (the master the Sentinels name), not both",
+                ));
+            }
+        };
+        let redis = match server {
+            None => None,
+            Some(server) => {
                 if self.redis.timeout_ms == 0 {
                     return Err(invalid("redis.timeout_ms", "must be more than 0"));
                 }
@@ -365,13 +426,8 @@ impl Settings {
                 Some(ValidRedis {
                     settings: self.redis.clone(),
                     cache_secret: secret,
+                    server,
                 })
-            }
-            _ => {
-                return Err(invalid(
-                    "redis.url",
-                    "must be a redis:// or rediss:// URL, or empty to run without Redis",
-                ));
             }
         };
         let workers = WorkerSettings {

@@ -38,7 +38,7 @@ pub use events_tail::tail_events;
 pub use routes::app;
 pub use state::AppState;
 
-use crate::config::{Settings, StartupError, ValidRedis};
+use crate::config::{RedisServer, Settings, StartupError, ValidRedis};
 use crate::operations::Processor;
 
 /// Loads the configuration, prepares the database and serves until SIGINT or SIGTERM.
@@ -86,14 +86,21 @@ pub async fn run() -> Result<(), StartupError> {
     if let Some(ValidRedis {
         settings: redis,
         cache_secret,
+        server,
     }) = &settings.redis
     {
         let link = |timeout_ms| {
-            RedisLink::new(&redis.url, Duration::from_millis(timeout_ms)).map_err(|e| {
-                StartupError::Invalid {
-                    key: "redis.url",
-                    reason: e.to_string(),
-                }
+            let timeout = Duration::from_millis(timeout_ms);
+            let (link, key) = match server {
+                RedisServer::Url(url) => (RedisLink::new(url, timeout), "redis.url"),
+                RedisServer::Sentinel { master, sentinels } => (
+                    RedisLink::through_sentinels(sentinels, master, timeout),
+                    "redis.sentinels",
+                ),
+            };
+            link.map_err(|e| StartupError::Invalid {
+                key,
+                reason: e.to_string(),
             })
         };
         // Two links: a request must give up on the cache within milliseconds, while the relay
@@ -138,7 +145,12 @@ pub async fn run() -> Result<(), StartupError> {
     }
     let redis_name = settings.redis.as_ref().map_or_else(
         || "disabled".to_owned(),
-        |r| without_credentials(&r.settings.url),
+        |r| match &r.server {
+            RedisServer::Url(url) => without_credentials(url),
+            RedisServer::Sentinel { master, sentinels } => {
+                format!("{master} through the Sentinels at {}", sentinels.join(", "))
+            }
+        },
     );
 
     let (listener, address) = listen("server.bind", settings.bind).await?;

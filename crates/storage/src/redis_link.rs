@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{Cmd, FromRedisValue, Pipeline, RedisError};
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -33,10 +34,18 @@ struct LinkState {
     down_until: Option<Instant>,
 }
 
+/// Where a link connects: one Redis, or whichever Redis the Sentinels name as the master.
+enum Target {
+    Direct(redis::Client),
+    /// Asked again on every new connection, so that after a failover the link follows the
+    /// promoted replica.
+    Sentinel(Mutex<SentinelClient>),
+}
+
 /// A shared, self-healing Redis connection. Cheap to clone.
 #[derive(Clone)]
 pub struct RedisLink {
-    client: redis::Client,
+    target: Arc<Target>,
     timeout: Duration,
     state: Arc<Mutex<LinkState>>,
 }
@@ -52,14 +61,33 @@ impl std::fmt::Debug for RedisLink {
 impl RedisLink {
     /// Parses the URL; connects only when first used.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, RedisError> {
-        Ok(Self {
-            client: redis::Client::open(url)?,
+        Ok(Self::to(Target::Direct(redis::Client::open(url)?), timeout))
+    }
+
+    /// A link to the master the Sentinels at `sentinels` (`host:port` each) name for
+    /// `master`, asked again whenever the link reconnects: after a failover, the first call
+    /// that finds the old master gone (or demoted: `READONLY`) drops the connection, and the
+    /// next connects to the promoted replica. Connects only when first used.
+    pub fn through_sentinels(
+        sentinels: &[String],
+        master: &str,
+        timeout: Duration,
+    ) -> Result<Self, RedisError> {
+        let urls = sentinels.iter().map(|s| format!("redis://{s}")).collect();
+        let client =
+            SentinelClient::build(urls, master.to_owned(), None, SentinelServerType::Master)?;
+        Ok(Self::to(Target::Sentinel(Mutex::new(client)), timeout))
+    }
+
+    fn to(target: Target, timeout: Duration) -> Self {
+        Self {
+            target: Arc::new(target),
             timeout,
             state: Arc::new(Mutex::new(LinkState {
                 connection: None,
                 down_until: None,
             })),
-        })
+        }
     }
 
     /// The longest any call on this link may take.
@@ -93,7 +121,15 @@ impl RedisLink {
         if state.down_until.is_some_and(|until| Instant::now() < until) {
             return Err(RedisFailure::BackingOff);
         }
-        let connecting = self.client.get_multiplexed_async_connection();
+        let connecting = async {
+            match self.target.as_ref() {
+                Target::Direct(client) => client.get_multiplexed_async_connection().await,
+                Target::Sentinel(sentinels) => {
+                    let master = sentinels.lock().await.async_get_client().await?;
+                    master.get_multiplexed_async_connection().await
+                }
+            }
+        };
         match tokio::time::timeout(self.timeout, connecting).await {
             Ok(Ok(connection)) => {
                 state.down_until = None;
@@ -120,9 +156,12 @@ impl RedisLink {
         match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
+                // A master demoted to a replica answers writes with READONLY: reconnecting asks
+                // the Sentinels for the new one.
                 if error.is_io_error()
                     || error.is_connection_dropped()
                     || error.is_connection_refusal()
+                    || error.kind() == ErrorKind::ReadOnly
                 {
                     self.state.lock().await.connection = None;
                 }

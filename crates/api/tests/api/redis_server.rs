@@ -11,6 +11,20 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::process::{Child, Command};
 use tokio::task::AbortHandle;
 
+/// A free loopback port, and a fresh directory for a server of `kind` to keep its files in.
+fn free_port_and_directory(kind: &str) -> (u16, PathBuf) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dir = std::env::temp_dir().join(format!(
+        "payments-test-{kind}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).expect("a directory for the server's files");
+    (port, dir)
+}
+
 pub(crate) struct RedisServer {
     pub port: u16,
     dir: PathBuf,
@@ -44,15 +58,7 @@ impl RedisServer {
     }
 
     async fn start_with(replica_of: Option<u16>) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "payments-test-redis-{}",
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&dir).expect("redis data directory");
+        let (port, dir) = free_port_and_directory("redis");
         let mut server = Self {
             port,
             dir,
@@ -201,5 +207,76 @@ impl SlowRedis {
 impl Drop for SlowRedis {
     fn drop(&mut self) {
         self.accept.abort();
+    }
+}
+
+/// A Sentinel watching one master with a quorum of one and short timeouts, so that it promotes
+/// the replica about a second after the master dies.
+pub(crate) struct Sentinel {
+    pub port: u16,
+    dir: PathBuf,
+    _child: Child,
+}
+
+impl Sentinel {
+    /// Starts a Sentinel that watches `master` under the name `name`, and waits until it
+    /// names it.
+    pub(crate) async fn start(name: &str, master: &RedisServer) -> Self {
+        let (port, dir) = free_port_and_directory("sentinel");
+        let config = dir.join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\n\
+                 sentinel monitor {name} 127.0.0.1 {master} 1\n\
+                 sentinel down-after-milliseconds {name} 500\n\
+                 sentinel failover-timeout {name} 2000\n",
+                master = master.port
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&config)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server --sentinel");
+        let sentinel = Self {
+            port,
+            dir,
+            _child: child,
+        };
+        sentinel.wait_for_master(name, master.port).await;
+        sentinel
+    }
+
+    /// Waits until the Sentinel names the Redis on `port` as the master `name`.
+    pub(crate) async fn wait_for_master(&self, name: &str, port: u16) {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).expect("url");
+        for _ in 0..200 {
+            if let Ok(mut conn) = client.get_multiplexed_async_connection().await
+                && let Ok(Some((_, named))) = redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(name)
+                    .query_async::<Option<(String, u16)>>(&mut conn)
+                    .await
+                && named == port
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "the Sentinel on {} never named port {port} as {name}",
+            self.port
+        );
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

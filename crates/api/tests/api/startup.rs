@@ -239,3 +239,18 @@ async fn a_cache_secret_shorter_than_32_bytes_is_refused() {
     )
     .await;
 }
+
+/// Sentinel needs its Sentinels, each as host:port, and is an alternative to `redis.url`, not
+/// an addition: which of the two to use would be a guess.
+#[tokio::test]
+async fn a_sentinel_master_without_sentinels_or_beside_a_url_is_refused() {
+    let master = ("PAYMENTS__REDIS__SENTINEL_MASTER", "payments");
+    let no_url = ("PAYMENTS__REDIS__URL", "");
+    for sentinels in ["", "127.0.0.1", "127.0.0.1:26379,:26380", "127.0.0.1:port"] {
+        let sentinels = ("PAYMENTS__REDIS__SENTINELS", sentinels);
+        assert_refused(&[master, no_url, sentinels], "redis.sentinels").await;
+    }
+    let sentinels = ("PAYMENTS__REDIS__SENTINELS", "127.0.0.1:26379");
+    let url = ("PAYMENTS__REDIS__URL", "redis://127.0.0.1:6379");
+    assert_refused(&[master, url, sentinels], "redis.sentinel_master").await;
+}

@@ -18,7 +18,7 @@ use crate::events::{
 use crate::helpers::{
     Backend, Service, TestDatabase, count_rows, new_key, stream_for, test_redis_url, visa,
 };
-use crate::redis_server::{RedisServer, SlowRedis};
+use crate::redis_server::{RedisServer, Sentinel, SlowRedis};
 
 async fn redis_connection() -> MultiplexedConnection {
     let client = redis::Client::open(test_redis_url()).expect("redis url");
@@ -242,6 +242,67 @@ async fn events_count_as_published_only_once_a_replica_has_them(backend: Backend
         on_replica().await,
         outbox_ids(&db).await,
         "every event is on the replica"
+    );
+}
+
+/// Redis through Sentinel: when the master dies, Sentinel promotes its replica, and the
+/// replay cache and the relay follow it without a restart. Every event, those published before
+/// the failover too, is on the new master (the relay waited for the replica to have them), and
+/// a replay is served from the new master's cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_and_the_relay_follow_a_sentinel_failover() {
+    let mut master = RedisServer::start().await;
+    let replica = RedisServer::start_replica_of(&master).await;
+    let sentinel = Sentinel::start("payments", &master).await;
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let sentinels = format!("127.0.0.1:{}", sentinel.port);
+    let service = Service::start(
+        &db.url,
+        &[
+            ("PAYMENTS__REDIS__URL", ""),
+            ("PAYMENTS__REDIS__SENTINEL_MASTER", "payments"),
+            ("PAYMENTS__REDIS__SENTINELS", &sentinels),
+        ],
+    )
+    .await;
+    assert_eq!(
+        service.post_charge(&new_key(), &visa(100)).await.status(),
+        201
+    );
+    wait_until_published(&db).await;
+
+    master.stop().await;
+    sentinel.wait_for_master("payments", replica.port).await;
+    let key = new_key();
+    assert_eq!(service.post_charge(&key, &visa(100)).await.status(), 201);
+    wait_until_published(&db).await;
+    let on_new_master: HashSet<String> = stream_events(&replica.url(), &stream_for(&db.url))
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(on_new_master, outbox_ids(&db).await);
+    // The first replays may find the cache still reconnecting; one from the database puts the
+    // entry on the new master, and the next is served from there.
+    let from_cache = || async {
+        let metrics = scrape(&service).await;
+        sample(
+            &metrics,
+            "idempotency_outcomes_total",
+            &[("outcome", "replayed_cache")],
+        )
+    };
+    for _ in 0..50 {
+        let replay = service.post_charge(&key, &visa(100)).await;
+        assert_eq!(replay.status(), 201);
+        if from_cache().await > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        from_cache().await > 0.0,
+        "no replay was served from the new master's cache"
     );
 }
 
