@@ -100,6 +100,7 @@ pub struct RedisSettings {
 #[serde(deny_unknown_fields)]
 pub struct WorkersSettings {
     pub completer_interval_ms: u64,
+    pub completer_concurrency: u32,
     pub completer_batch_size: u32,
     pub relay_interval_ms: u64,
     pub relay_batch_size: u32,
@@ -338,6 +339,12 @@ impl Settings {
                 "completer_interval_ms and reaper_interval_ms must be more than 0",
             ));
         }
+        if w.completer_concurrency == 0 {
+            return Err(invalid(
+                "workers.completer_concurrency",
+                "must be at least 1",
+            ));
+        }
         if w.completer_batch_size == 0 || w.reaper_batch_size == 0 {
             return Err(invalid(
                 "workers",
@@ -432,6 +439,7 @@ impl Settings {
         };
         let workers = WorkerSettings {
             completer_interval: Duration::from_millis(w.completer_interval_ms),
+            completer_concurrency: w.completer_concurrency,
             completer_batch: w.completer_batch_size,
             settle_after,
             reaper_interval: Duration::from_millis(w.reaper_interval_ms),

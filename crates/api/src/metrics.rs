@@ -109,6 +109,23 @@ pub(crate) fn outbox_backlog(unpublished: i64, oldest_age_secs: f64) {
     gauge!("outbox_relay_lag_seconds").set(oldest_age_secs);
 }
 
+/// A record the completer is settling, counted in `completer_settling` while it lives (also
+/// when its lane is aborted at shutdown).
+pub(crate) struct Settling;
+
+impl Settling {
+    pub(crate) fn begin() -> Self {
+        gauge!("completer_settling").increment(1.0);
+        Self
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        gauge!("completer_settling").decrement(1.0);
+    }
+}
+
 /// A request took an in-flight slot (`http_requests_in_flight`).
 pub(crate) fn request_admitted() {
     gauge!("http_requests_in_flight").increment(1.0);

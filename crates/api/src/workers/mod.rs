@@ -23,7 +23,10 @@ const METRICS_UPKEEP: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerSettings {
     pub completer_interval: Duration,
-    /// The most records the completer settles in one round, one after the other.
+    /// How many records the completer settles at once, each in a lane of its own.
+    pub completer_concurrency: u32,
+    /// The most records each of the completer's lanes settles in one round, one after the
+    /// other.
     pub completer_batch: u32,
     /// How long after a record's lock ended the completer may settle it.
     pub settle_after: Duration,
@@ -49,8 +52,8 @@ pub(crate) fn spawn(
         shutdown.clone(),
         move || {
             let state = s.clone();
-            let mut shutdown = completer_shutdown.clone();
-            async move { completer::run_round(&state, &settings, &mut shutdown).await }
+            let shutdown = completer_shutdown.clone();
+            async move { completer::run_round(&state, &settings, &shutdown).await }
         },
     )));
     let s = state.clone();

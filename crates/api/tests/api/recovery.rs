@@ -6,15 +6,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::join_all;
+use futures::stream::{self, StreamExt};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
 use crate::card_sim::CardSim;
+use crate::events::sample;
 use crate::helpers::{
-    ACME, Backend, Footprint, Service, TestDatabase, count_rows, http_client, new_key, problem,
-    visa,
+    ACME, Backend, Footprint, Service, TestDatabase, count_rows, http_client, metrics_text,
+    new_key, problem, visa,
 };
 
 fn processor(card_sim: &CardSim) -> (&'static str, &str) {
@@ -429,6 +431,91 @@ async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_wi
     assert_eq!(charge["amount"], json!(200));
     assert_eq!(card_sim.charges_created().await, 2);
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(2));
+}
+
+/// A processor that answers later than the service waits (300 ms against a 100 ms timeout)
+/// leaves 2,000 unknown outcomes that nobody retries: charges the processor made whose records
+/// are pending. Two instances' completers settle the backlog, each settling several records
+/// at once (`completer_settling` above 1), and every charge is recorded exactly once: 2,000 at
+/// the processor, 2,000 charges, ledger transactions and events, every record completed. The
+/// rate is printed for the notes, not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_settle_a_backlog_of_unknown_outcomes_concurrently_and_each_once() {
+    const BACKLOG: usize = 2_000;
+    let card_sim = CardSim::start_with_latency_ms(300).await;
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let unlimited = "1000000";
+    let common = [
+        processor(&card_sim),
+        ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "100"),
+        ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "400"),
+        ("PAYMENTS__AUTH__RATE_LIMIT_PER_SEC", unlimited),
+        ("PAYMENTS__AUTH__RATE_LIMIT_BURST", unlimited),
+    ];
+    // The instance the clients reach never settles anything itself.
+    let mut front = Service::start(
+        &db.url,
+        &[
+            &common[..],
+            &[("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "3600000")],
+        ]
+        .concat(),
+    )
+    .await;
+    let body = visa(100);
+    let statuses: Vec<u16> = stream::iter(0..BACKLOG)
+        .map(|_| {
+            let (front, body) = (&front, &body);
+            async move { front.post_charge(&new_key(), body).await.status().as_u16() }
+        })
+        .buffer_unordered(100)
+        .collect()
+        .await;
+    assert!(
+        statuses.iter().all(|&status| status == 503),
+        "every charge timed out"
+    );
+    front.kill().await;
+    assert_eq!(count_rows(&db.pool, "charges").await, 0);
+
+    let settling = [("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "200")];
+    let completers = [
+        Service::start(&db.url, &[&common[..], &settling[..]].concat()).await,
+        Service::start(&db.url, &[&common[..], &settling[..]].concat()).await,
+    ];
+    let started = std::time::Instant::now();
+    let mut most_at_once = 0.0_f64;
+    for _ in 0..6_000 {
+        for completer in &completers {
+            let metrics = metrics_text(&completer.metrics_url).await;
+            most_at_once = most_at_once.max(sample(&metrics, "completer_settling", &[]));
+        }
+        if count_rows(&db.pool, "charges").await == BACKLOG as i64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = started.elapsed();
+    assert_eq!(
+        Footprint::of(&db.pool).await,
+        Footprint::charged(BACKLOG as i64)
+    );
+    assert_eq!(card_sim.charges_created().await, BACKLOG as i64);
+    let completed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM idempotency_records WHERE state = 'completed'")
+            .fetch_one(&db.pool)
+            .await
+            .expect("count completed records");
+    assert_eq!(completed, BACKLOG as i64);
+    assert!(
+        most_at_once >= 2.0,
+        "the completers settled one record at a time"
+    );
+    eprintln!(
+        "two completers settled {BACKLOG} unknown outcomes in {took:.1?} ({:.0} records/s), \
+         at most {most_at_once} at once on one instance",
+        BACKLOG as f64 / took.as_secs_f64()
+    );
 }
 
 on_every_backend!(
