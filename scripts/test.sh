@@ -10,43 +10,111 @@
 #
 #   scripts/test.sh            # everything
 #   TEST_DATABASE_URL=postgres://user@host:5432/postgres scripts/test.sh
+#   TEST_SERVICES=private scripts/test.sh   # against a PostgreSQL and a Redis of its own
+#
+# With TEST_DATABASE_URL or TEST_REDIS_URL unset and nothing answering at the default address
+# (127.0.0.1:5432, 127.0.0.1:6379), the run starts a private one and stops it at the end.
 #
 # Safe to re-run: each test creates and drops its own database; leftovers of interrupted runs
 # are dropped first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export TEST_DATABASE_URL="${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
-
 step() { printf '\n==> %s\n' "$*"; }
 fail() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
 
-step "Checking services"
-# host:port out of the URL, for a dependency-free reachability check.
-pg_hostport=$(sed -E 's#^[a-z]+://([^@/]*@)?([^/?]+).*#\2#' <<<"$TEST_DATABASE_URL")
-pg_host=${pg_hostport%:*}
-pg_port=${pg_hostport##*:}
-[ "$pg_port" = "$pg_hostport" ] && pg_port=5432
-if ! (exec 3<>"/dev/tcp/$pg_host/$pg_port") 2>/dev/null; then
-    fail "PostgreSQL is not answering at $pg_host:$pg_port (TEST_DATABASE_URL=$TEST_DATABASE_URL).
-  Start it (on Debian: pg_ctlcluster --skip-systemctl-redirect \$(ls /etc/postgresql) main start)
-  or point TEST_DATABASE_URL at a server whose user may create databases."
-fi
-echo "PostgreSQL answers at $pg_host:$pg_port"
+# host:port out of a URL, for a dependency-free reachability check.
+host_port() { sed -E 's#^[a-z]+://([^@/]*@)?([^/?]+).*#\2#' <<<"$1"; }
+answers() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-export TEST_REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379}"
-redis_hostport=$(sed -E 's#^[a-z]+://([^@/]*@)?([^/?]+).*#\2#' <<<"$TEST_REDIS_URL")
-redis_host=${redis_hostport%:*}
-redis_port=${redis_hostport##*:}
-[ "$redis_port" = "$redis_hostport" ] && redis_port=6379
-if ! (exec 3<>"/dev/tcp/$redis_host/$redis_port") 2>/dev/null; then
-    fail "Redis is not answering at $redis_host:$redis_port (TEST_REDIS_URL=$TEST_REDIS_URL).
-  Start it (redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no)
-  or point TEST_REDIS_URL at one."
+# Private services, when the machine's do not answer at the default addresses (or when
+# TEST_SERVICES=private): a PostgreSQL cluster and a Redis of this run's own, on free ports,
+# stopped when the run ends. A URL given explicitly is never replaced: if it does not answer,
+# that is an error.
+PRIVATE="$PWD/target/test-services"
+PRIVATE_PG="" PRIVATE_REDIS_PID=""
+as_postgres() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+stop_private() {
+    local status=$?
+    [ -n "$PRIVATE_REDIS_PID" ] && { kill "$PRIVATE_REDIS_PID" 2>/dev/null || true; }
+    if [ -n "$PRIVATE_PG" ]; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$PRIVATE_PG" -m fast -w stop >/dev/null 2>&1 || true
+        rm -rf "$PRIVATE_PG"
+    fi
+    exit "$status"
+}
+start_private_postgres() {
+    PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    [ -x "$PG_BIN/initdb" ] ||
+        fail "no PostgreSQL answers and none is installed to start (apt-get install postgresql)"
+    local port
+    port=$(free_port)
+    # Under /tmp, which the postgres user can reach whatever the checkout's directory allows.
+    PRIVATE_PG=$(mktemp -d /tmp/payments-test-postgres.XXXXXX)
+    [ "$(id -u)" = 0 ] && chown postgres "$PRIVATE_PG"
+    mkdir -p "$PRIVATE"
+    as_postgres "$PG_BIN/initdb" -D "$PRIVATE_PG" -U postgres -A trust >"$PRIVATE/initdb.log" ||
+        fail "initdb of the private PostgreSQL failed (see $PRIVATE/initdb.log)"
+    as_postgres "$PG_BIN/pg_ctl" -D "$PRIVATE_PG" -l "$PRIVATE_PG/server.log" -w \
+        -o "-p $port -k $PRIVATE_PG -c listen_addresses=127.0.0.1" start >/dev/null ||
+        fail "the private PostgreSQL did not start (see $PRIVATE_PG/server.log)"
+    export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+    echo "started a private PostgreSQL at 127.0.0.1:$port"
+}
+start_private_redis() {
+    command -v redis-server >/dev/null 2>&1 ||
+        fail "no Redis answers and redis-server is not installed (apt-get install redis-server)"
+    local port
+    port=$(free_port)
+    mkdir -p "$PRIVATE"
+    rm -f "$PRIVATE/redis.pid"
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
+        --dir "$PRIVATE" --pidfile "$PRIVATE/redis.pid" --logfile "$PRIVATE/redis.log" ||
+        fail "the private Redis did not start (see $PRIVATE/redis.log)"
+    for _ in $(seq 1 50); do answers "127.0.0.1:$port" && break; sleep 0.1; done
+    PRIVATE_REDIS_PID=$(cat "$PRIVATE/redis.pid")
+    export TEST_REDIS_URL="redis://127.0.0.1:$port"
+    echo "started a private Redis at 127.0.0.1:$port"
+}
+trap stop_private EXIT
+
+step "Checking services"
+DEFAULT_PG="postgres://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS="redis://127.0.0.1:6379"
+if [ "${TEST_SERVICES:-}" = private ] ||
+    { [ -z "${TEST_DATABASE_URL:-}" ] && ! answers "$(host_port "$DEFAULT_PG")"; }; then
+    start_private_postgres
+fi
+if [ "${TEST_SERVICES:-}" = private ] ||
+    { [ -z "${TEST_REDIS_URL:-}" ] && ! answers "$(host_port "$DEFAULT_REDIS")"; }; then
+    start_private_redis
+fi
+export TEST_DATABASE_URL="${TEST_DATABASE_URL:-$DEFAULT_PG}"
+export TEST_REDIS_URL="${TEST_REDIS_URL:-$DEFAULT_REDIS}"
+
+pg_hostport=$(host_port "$TEST_DATABASE_URL")
+[ "${pg_hostport##*:}" = "$pg_hostport" ] && pg_hostport="$pg_hostport:5432"
+if ! answers "$pg_hostport"; then
+    fail "PostgreSQL is not answering at $pg_hostport (TEST_DATABASE_URL=$TEST_DATABASE_URL).
+  Start it (on Debian: pg_ctlcluster --skip-systemctl-redirect \$(ls /etc/postgresql) main start),
+  point TEST_DATABASE_URL at a server whose user may create databases, or leave it unset for a
+  private one."
+fi
+echo "PostgreSQL answers at $pg_hostport"
+
+redis_hostport=$(host_port "$TEST_REDIS_URL")
+[ "${redis_hostport##*:}" = "$redis_hostport" ] && redis_hostport="$redis_hostport:6379"
+if ! answers "$redis_hostport"; then
+    fail "Redis is not answering at $redis_hostport (TEST_REDIS_URL=$TEST_REDIS_URL).
+  Start it (redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save '' --appendonly no),
+  point TEST_REDIS_URL at one, or leave it unset for a private one."
 fi
 command -v redis-server >/dev/null 2>&1 ||
     fail "redis-server is not installed: the Redis-outage tests start and stop their own (apt-get install redis-server)."
-echo "Redis answers at $redis_host:$redis_port"
+echo "Redis answers at $redis_hostport"
 if command -v psql >/dev/null 2>&1; then
     # Databases left by interrupted runs (a test that is killed cannot drop its own).
     psql "$TEST_DATABASE_URL" -Atqc "SELECT datname FROM pg_database WHERE datname LIKE 'payments_test_%'" |

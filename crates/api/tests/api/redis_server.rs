@@ -41,7 +41,8 @@ impl RedisServer {
     /// A replica of `master`, started once it has caught up with it (its link is up).
     pub(crate) async fn start_replica_of(master: &RedisServer) -> Self {
         let replica = Self::start_with(Some(master.port)).await;
-        for _ in 0..100 {
+        // A full sync on a busy machine (the suite runs tests in parallel) can take a while.
+        for _ in 0..600 {
             if replica
                 .info_replication()
                 .await
@@ -86,6 +87,8 @@ impl RedisServer {
                 "",
             ])
             .args(["--appendonly", "yes", "--appendfsync", "always"])
+            // A replica's first sync starts at once, not after the default 5 s wait for others.
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(self.replica_of.iter().flat_map(|master| {
                 [
                     "--replicaof".to_owned(),
@@ -255,7 +258,7 @@ impl Sentinel {
     /// Waits until the Sentinel names the Redis on `port` as the master `name`.
     pub(crate) async fn wait_for_master(&self, name: &str, port: u16) {
         let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).expect("url");
-        for _ in 0..200 {
+        for _ in 0..600 {
             if let Ok(mut conn) = client.get_multiplexed_async_connection().await
                 && let Ok(Some((_, named))) = redis::cmd("SENTINEL")
                     .arg("get-master-addr-by-name")
