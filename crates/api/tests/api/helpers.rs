@@ -652,3 +652,20 @@ pub(crate) const REPLAY_HEADERS: [&str; 4] = [
     "idempotency-key-expires",
     "idempotent-replayed",
 ];
+
+/// `replay` is a replay of a 201 whose headers (`REPLAY_HEADERS`) and body were `headers` and
+/// `bytes`: the same status, the same bytes and headers, and marked a replay.
+pub(crate) async fn assert_replays_first_answer(
+    replay: Response,
+    headers: &[Option<String>],
+    bytes: &[u8],
+) {
+    let (replay_status, replay_headers, replay_bytes) = snapshot(replay, &REPLAY_HEADERS).await;
+    assert_eq!(replay_status, 201);
+    assert_eq!(
+        replay_bytes, bytes,
+        "the replay is byte for byte the first answer"
+    );
+    assert_eq!(replay_headers[..3], headers[..3]);
+    assert_eq!(replay_headers[3].as_deref(), Some("true"));
+}

@@ -11,8 +11,9 @@ use reqwest::Response;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ACME, Backend, GLOBEX, REPLAY_HEADERS, TestApp, assert_ledger_balances, count_rows, new_key,
-    payout, problem, snapshot, spawn_app, with_card_sim,
+    ACME, Backend, GLOBEX, REPLAY_HEADERS, TestApp, assert_ledger_balances,
+    assert_replays_first_answer, count_rows, new_key, payout, problem, snapshot, spawn_app,
+    with_card_sim,
 };
 
 /// The tenant's balance as `GET /balance` shows it.
@@ -115,14 +116,7 @@ async fn a_payout_and_its_replay_are_byte_identical_and_another_amount_under_the
     assert_eq!(headers[3], None);
 
     let replay = app.post_payout(ACME, &key, &payout(2_500)).await;
-    let (replay_status, replay_headers, replay_bytes) = snapshot(replay, &REPLAY_HEADERS).await;
-    assert_eq!(replay_status, 201);
-    assert_eq!(
-        replay_bytes, bytes,
-        "the replay is byte for byte the first answer"
-    );
-    assert_eq!(replay_headers[..3], headers[..3]);
-    assert_eq!(replay_headers[3].as_deref(), Some("true"));
+    assert_replays_first_answer(replay, &headers, &bytes).await;
 
     let reused = app.post_payout(ACME, &key, &payout(2_600)).await;
     let (status, problem) = problem(reused).await;

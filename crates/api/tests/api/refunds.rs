@@ -9,8 +9,8 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    ACME, Backend, GLOBEX, REPLAY_HEADERS, TestApp, assert_ledger_balances, count_rows, new_key,
-    problem, snapshot, spawn_app, with_card_sim,
+    ACME, Backend, GLOBEX, REPLAY_HEADERS, TestApp, assert_ledger_balances,
+    assert_replays_first_answer, count_rows, new_key, problem, snapshot, spawn_app, with_card_sim,
 };
 
 /// The charge's refunded and reserved amounts, as the database holds them.
@@ -59,14 +59,7 @@ async fn a_refund_and_its_replay_are_the_same_bytes_and_another_amount_is_422(ba
     assert_eq!(headers[3], None);
 
     let replay = app.post_refund(ACME, &charge, &key, &body).await;
-    let (replay_status, replay_headers, replay_bytes) = snapshot(replay, &REPLAY_HEADERS).await;
-    assert_eq!(replay_status, 201);
-    assert_eq!(
-        replay_bytes, bytes,
-        "the replay is byte for byte the first answer"
-    );
-    assert_eq!(replay_headers[..3], headers[..3]);
-    assert_eq!(replay_headers[3].as_deref(), Some("true"));
+    assert_replays_first_answer(replay, &headers, &bytes).await;
 
     let other_amount = json!({ "amount": 1_300, "reason": "requested_by_customer" });
     let reused = app.post_refund(ACME, &charge, &key, &other_amount).await;
