@@ -50,17 +50,11 @@ pub enum ApiError {
     #[error("A valid API key is required: send `Authorization: Bearer <api key>`.")]
     Unauthorized,
     /// 402 `card_declined`: a definitive decline, stored and replayed like a success.
-    #[error("{message}")]
-    CardDeclined {
-        decline_code: String,
-        message: String,
-    },
+    #[error("{0}")]
+    CardDeclined(Decline),
     /// 402 `refund_declined`: the processor refused the refund for good; stored and replayed.
-    #[error("{message}")]
-    RefundDeclined {
-        decline_code: String,
-        message: String,
-    },
+    #[error("{0}")]
+    RefundDeclined(Decline),
     /// 400 `refund_amount_too_large`: more than is left to refund; stored and replayed, since
     /// it depends on the charge's state.
     #[error(
@@ -72,11 +66,8 @@ pub enum ApiError {
     ChargeAlreadyRefunded,
     /// 402 `payout_declined`: the processor refused the payout for good (a closed account);
     /// stored and replayed.
-    #[error("{message}")]
-    PayoutDeclined {
-        decline_code: String,
-        message: String,
-    },
+    #[error("{0}")]
+    PayoutDeclined(Decline),
     /// 400 `insufficient_balance`: a payout, or a refund, for more than the tenant's balance
     /// has available in its currency (payouts in flight hold their amounts); stored and
     /// replayed, since it depends on the balance's state.
@@ -149,9 +140,9 @@ impl ApiError {
             | Self::ChargeAlreadyRefunded
             | Self::InsufficientBalance { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::CardDeclined { .. }
-            | Self::RefundDeclined { .. }
-            | Self::PayoutDeclined { .. } => StatusCode::PAYMENT_REQUIRED,
+            Self::CardDeclined(_) | Self::RefundDeclined(_) | Self::PayoutDeclined(_) => {
+                StatusCode::PAYMENT_REQUIRED
+            }
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -182,11 +173,11 @@ impl ApiError {
             Self::TenantInFlightLimit => "tenant_in_flight_limit",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unauthorized => "unauthorized",
-            Self::CardDeclined { .. } => "card_declined",
-            Self::RefundDeclined { .. } => "refund_declined",
+            Self::CardDeclined(_) => "card_declined",
+            Self::RefundDeclined(_) => "refund_declined",
             Self::RefundAmountTooLarge { .. } => "refund_amount_too_large",
             Self::ChargeAlreadyRefunded => "charge_already_refunded",
-            Self::PayoutDeclined { .. } => "payout_declined",
+            Self::PayoutDeclined(_) => "payout_declined",
             Self::InsufficientBalance { .. } => "insufficient_balance",
             Self::ProcessorUnavailable => "processor_unavailable",
             Self::PayloadTooLarge { .. } => "payload_too_large",
@@ -226,9 +217,9 @@ impl ApiError {
             detail: self.to_string(),
             code: self.code(),
             decline_code: match self {
-                Self::CardDeclined { decline_code, .. }
-                | Self::RefundDeclined { decline_code, .. }
-                | Self::PayoutDeclined { decline_code, .. } => Some(decline_code.clone()),
+                Self::CardDeclined(decline)
+                | Self::RefundDeclined(decline)
+                | Self::PayoutDeclined(decline) => Some(decline.code.clone()),
                 _ => None,
             },
             available: match self {
@@ -245,6 +236,20 @@ impl ApiError {
             [("content-type", PROBLEM_JSON)],
             self.problem().to_json_bytes(),
         )
+    }
+}
+
+/// The processor's definitive refusal of an effect: its `decline_code` and its message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Decline {
+    code: String,
+    message: String,
+}
+
+impl Decline {
+    pub fn new(code: String, message: String) -> Self {
+        Self { code, message }
     }
 }
 

@@ -138,6 +138,30 @@ fn is_json_media_type(value: &str) -> bool {
     essence.eq_ignore_ascii_case("application/json")
 }
 
+/// What the headers of every idempotent `POST` carry, checked in this order: the tenant, its
+/// `Idempotency-Key`, and how long it would wait for a duplicate in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct IdempotentCall {
+    pub tenant: TenantId,
+    pub key: IdempotencyKey,
+    pub wait: Option<std::time::Duration>,
+}
+
+impl FromRequestParts<AppState> for IdempotentCall {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Tenant(tenant) = Tenant::from_request_parts(parts, state).await?;
+        let IdempotencyKeyHeader(key) =
+            IdempotencyKeyHeader::from_request_parts(parts, state).await?;
+        let Ok(PreferWait(wait)) = PreferWait::from_request_parts(parts, state).await;
+        Ok(Self { tenant, key, wait })
+    }
+}
+
 /// `Prefer: wait=N` (RFC 7240 §4.3): how long the client is willing to wait for a duplicate's
 /// in-flight attempt instead of receiving 409 at once. Capped at [`PreferWait::MAX`]; other
 /// preferences and malformed values are ignored, as RFC 7240 asks.

@@ -33,7 +33,7 @@ use payments_storage::{Backend, Durability, EventStream, RedisLink, ReplayCache}
 use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
-pub use error::ApiError;
+pub use error::{ApiError, Decline};
 pub use events_tail::tail_events;
 pub use routes::app;
 pub use state::AppState;

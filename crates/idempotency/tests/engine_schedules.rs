@@ -421,7 +421,7 @@ impl RecordStore for FlakyRecords {
         self.faults.around(store_down, call).await
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreFailure> {
         self.faults
             .around(store_down, self.records.fail(owner))
             .await

@@ -14,13 +14,12 @@
 use std::future::Future;
 
 use payments_domain::Currency;
-use payments_idempotency::StoredResponse;
 use uuid::Uuid;
 
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
 use crate::fenced;
-use crate::model::{Completion, Fence, Finish, Owner};
+use crate::model::{Completion, Fence, Finish, Owner, Unmade};
 use crate::sql_store::{SqlStore, complete_on};
 
 /// What one kind of reservation holds: a pending row with the id of its record's generation,
@@ -108,28 +107,20 @@ async fn end_releasing<S: SqlStore, H: Hold>(
     Ok(completion)
 }
 
-/// Completes the record with a final answer that made nothing (a decline, a refusal),
-/// releasing what the generation reserved.
-pub(crate) async fn refuse<S: SqlStore, H: Hold>(
+/// Ends the record without an effect (with its final answer, or failed after the processor
+/// tombstoned its key), releasing what the generation reserved: nothing was or can be made
+/// under it.
+pub(crate) async fn end<S: SqlStore, H: Hold>(
     store: &S,
     owner: Owner<'_>,
-    response: &StoredResponse,
+    end: Unmade<'_>,
 ) -> Result<Completion, StoreError> {
-    let complete = fenced::complete_without_effect::<S::Db>(owner, response, store.policy().ttl)?;
-    end_releasing::<S, H>(store, complete, owner.fence).await
-}
-
-/// Fails the record once the processor has tombstoned its key, releasing what the generation
-/// reserved: nothing was or can be made under it.
-pub(crate) async fn fail<S: SqlStore, H: Hold>(
-    store: &S,
-    owner: Owner<'_>,
-) -> Result<Finish, StoreError> {
-    let fail = fenced::fail::<S::Db>(owner, store.policy().ttl);
-    Ok(
-        match end_releasing::<S, H>(store, fail, owner.fence).await? {
-            Completion::Stored { .. } => Finish::Written,
-            Completion::Fenced => Finish::Fenced,
-        },
-    )
+    let ttl = store.policy().ttl;
+    let ending = match end {
+        Unmade::Answered(response) => {
+            fenced::complete_without_effect::<S::Db>(owner, response, ttl)?
+        }
+        Unmade::Tombstoned => fenced::fail::<S::Db>(owner, ttl),
+    };
+    end_releasing::<S, H>(store, ending, owner.fence).await
 }

@@ -7,7 +7,7 @@ use payments_idempotency::{Attempt, RecoveryPoint};
 use uuid::Uuid;
 
 pub(crate) use payments_idempotency::engine::{
-    Abandoned, Claim, Claimed, Completion, Fence, Finish, Owner, Verdict,
+    Abandoned, Claim, Claimed, Completion, Fence, Finish, Owner, Unmade, Verdict,
 };
 
 /// What the takeover statement of either backend returns.

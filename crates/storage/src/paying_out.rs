@@ -18,7 +18,7 @@ use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
 use crate::fenced;
 use crate::holding::{self, Hold};
-use crate::model::{Completion, Finish, Funds, ListPayouts, Owner, PayoutPage, PayoutReservation};
+use crate::model::{Completion, Funds, ListPayouts, Owner, PayoutPage, PayoutReservation, Unmade};
 use crate::posting::{self, Posted};
 use crate::reading;
 use crate::repository::PayoutRepository;
@@ -153,16 +153,12 @@ impl<S: SqlStore> PayoutRepository for S {
         Ok(completion)
     }
 
-    async fn refuse_payout(
+    async fn end_payout(
         &self,
         owner: Owner<'_>,
-        response: &StoredResponse,
+        end: Unmade<'_>,
     ) -> Result<Completion, StoreError> {
-        holding::refuse::<S, PayoutHold>(self, owner, response).await
-    }
-
-    async fn fail_payout(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {
-        holding::fail::<S, PayoutHold>(self, owner).await
+        holding::end::<S, PayoutHold>(self, owner, end).await
     }
 
     async fn get_payout(

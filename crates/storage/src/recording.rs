@@ -123,9 +123,9 @@ impl<S: SqlStore> RecordRepository for S {
         Ok(Finish::from_rows(self.write_one(sql).await?))
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {
-        let sql = fenced::fail(owner, self.policy().ttl);
-        Ok(Finish::from_rows(self.write_one(sql).await?))
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreError> {
+        self.complete_one(fenced::fail(owner, self.policy().ttl))
+            .await
     }
 
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {

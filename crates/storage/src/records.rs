@@ -63,7 +63,7 @@ impl RecordStore for Records {
         Ok(self.0.complete_without_effect(owner, response).await?)
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreFailure> {
         Ok(self.0.fail(owner).await?)
     }
 

@@ -22,7 +22,7 @@ use crate::dialect::{Dialect, Statement};
 use crate::fenced;
 use crate::holding::{self, Hold};
 use crate::model::{
-    Completion, Finish, ListRefunds, Owner, RefundPage, RefundRefusal, Reservation,
+    Completion, ListRefunds, Owner, RefundPage, RefundRefusal, Reservation, Unmade,
 };
 use crate::posting::{self, Posted};
 use crate::reading;
@@ -217,16 +217,12 @@ impl<S: SqlStore> RefundRepository for S {
         Ok(completion)
     }
 
-    async fn refuse_refund(
+    async fn end_refund(
         &self,
         owner: Owner<'_>,
-        response: &StoredResponse,
+        end: Unmade<'_>,
     ) -> Result<Completion, StoreError> {
-        holding::refuse::<S, RefundHold>(self, owner, response).await
-    }
-
-    async fn fail_refund(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {
-        holding::fail::<S, RefundHold>(self, owner).await
+        holding::end::<S, RefundHold>(self, owner, end).await
     }
 
     async fn get_refund(

@@ -35,7 +35,7 @@ use crate::StoreError;
 use crate::model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, Finish, Funds,
     ListCharges, ListPayouts, ListRefunds, Owner, PayoutPage, PayoutReservation, RefundPage,
-    Reservation, Verdict,
+    Reservation, Unmade, Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -91,8 +91,8 @@ pub trait RecordRepository: Send + Sync {
     /// Marks the record failed, once the processor has tombstoned its key (nothing was charged
     /// and nothing can be): the next retry starts a new generation with a new processor key.
     /// Its retention counts from now. A record that holds an effect id is never
-    /// failed: this writes nothing and answers [`Finish::Fenced`].
-    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
+    /// failed: this writes nothing and answers [`Completion::Fenced`].
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreError>;
 
     /// Gives up the lock after an unknown outcome (the processor timed out or was unreachable):
     /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
@@ -184,18 +184,11 @@ pub trait RefundRepository: Send + Sync {
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
 
-    /// Completes the record with a final answer that refunded nothing (a decline, or a
-    /// refusal), releasing whatever the generation reserved, in one transaction.
-    async fn refuse_refund(
-        &self,
-        owner: Owner<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
-
-    /// [`RecordRepository::fail`], releasing whatever the generation reserved, in one
-    /// transaction: the processor has tombstoned the refund's key, so no refund was or can be
-    /// made under it.
-    async fn fail_refund(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
+    /// Ends the record without a refund (with a final answer that refunded nothing, or failed
+    /// once the processor has tombstoned the refund's key), releasing whatever the generation
+    /// reserved, in one transaction.
+    async fn end_refund(&self, owner: Owner<'_>, end: Unmade<'_>)
+    -> Result<Completion, StoreError>;
 
     /// The tenant's refund with this id; another tenant's refund is simply not found.
     async fn get_refund(
@@ -238,17 +231,11 @@ pub trait PayoutRepository: Send + Sync {
         response: &StoredResponse,
     ) -> Result<Completion, StoreError>;
 
-    /// Completes the record with a final answer that paid nothing (a decline, a refusal),
-    /// releasing whatever the generation reserved, in one transaction.
-    async fn refuse_payout(
-        &self,
-        owner: Owner<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
-
-    /// [`RecordRepository::fail`], releasing whatever the generation reserved, in one
-    /// transaction: the processor has tombstoned the payout's key.
-    async fn fail_payout(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
+    /// Ends the record without a payout (with a final answer that paid nothing, or failed once
+    /// the processor has tombstoned the payout's key), releasing whatever the generation
+    /// reserved, in one transaction.
+    async fn end_payout(&self, owner: Owner<'_>, end: Unmade<'_>)
+    -> Result<Completion, StoreError>;
 
     /// The tenant's payout with this id; another tenant's payout is simply not found.
     async fn get_payout(

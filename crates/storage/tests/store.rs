@@ -11,7 +11,7 @@ use futures::future::join_all;
 use payments_domain::{
     Amount, Charge, ChargeId, Currency, Money, PaymentSource, RefundRequest, TenantId,
 };
-use payments_idempotency::engine::{Claim, Claimed, Completion, Fence, Finish, Owner};
+use payments_idempotency::engine::{Claim, Claimed, Completion, Fence, Finish, Owner, Unmade};
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, Scope, StoredResponse,
 };
@@ -386,13 +386,12 @@ async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key
             .await
             .expect("claim"),
     );
-    assert_eq!(
-        db.store
-            .fail(Owner::new(&scope(), &key("k"), first.fence()))
-            .await
-            .expect("write"),
-        Finish::Written
-    );
+    let failed = db
+        .store
+        .fail(Owner::new(&scope(), &key("k"), first.fence()))
+        .await
+        .expect("write");
+    assert!(matches!(failed, Completion::Stored { .. }));
 
     let retry = owned(
         db.store
@@ -518,7 +517,7 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
             .fail(Owner::new(&s, &k, stale))
             .await
             .expect("write"),
-        Finish::Fenced
+        Completion::Fenced
     );
     assert_eq!(db.count("charges").await, 0);
     let record = db.record(&s, &k).await;
@@ -598,7 +597,7 @@ async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_ch
             .fail(Owner::new(&s, &k, claimed.fence()))
             .await
             .expect("write"),
-        Finish::Fenced
+        Completion::Fenced
     );
     // Nor completed with an answer that made nothing: its effect must reach the ledger.
     let declined = StoredResponse::new(402, [], b"declined".to_vec());
@@ -1102,9 +1101,9 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
     let (declined, _) = db.reserve("declined", charge, Some(30)).await;
     let done = db
         .store
-        .refuse_refund(
+        .end_refund(
             Owner::new(&s, &key("declined"), declined.fence()),
-            &response("402"),
+            Unmade::Answered(&response("402")),
         )
         .await
         .expect("refuse");
@@ -1118,10 +1117,13 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
     let (canceled, _) = db.reserve("canceled", charge, Some(30)).await;
     let failed = db
         .store
-        .fail_refund(Owner::new(&s, &key("canceled"), canceled.fence()))
+        .end_refund(
+            Owner::new(&s, &key("canceled"), canceled.fence()),
+            Unmade::Tombstoned,
+        )
         .await
         .expect("fail");
-    assert_eq!(failed, Finish::Written);
+    assert!(matches!(failed, Completion::Stored { .. }));
     assert_eq!(
         db.refunded_and_reserved().await,
         (0, 0),
@@ -1144,12 +1146,15 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
     assert_eq!(db.refunded_and_reserved().await, (30, 30));
     let late_failure = db
         .store
-        .fail_refund(Owner::new(&s, &key("made"), made.fence()))
+        .end_refund(
+            Owner::new(&s, &key("made"), made.fence()),
+            Unmade::Tombstoned,
+        )
         .await
         .expect("fail");
     assert_eq!(
         late_failure,
-        Finish::Fenced,
+        Completion::Fenced,
         "a finished refund is never released"
     );
     assert_eq!(db.refunded_and_reserved().await, (30, 30));

@@ -14,9 +14,9 @@ use payments_idempotency::engine::{
 use payments_storage::StoreError;
 
 use super::{Ports, created, effect_error, settled};
-use crate::ApiError;
 use crate::failpoint::{self, Failure};
 use crate::views::{ChargeView, CreateChargeBody};
+use crate::{ApiError, Decline};
 
 /// Creating a charge: the card processor is its effect port, and the store holds its charge,
 /// ledger and outbox rows.
@@ -76,11 +76,7 @@ impl Operation for CreateCharge {
     }
 
     fn declined(&self, code: String, message: String) -> StoredResponse {
-        ApiError::CardDeclined {
-            decline_code: code,
-            message,
-        }
-        .to_stored_response()
+        ApiError::CardDeclined(Decline::new(code, message)).to_stored_response()
     }
 
     /// The charge, its ledger transaction, its event and the completed record in one

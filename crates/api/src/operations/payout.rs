@@ -10,15 +10,15 @@ use async_trait::async_trait;
 use payments_domain::{Payout, PayoutRequest, ProcessorPayout, ProcessorPayoutRequest};
 use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
-    Completion, EffectError, Finish, Operation, Owner, Prepared, ProtocolError, RecordStore,
-    Settled,
+    Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
+    Settled, Unmade,
 };
 use payments_storage::PayoutReservation;
 
 use super::charge::now_to_the_microsecond;
 use super::{Ports, created, effect_error, settled};
-use crate::ApiError;
 use crate::views::{CreatePayoutBody, PayoutView};
+use crate::{ApiError, Decline};
 
 /// Paying out: the processor's payouts are its effect port, and the store holds its
 /// reservation, payout, ledger and outbox rows.
@@ -92,11 +92,7 @@ impl Operation for CreatePayout {
     }
 
     fn declined(&self, code: String, message: String) -> StoredResponse {
-        ApiError::PayoutDeclined {
-            decline_code: code,
-            message,
-        }
-        .to_stored_response()
+        ApiError::PayoutDeclined(Decline::new(code, message)).to_stored_response()
     }
 
     async fn finish(
@@ -121,22 +117,8 @@ impl Operation for CreatePayout {
         Ok((completion, response))
     }
 
-    /// The payout's own store completes the record, releasing the reservation with it.
-    async fn refuse(
-        &self,
-        _records: &dyn RecordStore,
-        owner: Owner<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, ProtocolError> {
-        Ok(self.0.store.refuse_payout(owner, response).await?)
-    }
-
-    /// The payout's own store fails the record, releasing the reservation with it.
-    async fn fail(
-        &self,
-        _records: &dyn RecordStore,
-        owner: Owner<'_>,
-    ) -> Result<Finish, ProtocolError> {
-        Ok(self.0.store.fail_payout(owner).await?)
+    /// The payout's own store ends the record, releasing the reservation with it.
+    async fn end_unmade(&self, _: &dyn RecordStore, owner: Owner<'_>, end: Unmade<'_>) -> Ended {
+        Ok(self.0.store.end_payout(owner, end).await?)
     }
 }

@@ -10,15 +10,15 @@ use async_trait::async_trait;
 use payments_domain::{ProcessorRefund, ProcessorRefundRequest, Refund, RefundRequest};
 use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
-    Completion, EffectError, Finish, Operation, Owner, Prepared, ProtocolError, RecordStore,
-    Settled,
+    Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
+    Settled, Unmade,
 };
 use payments_storage::{RefundRefusal, Reservation};
 
 use super::charge::now_to_the_microsecond;
 use super::{Ports, created, effect_error, settled};
-use crate::ApiError;
 use crate::views::{CreateRefundBody, RefundView};
+use crate::{ApiError, Decline};
 
 /// Refunding a charge: the card processor is its effect port, and the store holds its
 /// reservation, refund, ledger and outbox rows.
@@ -116,11 +116,7 @@ impl Operation for CreateRefund {
     }
 
     fn declined(&self, code: String, message: String) -> StoredResponse {
-        ApiError::RefundDeclined {
-            decline_code: code,
-            message,
-        }
-        .to_stored_response()
+        ApiError::RefundDeclined(Decline::new(code, message)).to_stored_response()
     }
 
     async fn finish(
@@ -145,22 +141,8 @@ impl Operation for CreateRefund {
         Ok((completion, response))
     }
 
-    /// The refund's own store completes the record, releasing the reservation with it.
-    async fn refuse(
-        &self,
-        _records: &dyn RecordStore,
-        owner: Owner<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, ProtocolError> {
-        Ok(self.0.store.refuse_refund(owner, response).await?)
-    }
-
-    /// The refund's own store fails the record, releasing the reservation with it.
-    async fn fail(
-        &self,
-        _records: &dyn RecordStore,
-        owner: Owner<'_>,
-    ) -> Result<Finish, ProtocolError> {
-        Ok(self.0.store.fail_refund(owner).await?)
+    /// The refund's own store ends the record, releasing the reservation with it.
+    async fn end_unmade(&self, _: &dyn RecordStore, owner: Owner<'_>, end: Unmade<'_>) -> Ended {
+        Ok(self.0.store.end_refund(owner, end).await?)
     }
 }

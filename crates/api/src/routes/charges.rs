@@ -9,7 +9,7 @@ use payments_storage::ListCharges;
 use serde_json::Value;
 
 use super::{ListParams, run_idempotent, tenants};
-use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
+use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
 use crate::views::{ChargeView, CreateChargeBody, List, json_body};
 use crate::{ApiError, AppState};
 
@@ -17,15 +17,12 @@ use crate::{ApiError, AppState};
 /// free for a corrected request.
 pub(super) async fn create(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
-    PreferWait(wait): PreferWait,
+    call: IdempotentCall,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
     let request = CreateChargeBody::parse(&body)?;
     let canonical: Value = json_body(&body)?;
-    let charges = state.charges.as_ref();
-    run_idempotent(&state, charges, tenant, key, wait, &canonical, request).await
+    run_idempotent(&state, state.charges.as_ref(), call, &canonical, request).await
 }
 
 pub(super) async fn show(
@@ -54,18 +51,13 @@ pub(super) async fn list(
     Tenant(tenant): Tenant,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<List<ChargeView>>, ApiError> {
-    let limit = params.limit()?;
-    let starting_after = params.starting_after("charge")?;
-    let page = state
-        .store
-        .list_charges(
-            &tenant,
-            ListCharges {
-                limit,
-                starting_after,
-            },
-        )
-        .await?
-        .ok_or_else(|| params.unknown_cursor("charge"))?;
+    let read = |limit, starting_after| {
+        let page = ListCharges {
+            limit,
+            starting_after,
+        };
+        state.store.list_charges(&tenant, page)
+    };
+    let page = params.page("charge", read).await?;
     Ok(Json(List::of(&page.charges, page.has_more)))
 }

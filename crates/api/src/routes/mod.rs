@@ -24,31 +24,28 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use std::time::Duration;
-
 use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
-use payments_domain::TenantId;
+use payments_idempotency::canonical_json;
 use payments_idempotency::engine::{self, Idempotent, KeyedRequest, Operation};
-use payments_idempotency::{IdempotencyKey, canonical_json};
 use payments_storage::StoreError;
 
 use crate::admission;
+use crate::extract::IdempotentCall;
 use crate::replay::respond;
 use crate::{ApiError, AppState};
 
-/// Runs `request` of `op`, validated, through the engine under `key` and answers with what
+/// Runs `request` of `op`, validated, through the engine under the call's key and answers with what
 /// it gives. `canonical` is the request as JSON: the fingerprint covers it (with the
 /// operation's route), and it is stored with the record for the completer.
 async fn run_idempotent<O: Operation>(
     state: &AppState,
     op: &Idempotent<O>,
-    tenant: TenantId,
-    key: IdempotencyKey,
-    wait: Option<Duration>,
+    call: IdempotentCall,
     canonical: &serde_json::Value,
     request: O::Request,
 ) -> Result<axum::response::Response, ApiError> {
+    let IdempotentCall { tenant, key, wait } = call;
     let request = KeyedRequest {
         tenant: tenant.as_str().to_owned(),
         key,
@@ -91,6 +88,21 @@ pub(crate) struct ListParams {
 impl ListParams {
     const DEFAULT_LIMIT: u32 = 10;
     const MAX_LIMIT: u32 = 100;
+
+    /// The page of `object`s that `read` finds for the checked limit and cursor; a cursor that
+    /// `read` does not find among them is a 400.
+    async fn page<Id, Page, Read>(
+        &self,
+        object: &str,
+        read: impl FnOnce(u32, Option<Id>) -> Read,
+    ) -> Result<Page, ApiError>
+    where
+        Id: std::str::FromStr,
+        Read: Future<Output = Result<Option<Page>, StoreError>>,
+    {
+        let page = read(self.limit()?, self.starting_after(object)?).await?;
+        page.ok_or_else(|| self.unknown_cursor(object))
+    }
 
     fn limit(&self) -> Result<u32, ApiError> {
         let limit = self.limit.unwrap_or(Self::DEFAULT_LIMIT);

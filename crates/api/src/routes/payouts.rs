@@ -9,7 +9,7 @@ use payments_storage::ListPayouts;
 use serde_json::Value;
 
 use super::{ListParams, run_idempotent, tenants};
-use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
+use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
 use crate::views::{CreatePayoutBody, FundsView, List, PayoutView, json_body};
 use crate::{ApiError, AppState};
 
@@ -17,15 +17,12 @@ use crate::{ApiError, AppState};
 /// free for a corrected request. The balance is judged after the claim, under its lock.
 pub(super) async fn create(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
-    PreferWait(wait): PreferWait,
+    call: IdempotentCall,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
     let request = CreatePayoutBody::parse(&body)?;
     let canonical: Value = json_body(&body)?;
-    let payouts = state.payouts.as_ref();
-    run_idempotent(&state, payouts, tenant, key, wait, &canonical, request).await
+    run_idempotent(&state, state.payouts.as_ref(), call, &canonical, request).await
 }
 
 pub(super) async fn show(
@@ -43,19 +40,14 @@ pub(super) async fn list(
     Tenant(tenant): Tenant,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<List<PayoutView>>, ApiError> {
-    let limit = params.limit()?;
-    let starting_after = params.starting_after("payout")?;
-    let page = state
-        .store
-        .list_payouts(
-            &tenant,
-            ListPayouts {
-                limit,
-                starting_after,
-            },
-        )
-        .await?
-        .ok_or_else(|| params.unknown_cursor("payout"))?;
+    let read = |limit, starting_after| {
+        let page = ListPayouts {
+            limit,
+            starting_after,
+        };
+        state.store.list_payouts(&tenant, page)
+    };
+    let page = params.page("payout", read).await?;
     Ok(Json(List::of(&page.payouts, page.has_more)))
 }
 

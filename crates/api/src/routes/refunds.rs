@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::charges::tenants_charge;
 use super::{ListParams, run_idempotent, tenants};
-use crate::extract::{ApiQuery, IdempotencyKeyHeader, JsonBytes, PreferWait, Tenant};
+use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
 use crate::views::{CreateRefundBody, List, RefundView, json_body};
 use crate::{ApiError, AppState};
 
@@ -18,13 +18,11 @@ use crate::{ApiError, AppState};
 /// not the tenant's stores nothing and leaves the key free.
 pub(super) async fn create(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    call: IdempotentCall,
     id: Result<Path<String>, PathRejection>,
-    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
-    PreferWait(wait): PreferWait,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
-    let charge = tenants_charge(&state, &tenant, id).await?;
+    let charge = tenants_charge(&state, &call.tenant, id).await?;
     let request = CreateRefundBody::parse(&body, charge.id)?;
     // The stored request names the charge, so that the fingerprint covers it and the completer
     // can finish the refund from the record alone.
@@ -38,8 +36,7 @@ pub(super) async fn create(
         CreateRefundBody::CHARGE.to_owned(),
         Value::String(charge.id.to_string()),
     );
-    let refunds = state.refunds.as_ref();
-    run_idempotent(&state, refunds, tenant, key, wait, &canonical, request).await
+    run_idempotent(&state, state.refunds.as_ref(), call, &canonical, request).await
 }
 
 pub(super) async fn show(
@@ -59,19 +56,14 @@ pub(super) async fn list(
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<List<RefundView>>, ApiError> {
     let charge = tenants_charge(&state, &tenant, id).await?;
-    let limit = params.limit()?;
-    let starting_after = params.starting_after("refund")?;
-    let page = state
-        .store
-        .list_refunds(
-            &tenant,
-            ListRefunds {
-                charge: charge.id,
-                limit,
-                starting_after,
-            },
-        )
-        .await?
-        .ok_or_else(|| params.unknown_cursor("refund"))?;
+    let read = |limit, starting_after| {
+        let page = ListRefunds {
+            charge: charge.id,
+            limit,
+            starting_after,
+        };
+        state.store.list_refunds(&tenant, page)
+    };
+    let page = params.page("refund", read).await?;
     Ok(Json(List::of(&page.refunds, page.has_more)))
 }

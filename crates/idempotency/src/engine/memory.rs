@@ -357,16 +357,16 @@ impl RecordStore for MemoryRecords {
         Ok(self.lock().complete(owner, response))
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreFailure> {
         yield_once().await;
         let mut inner = self.lock();
         let expires_at = inner.now + delta(inner.policy.ttl);
         let Some(record) = inner.owned(owner) else {
-            return Ok(Finish::Fenced);
+            return Ok(Completion::Fenced);
         };
         // A record holding an effect id is never failed.
         if record.effect_id.is_some() {
-            return Ok(Finish::Fenced);
+            return Ok(Completion::Fenced);
         }
         record.state = RecordState::Failed;
         record.locked_until = None;
@@ -374,7 +374,7 @@ impl RecordStore for MemoryRecords {
         let effect_key = record.processor_key.clone();
         inner.failed_keys.push(effect_key);
         inner.holds.remove(&owner.fence.resource_id);
-        Ok(Finish::Written)
+        Ok(Completion::Stored { expires_at })
     }
 
     async fn take_over_abandoned(

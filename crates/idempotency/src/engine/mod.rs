@@ -9,7 +9,7 @@
 //! 4. in one transaction, write what the operation created and the completed record with its
 //!    response; cache the response; only then answer. A decline, a refusal and the
 //!    completer's failure undo what the preparation holds in the transaction that ends the
-//!    record ([`Operation::refuse`], [`Operation::fail`]).
+//!    record ([`Operation::end_unmade`]).
 //!
 //! The `charged` recovery point is written only when the finish fails, to leave the effect's
 //! id behind; an attempt that dies before the finish is recovered through the effect key
@@ -41,7 +41,7 @@ use chrono::{DateTime, Utc};
 
 pub use completions::Completions;
 pub use error::{CacheFailure, ProtocolError, StoreFailure, error_chain};
-pub use operation::{EffectError, Operation, Prepared, Settled};
+pub use operation::{EffectError, Ended, Operation, Prepared, Settled, Unmade};
 pub use ports::{
     Abandoned, CacheCall, CacheRead, CachedReplay, Checkpoint, Claim, Claimed, Completion, Fence,
     Finish, Observer, Outcome, Owner, RecordStore, ResponseCache, Unobserved, Verdict,
@@ -324,10 +324,7 @@ impl Engine {
         let plan = match op.prepare(owner, &request.request).await? {
             Prepared::Ready(plan) => plan,
             Prepared::Refused(response) => {
-                let completion = op.refuse(self.records.as_ref(), owner, &response).await?;
-                return self
-                    .answer_stored(op, request, owner, completion, response)
-                    .await;
+                return self.answer_final(op, request, owner, response).await;
             }
             Prepared::Fenced => return self.answer_from_record(op, scope, request).await,
         };
@@ -356,10 +353,7 @@ impl Engine {
                     Err(EffectError::Declined { code, message }) => {
                         // A decline is a final answer: stored and replayed like a success.
                         let response = op.declined(code, message);
-                        let completion = op.refuse(self.records.as_ref(), owner, &response).await?;
-                        return self
-                            .answer_stored(op, request, owner, completion, response)
-                            .await;
+                        return self.answer_final(op, request, owner, response).await;
                     }
                     Err(EffectError::Unavailable { reason }) => {
                         // The outcome is unknown (a timeout may hide an effect): nothing final
@@ -388,6 +382,21 @@ impl Engine {
                 Err(error)
             }
         }
+    }
+
+    /// Ends the record with a final answer that created nothing (a refusal, a decline), and
+    /// answers with it.
+    async fn answer_final<O: Operation>(
+        &self,
+        op: &Idempotent<O>,
+        request: &KeyedRequest<O::Request>,
+        owner: Owner<'_>,
+        response: StoredResponse,
+    ) -> Result<Answer, ProtocolError> {
+        let end = Unmade::Answered(&response);
+        let completion = op.end_unmade(self.records.as_ref(), owner, end).await?;
+        self.answer_stored(op, request, owner, completion, response)
+            .await
     }
 
     /// The answer after a completing write: the stored response, or, if the write was fenced

@@ -7,7 +7,7 @@ use std::fmt;
 use async_trait::async_trait;
 
 use super::ProtocolError;
-use super::ports::{Completion, Finish, Owner, RecordStore};
+use super::ports::{Completion, Owner, RecordStore};
 use crate::StoredResponse;
 
 /// What [`Operation::prepare`] decided.
@@ -41,6 +41,21 @@ impl fmt::Display for EffectError {
 }
 
 impl std::error::Error for EffectError {}
+
+/// How a record ends when no effect was made under its key.
+#[derive(Debug, Clone, Copy)]
+pub enum Unmade<'a> {
+    /// With a final answer that created nothing: a decline, or a refusal by
+    /// [`Operation::prepare`]. Stored and replayed like a success.
+    Answered(&'a StoredResponse),
+    /// Failed, once the processor has tombstoned the key: nothing was made, and nothing can be.
+    /// The next retry starts a new generation under a new effect key.
+    Tombstoned,
+}
+
+/// How ending a record went: written, with the record's retention, or fenced off by another
+/// attempt.
+pub type Ended = Result<Completion, ProtocolError>;
 
 /// The definitive answer to "what did the calls under this key make?".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,24 +139,18 @@ pub trait Operation: Send + Sync + 'static {
         effect_id: String,
     ) -> Result<(Completion, StoredResponse), ProtocolError>;
 
-    /// Completes the record with a final answer that created nothing (a decline, a refusal),
-    /// undoing whatever [`prepare`](Self::prepare) held, in one transaction fenced by `owner`.
-    async fn refuse(
+    /// Ends the record without an effect (`end` says how), undoing whatever
+    /// [`prepare`](Self::prepare) held in the same transaction, fenced by `owner`. The default
+    /// ends it in the record store alone, for an operation whose preparation holds nothing.
+    async fn end_unmade(
         &self,
         records: &dyn RecordStore,
         owner: Owner<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, ProtocolError> {
-        Ok(records.complete_without_effect(owner, response).await?)
-    }
-
-    /// Fails the record once the processor has tombstoned its key (nothing was made, and
-    /// nothing can be), undoing whatever [`prepare`](Self::prepare) held, in one transaction.
-    async fn fail(
-        &self,
-        records: &dyn RecordStore,
-        owner: Owner<'_>,
-    ) -> Result<Finish, ProtocolError> {
-        Ok(records.fail(owner).await?)
+        end: Unmade<'_>,
+    ) -> Ended {
+        Ok(match end {
+            Unmade::Answered(response) => records.complete_without_effect(owner, response).await?,
+            Unmade::Tombstoned => records.fail(owner).await?,
+        })
     }
 }

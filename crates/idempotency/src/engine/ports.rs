@@ -244,8 +244,8 @@ pub trait RecordStore: Send + Sync {
     ) -> Result<Completion, StoreFailure>;
 
     /// Marks the record failed, once the processor has tombstoned its key: the next retry
-    /// starts a new generation with a new processor key.
-    async fn fail(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure>;
+    /// starts a new generation with a new processor key. Its retention counts from now.
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreFailure>;
 
     /// Takes over one pending record whose lock ended at least `settle_after` ago, oldest
     /// first, fencing off its last attempt.

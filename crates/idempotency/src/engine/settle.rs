@@ -11,13 +11,13 @@
 //! - a call is still processing, or the processor cannot be reached: the record stays
 //!   pending, released, and a later round asks again;
 //! - none, and the key is now tombstoned: only then is the record failed (with what its
-//!   preparation held, [`Operation::fail`]), and the client's retry starts a new generation
+//!   preparation held, [`Operation::end_unmade`]), and the client's retry starts a new generation
 //!   with a new effect key.
 //!
 //! "I could not find an effect" is never read as "there is no effect".
 
 use super::ports::{Abandoned, Completion, Outcome};
-use super::{Engine, Idempotent, Operation, Prepared, ProtocolError, Settled};
+use super::{Engine, Idempotent, Operation, Prepared, ProtocolError, Settled, Unmade};
 use crate::RecoveryPoint;
 
 /// What the completer knows of the effect of a record it took over.
@@ -48,7 +48,8 @@ impl Engine {
                     return self.release(owner).await;
                 }
                 Ok(Settled::Tombstoned) => {
-                    op.fail(self.records.as_ref(), owner).await?;
+                    op.end_unmade(self.records.as_ref(), owner, Unmade::Tombstoned)
+                        .await?;
                     self.observer.outcome(Outcome::FailedByCompleter);
                     tracing::info!(idempotency.key = %key, "completer: nothing was made, and the effect key is tombstoned; record failed");
                     return Ok(());
