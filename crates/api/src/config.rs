@@ -87,6 +87,10 @@ pub struct RedisSettings {
     pub sentinel_master: String,
     /// The Sentinels, `host:port` separated by commas.
     pub sentinels: String,
+    /// With Sentinels: the password of the master and its replicas; empty for none.
+    pub password: SecretString,
+    /// With Sentinels: the Sentinels' own password; empty for none.
+    pub sentinel_password: SecretString,
     /// The replay cache's MAC key: never sent to Redis, never printed.
     pub cache_secret: SecretString,
     pub timeout_ms: u64,
@@ -361,6 +365,20 @@ impl Settings {
             return Err(invalid(
                 "workers.outbox_retention_secs",
                 "must be more than 0",
+            ));
+        }
+        let passwords = [
+            ("redis.password", &self.redis.password),
+            ("redis.sentinel_password", &self.redis.sentinel_password),
+        ];
+        if self.redis.sentinel_master.trim().is_empty()
+            && let Some(&(key, _)) = passwords
+                .iter()
+                .find(|(_, password)| !password.expose_secret().is_empty())
+        {
+            return Err(invalid(
+                key,
+                "goes with redis.sentinel_master; a single Redis takes its password in redis.url",
             ));
         }
         let server = match (self.redis.url.trim(), self.redis.sentinel_master.trim()) {

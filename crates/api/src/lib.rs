@@ -29,7 +29,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payments_card_sim::{HttpCardProcessor, InMemoryCardProcessor};
-use payments_storage::{Backend, Durability, EventStream, RedisLink, ReplayCache};
+use payments_storage::{
+    Backend, Durability, EventStream, RedisLink, ReplayCache, SentinelPasswords,
+};
+use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
 
 pub use auth::ApiKeys;
@@ -94,7 +97,15 @@ pub async fn run() -> Result<(), StartupError> {
             let (link, key) = match server {
                 RedisServer::Url(url) => (RedisLink::new(url, timeout), "redis.url"),
                 RedisServer::Sentinel { master, sentinels } => (
-                    RedisLink::through_sentinels(sentinels, master, timeout),
+                    RedisLink::through_sentinels(
+                        sentinels,
+                        master,
+                        SentinelPasswords {
+                            master: non_empty(&redis.password),
+                            sentinels: non_empty(&redis.sentinel_password),
+                        },
+                        timeout,
+                    ),
                     "redis.sentinels",
                 ),
             };
@@ -238,6 +249,11 @@ async fn shutdown_signal() {
 }
 
 /// A URL with any `user:password@` replaced, for logs.
+/// The secret, or `None` when it is empty.
+fn non_empty(secret: &SecretString) -> Option<&str> {
+    Some(secret.expose_secret()).filter(|s| !s.is_empty())
+}
+
 fn without_credentials(url: &str) -> String {
     match (url.split_once("://"), url.rfind('@')) {
         (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),

@@ -52,7 +52,7 @@ pub use model::{
     PayoutPage, PayoutReservation, RefundPage, RefundRefusal, Reservation,
 };
 pub use records::Records;
-pub use redis_link::{RedisFailure, RedisLink};
+pub use redis_link::{RedisFailure, RedisLink, SentinelPasswords};
 pub use replay_cache::{CacheSecret, CacheSecretTooShort, Rejection, ReplayCache};
 #[cfg(feature = "bench")]
 pub use repository::FloorRepository;

@@ -5,12 +5,16 @@
 //! is an ordinary error the caller can ignore: a hung Redis costs at most the timeout, and a
 //! dead one costs nothing during the back-off after a failed connect.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{
+    Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, Pipeline, RedisConnectionInfo,
+    RedisError,
+};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -32,6 +36,23 @@ pub enum RedisFailure {
 struct LinkState {
     connection: Option<MultiplexedConnection>,
     down_until: Option<Instant>,
+}
+
+/// The passwords a link through Sentinels presents: the master's (and its replicas'), and the
+/// Sentinels' own. `None` for a server that asks for none.
+#[derive(Clone, Copy, Default)]
+pub struct SentinelPasswords<'a> {
+    pub master: Option<&'a str>,
+    pub sentinels: Option<&'a str>,
+}
+
+impl fmt::Debug for SentinelPasswords<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SentinelPasswords")
+            .field("master", &self.master.map(|_| "[redacted]"))
+            .field("sentinels", &self.sentinels.map(|_| "[redacted]"))
+            .finish()
+    }
 }
 
 /// Where a link connects: one Redis, or whichever Redis the Sentinels name as the master.
@@ -71,11 +92,41 @@ impl RedisLink {
     pub fn through_sentinels(
         sentinels: &[String],
         master: &str,
+        passwords: SentinelPasswords<'_>,
         timeout: Duration,
     ) -> Result<Self, RedisError> {
-        let urls = sentinels.iter().map(|s| format!("redis://{s}")).collect();
-        let client =
-            SentinelClient::build(urls, master.to_owned(), None, SentinelServerType::Master)?;
+        let authenticated = |password: Option<&str>| RedisConnectionInfo {
+            password: password.map(str::to_owned),
+            ..RedisConnectionInfo::default()
+        };
+        let sentinels = sentinels
+            .iter()
+            .map(|sentinel| {
+                let (host, port) = sentinel
+                    .rsplit_once(':')
+                    .and_then(|(host, port)| Some((host, port.parse().ok()?)))
+                    .ok_or_else(|| {
+                        RedisError::from((
+                            ErrorKind::InvalidClientConfig,
+                            "a Sentinel is host:port",
+                        ))
+                    })?;
+                Ok(ConnectionInfo {
+                    addr: ConnectionAddr::Tcp(host.to_owned(), port),
+                    redis: authenticated(passwords.sentinels),
+                })
+            })
+            .collect::<Result<Vec<_>, RedisError>>()?;
+        let nodes = SentinelNodeConnectionInfo {
+            tls_mode: None,
+            redis_connection_info: Some(authenticated(passwords.master)),
+        };
+        let client = SentinelClient::build(
+            sentinels,
+            master.to_owned(),
+            Some(nodes),
+            SentinelServerType::Master,
+        )?;
         Ok(Self::to(Target::Sentinel(Mutex::new(client)), timeout))
     }
 

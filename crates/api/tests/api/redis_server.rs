@@ -31,16 +31,23 @@ pub(crate) struct RedisServer {
     child: Option<Child>,
     /// The master's port, for a replica.
     replica_of: Option<u16>,
+    /// What the server requires of its clients (`requirepass`), if anything.
+    password: Option<String>,
 }
 
 impl RedisServer {
     pub(crate) async fn start() -> Self {
-        Self::start_with(None).await
+        Self::start_with(None, None).await
+    }
+
+    /// A server that answers only clients that `AUTH` with `password`.
+    pub(crate) async fn start_requiring(password: &str) -> Self {
+        Self::start_with(None, Some(password.to_owned())).await
     }
 
     /// A replica of `master`, started once it has caught up with it (its link is up).
     pub(crate) async fn start_replica_of(master: &RedisServer) -> Self {
-        let replica = Self::start_with(Some(master.port)).await;
+        let replica = Self::start_with(Some(master.port), None).await;
         // A full sync on a busy machine (the suite runs tests in parallel) can take a while.
         for _ in 0..600 {
             if replica
@@ -58,20 +65,24 @@ impl RedisServer {
         );
     }
 
-    async fn start_with(replica_of: Option<u16>) -> Self {
+    async fn start_with(replica_of: Option<u16>, password: Option<String>) -> Self {
         let (port, dir) = free_port_and_directory("redis");
         let mut server = Self {
             port,
             dir,
             child: None,
             replica_of,
+            password,
         };
         server.restart().await;
         server
     }
 
     pub(crate) fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 
     /// Starts the server (again) on the same port and data directory, and waits until it
@@ -96,6 +107,11 @@ impl RedisServer {
                     master.to_string(),
                 ]
             }))
+            .args(
+                self.password
+                    .iter()
+                    .flat_map(|password| ["--requirepass", password.as_str()]),
+            )
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
@@ -218,6 +234,8 @@ impl Drop for SlowRedis {
 pub(crate) struct Sentinel {
     pub port: u16,
     dir: PathBuf,
+    /// What the Sentinel requires of its clients (`requirepass`), if anything.
+    password: Option<String>,
     _child: Child,
 }
 
@@ -225,19 +243,32 @@ impl Sentinel {
     /// Starts a Sentinel that watches `master` under the name `name`, and waits until it
     /// names it.
     pub(crate) async fn start(name: &str, master: &RedisServer) -> Self {
+        Self::start_with(name, master, None).await
+    }
+
+    /// A Sentinel that answers only clients that `AUTH` with `password`, and that presents
+    /// the master's password (if it has one) to the master.
+    pub(crate) async fn start_requiring(name: &str, master: &RedisServer, password: &str) -> Self {
+        Self::start_with(name, master, Some(password.to_owned())).await
+    }
+
+    async fn start_with(name: &str, master: &RedisServer, password: Option<String>) -> Self {
         let (port, dir) = free_port_and_directory("sentinel");
         let config = dir.join("sentinel.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "port {port}\nbind 127.0.0.1\n\
-                 sentinel monitor {name} 127.0.0.1 {master} 1\n\
-                 sentinel down-after-milliseconds {name} 500\n\
-                 sentinel failover-timeout {name} 2000\n",
-                master = master.port
-            ),
-        )
-        .expect("write sentinel.conf");
+        let mut lines = format!(
+            "port {port}\nbind 127.0.0.1\n\
+             sentinel monitor {name} 127.0.0.1 {master} 1\n\
+             sentinel down-after-milliseconds {name} 500\n\
+             sentinel failover-timeout {name} 2000\n",
+            master = master.port
+        );
+        if let Some(master_password) = &master.password {
+            lines.push_str(&format!("sentinel auth-pass {name} {master_password}\n"));
+        }
+        if let Some(password) = &password {
+            lines.push_str(&format!("requirepass {password}\n"));
+        }
+        std::fs::write(&config, lines).expect("write sentinel.conf");
         let child = Command::new("redis-server")
             .arg(&config)
             .arg("--sentinel")
@@ -249,6 +280,7 @@ impl Sentinel {
         let sentinel = Self {
             port,
             dir,
+            password,
             _child: child,
         };
         sentinel.wait_for_master(name, master.port).await;
@@ -257,7 +289,13 @@ impl Sentinel {
 
     /// Waits until the Sentinel names the Redis on `port` as the master `name`.
     pub(crate) async fn wait_for_master(&self, name: &str, port: u16) {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).expect("url");
+        let auth = self
+            .password
+            .as_ref()
+            .map(|password| format!(":{password}@"))
+            .unwrap_or_default();
+        let client =
+            redis::Client::open(format!("redis://{auth}127.0.0.1:{}", self.port)).expect("url");
         for _ in 0..600 {
             if let Ok(mut conn) = client.get_multiplexed_async_connection().await
                 && let Ok(Some((_, named))) = redis::cmd("SENTINEL")

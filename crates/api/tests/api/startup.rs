@@ -254,3 +254,14 @@ async fn a_sentinel_master_without_sentinels_or_beside_a_url_is_refused() {
     let url = ("PAYMENTS__REDIS__URL", "redis://127.0.0.1:6379");
     assert_refused(&[master, url, sentinels], "redis.sentinel_master").await;
 }
+
+/// The two passwords are the Sentinels' setting: a single Redis takes its password in its URL,
+/// so a password beside `redis.url` would be a second, conflicting one.
+#[tokio::test]
+async fn a_redis_password_without_sentinels_is_refused() {
+    let url = ("PAYMENTS__REDIS__URL", "redis://127.0.0.1:6379");
+    for key in ["redis.password", "redis.sentinel_password"] {
+        let variable = format!("PAYMENTS__{}", key.to_uppercase().replace('.', "__"));
+        assert_refused(&[url, (&variable, "secret")], key).await;
+    }
+}

@@ -255,16 +255,7 @@ async fn the_cache_and_the_relay_follow_a_sentinel_failover() {
     let replica = RedisServer::start_replica_of(&master).await;
     let sentinel = Sentinel::start("payments", &master).await;
     let db = TestDatabase::create(Backend::Postgres).await;
-    let sentinels = format!("127.0.0.1:{}", sentinel.port);
-    let service = Service::start(
-        &db.url,
-        &[
-            ("PAYMENTS__REDIS__URL", ""),
-            ("PAYMENTS__REDIS__SENTINEL_MASTER", "payments"),
-            ("PAYMENTS__REDIS__SENTINELS", &sentinels),
-        ],
-    )
-    .await;
+    let service = service_through(&sentinel, &db, &[]).await;
     assert_eq!(
         service.post_charge(&new_key(), &visa(100)).await.status(),
         201
@@ -276,16 +267,42 @@ async fn the_cache_and_the_relay_follow_a_sentinel_failover() {
     let key = new_key();
     assert_eq!(service.post_charge(&key, &visa(100)).await.status(), 201);
     wait_until_published(&db).await;
-    let on_new_master: HashSet<String> = stream_events(&replica.url(), &stream_for(&db.url))
+    assert_eq!(events_on(&replica, &db).await, outbox_ids(&db).await);
+    // The first replays may find the cache still reconnecting; one from the database puts the
+    // entry on the new master, and the next is served from there.
+    assert!(
+        a_replay_comes_from_the_cache(&service, &key).await,
+        "no replay was served from the new master's cache"
+    );
+}
+
+/// The service on `db`, with Redis wherever `sentinel` names the master `payments`.
+async fn service_through(sentinel: &Sentinel, db: &TestDatabase, env: &[(&str, &str)]) -> Service {
+    let sentinels = format!("127.0.0.1:{}", sentinel.port);
+    let mut settings = vec![
+        ("PAYMENTS__REDIS__URL", ""),
+        ("PAYMENTS__REDIS__SENTINEL_MASTER", "payments"),
+        ("PAYMENTS__REDIS__SENTINELS", sentinels.as_str()),
+    ];
+    settings.extend_from_slice(env);
+    Service::start(&db.url, &settings).await
+}
+
+/// The ids of the events on `redis`'s stream for `db`.
+async fn events_on(redis: &RedisServer, db: &TestDatabase) -> HashSet<String> {
+    stream_events(&redis.url(), &stream_for(&db.url))
         .await
         .into_iter()
         .map(|(id, _)| id)
-        .collect();
-    assert_eq!(on_new_master, outbox_ids(&db).await);
-    // The first replays may find the cache still reconnecting; one from the database puts the
-    // entry on the new master, and the next is served from there.
+        .collect()
+}
+
+/// Replays `key` until one is served from the cache, 50 times at most: a cache write that
+/// timed out (on a busy machine, or while the cache reconnects) leaves the next replay to the
+/// database, which writes the entry again.
+async fn a_replay_comes_from_the_cache(service: &Service, key: &str) -> bool {
     let from_cache = || async {
-        let metrics = scrape(&service).await;
+        let metrics = scrape(service).await;
         sample(
             &metrics,
             "idempotency_outcomes_total",
@@ -293,17 +310,42 @@ async fn the_cache_and_the_relay_follow_a_sentinel_failover() {
         )
     };
     for _ in 0..50 {
-        let replay = service.post_charge(&key, &visa(100)).await;
-        assert_eq!(replay.status(), 201);
+        assert_eq!(service.post_charge(key, &visa(100)).await.status(), 201);
         if from_cache().await > 0.0 {
-            break;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(
-        from_cache().await > 0.0,
-        "no replay was served from the new master's cache"
+    false
+}
+
+/// A master and Sentinels that require passwords: the service presents each its own, so the
+/// relay publishes every event to the master and replays are served from its cache.
+#[tokio::test]
+async fn the_cache_and_the_relay_reach_a_master_and_sentinels_that_require_passwords() {
+    let master = RedisServer::start_requiring("master-secret").await;
+    let sentinel = Sentinel::start_requiring("payments", &master, "sentinel-secret").await;
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let passwords = [
+        ("PAYMENTS__REDIS__PASSWORD", "master-secret"),
+        ("PAYMENTS__REDIS__SENTINEL_PASSWORD", "sentinel-secret"),
+    ];
+    let service = service_through(&sentinel, &db, &passwords).await;
+    let key = new_key();
+    assert_eq!(service.post_charge(&key, &visa(100)).await.status(), 201);
+    assert_eq!(
+        service.post_charge(&new_key(), &visa(100)).await.status(),
+        201
     );
+    wait_until_published(&db).await;
+    let on_master = events_on(&master, &db).await;
+    assert_eq!(on_master.len(), 2);
+    assert_eq!(on_master, outbox_ids(&db).await);
+    assert!(
+        a_replay_comes_from_the_cache(&service, &key).await,
+        "no replay was served from the master's cache"
+    );
+    assert_eq!(count_rows(&db.pool, "charges").await, 2);
 }
 
 on_every_backend!(
