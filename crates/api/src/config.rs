@@ -187,7 +187,8 @@ pub enum RedisServer {
     /// Whichever Redis `redis.sentinels` name as the master `redis.sentinel_master`.
     Sentinel {
         master: String,
-        sentinels: Vec<String>,
+        /// Each Sentinel's host and port.
+        sentinels: Vec<(String, u16)>,
     },
 }
 
@@ -393,25 +394,24 @@ impl Settings {
                 ));
             }
             ("", master) => {
-                let sentinels: Vec<String> = self
+                let sentinels: Option<Vec<(String, u16)>> = self
                     .redis
                     .sentinels
                     .split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
+                    .map(|s| {
+                        let (host, port) = s.rsplit_once(':')?;
+                        Some((host.to_owned(), port.parse().ok()?)).filter(|_| !host.is_empty())
+                    })
                     .collect();
-                let malformed = sentinels.iter().find(|s| {
-                    s.rsplit_once(':')
-                        .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-                });
-                if sentinels.is_empty() || malformed.is_some() {
+                let Some(sentinels) = sentinels.filter(|s| !s.is_empty()) else {
                     return Err(invalid(
                         "redis.sentinels",
                         "must list the Sentinels as host:port, separated by commas, when \
                          redis.sentinel_master is set",
                     ));
-                }
+                };
                 Some(RedisServer::Sentinel {
                     master: master.to_owned(),
                     sentinels,

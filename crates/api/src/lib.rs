@@ -159,7 +159,8 @@ pub async fn run() -> Result<(), StartupError> {
         |r| match &r.server {
             RedisServer::Url(url) => without_credentials(url),
             RedisServer::Sentinel { master, sentinels } => {
-                format!("{master} through the Sentinels at {}", sentinels.join(", "))
+                let at: Vec<String> = sentinels.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+                format!("{master} through the Sentinels at {}", at.join(", "))
             }
         },
     );

@@ -85,12 +85,12 @@ impl RedisLink {
         Ok(Self::to(Target::Direct(redis::Client::open(url)?), timeout))
     }
 
-    /// A link to the master the Sentinels at `sentinels` (`host:port` each) name for
+    /// A link to the master the Sentinels at `sentinels` (host and port each) name for
     /// `master`, asked again whenever the link reconnects: after a failover, the first call
     /// that finds the old master gone (or demoted: `READONLY`) drops the connection, and the
     /// next connects to the promoted replica. Connects only when first used.
     pub fn through_sentinels(
-        sentinels: &[String],
+        sentinels: &[(String, u16)],
         master: &str,
         passwords: SentinelPasswords<'_>,
         timeout: Duration,
@@ -99,24 +99,13 @@ impl RedisLink {
             password: password.map(str::to_owned),
             ..RedisConnectionInfo::default()
         };
-        let sentinels = sentinels
+        let sentinels: Vec<ConnectionInfo> = sentinels
             .iter()
-            .map(|sentinel| {
-                let (host, port) = sentinel
-                    .rsplit_once(':')
-                    .and_then(|(host, port)| Some((host, port.parse().ok()?)))
-                    .ok_or_else(|| {
-                        RedisError::from((
-                            ErrorKind::InvalidClientConfig,
-                            "a Sentinel is host:port",
-                        ))
-                    })?;
-                Ok(ConnectionInfo {
-                    addr: ConnectionAddr::Tcp(host.to_owned(), port),
-                    redis: authenticated(passwords.sentinels),
-                })
+            .map(|(host, port)| ConnectionInfo {
+                addr: ConnectionAddr::Tcp(host.clone(), *port),
+                redis: authenticated(passwords.sentinels),
             })
-            .collect::<Result<Vec<_>, RedisError>>()?;
+            .collect();
         let nodes = SentinelNodeConnectionInfo {
             tls_mode: None,
             redis_connection_info: Some(authenticated(passwords.master)),
