@@ -6,7 +6,10 @@
 # embedded-mode and end-to-end tests, and last the contract test against openapi.yaml.
 # Everything is built once with all features (the crash tests need the `failpoints` build);
 # then the api crate once more without them, for the test of the build people deploy. The
-# black-box suite includes a kill -9 soak of about 20 s per backend.
+# black-box suite includes a kill -9 soak of about 20 s per backend. The HA soak
+# (scripts/ha/soak.sh) then runs the deployed build on Patroni, HAProxy and Redis Sentinel while
+# their nodes are killed and frozen: about two minutes; it installs etcd, Patroni, HAProxy and
+# redis-sentinel from Debian when they are missing (as root; otherwise it prints the install line).
 #
 #   scripts/test.sh            # everything
 #   TEST_DATABASE_URL=postgres://user@host:5432/postgres scripts/test.sh
@@ -149,6 +152,10 @@ cargo test -p payments-idempotency --all-features --locked --test engine_schedul
 step "The deployed build (no failpoints): the crash, pause and fail variables do nothing"
 # Rebuilds only the api crate without features; the contract step below uses this binary too.
 cargo test -p payments-api --test api --locked -- without_failpoints::
+
+step "The HA soak (scripts/ha/soak.sh: Patroni, HAProxy, Sentinel and three instances, faults in turn)"
+# The deployed build of the step above; the soak's topology has ports of its own (25000-26383).
+HA_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug" bash scripts/ha/soak.sh
 
 step "Contract (schemathesis against openapi.yaml)"
 bash scripts/contract.sh
