@@ -82,6 +82,10 @@ pub(crate) trait Dialect:
     /// The database's clock, as an expression of the type of the time columns.
     const NOW: &'static str;
 
+    /// The longest a statement waits for the database's answer before it is given up as
+    /// unavailable ([`no_answer`]); `None` waits as long as it takes.
+    fn answer_bound() -> Option<Duration>;
+
     /// Appended to a `SELECT` of one row to read it under a row lock.
     const LOCK_ROW: &'static str;
 
@@ -190,9 +194,8 @@ impl<'a, DB: Dialect> Statement<'a, DB> {
     /// Runs the statement on `connection` and returns how many rows it changed.
     pub(crate) async fn execute(self, connection: &mut DB::Connection) -> Result<u64, sqlx::Error> {
         let (sql, arguments) = self.into_parts()?;
-        let done = DB::on(connection)
-            .execute(DB::query(&sql, arguments))
-            .await?;
+        let done =
+            answered::<DB, _>(DB::on(connection).execute(DB::query(&sql, arguments))).await?;
         Ok(DB::rows_affected(&done))
     }
 
@@ -205,8 +208,7 @@ impl<'a, DB: Dialect> Statement<'a, DB> {
         DB: Reads<R>,
     {
         let (sql, arguments) = self.into_parts()?;
-        let row = DB::on(connection)
-            .fetch_optional(DB::query(&sql, arguments))
+        let row = answered::<DB, _>(DB::on(connection).fetch_optional(DB::query(&sql, arguments)))
             .await?;
         row.as_ref().map(DB::read).transpose()
     }
@@ -233,9 +235,8 @@ impl<'a, DB: Dialect> Statement<'a, DB> {
         DB: Reads<R>,
     {
         let (sql, arguments) = self.into_parts()?;
-        let rows = DB::on(connection)
-            .fetch_all(DB::query(&sql, arguments))
-            .await?;
+        let rows =
+            answered::<DB, _>(DB::on(connection).fetch_all(DB::query(&sql, arguments))).await?;
         rows.iter().map(DB::read).collect()
     }
 
@@ -245,4 +246,35 @@ impl<'a, DB: Dialect> Statement<'a, DB> {
             None => Ok((self.sql, self.arguments)),
         }
     }
+}
+
+/// Waits for `work`, a statement's or a `COMMIT`'s round trip, at most [`Dialect::answer_bound`].
+/// Dropped there, the connection is left mid-conversation: the error distrusts it, so it
+/// leaves the pool as it comes back.
+pub(crate) async fn answered<DB: Dialect, T>(
+    work: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    match DB::answer_bound() {
+        None => work.await,
+        Some(bound) => tokio::time::timeout(bound, work)
+            .await
+            .unwrap_or_else(|_| Err(no_answer(bound))),
+    }
+}
+
+/// The error of a round trip the database did not answer within `bound`: an I/O timeout,
+/// unavailable like a broken connection (503, nothing stored).
+pub(crate) fn no_answer(bound: Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "the database did not answer within {} ms",
+            bound.as_millis()
+        ),
+    ))
+}
+
+/// Whether `error` is [`no_answer`]'s.
+pub(crate) fn is_no_answer(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut)
 }

@@ -34,8 +34,8 @@ pub enum StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         if is_unavailable(&error) {
-            if is_read_only(&error) {
-                crate::postgres::saw_read_only();
+            if is_read_only(&error) || crate::dialect::is_no_answer(&error) {
+                crate::postgres::distrust_open_connections();
             }
             return Self::Unavailable(error);
         }

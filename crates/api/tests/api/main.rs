@@ -49,6 +49,7 @@ mod reads;
 mod recovery;
 mod redis_server;
 mod refunds;
+mod relay;
 mod retention;
 mod security;
 mod shutdown;

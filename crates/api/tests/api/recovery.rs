@@ -1,16 +1,11 @@
 //! Several instances, slow attempts overtaken by their successors, a lost database, waiting
 //! duplicates and expiry: each against real processes.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Mutex;
-use tokio::task::AbortHandle;
 
 use crate::card_sim::CardSim;
 use crate::events::sample;
@@ -18,6 +13,7 @@ use crate::helpers::{
     ACME, Backend, Footprint, Service, TestDatabase, count_rows, http_client, metrics_text,
     new_key, problem, visa,
 };
+use crate::relay::Relay;
 
 fn processor(card_sim: &CardSim) -> (&'static str, &str) {
     ("PAYMENTS__PROCESSOR__URL", card_sim.url.as_str())
@@ -296,102 +292,16 @@ async fn after_expiry_and_reaping_the_same_key_is_fresh_for_any_payload(backend:
     assert_eq!(count_rows(&db.pool, "charges").await, 2);
 }
 
-/// A TCP relay between the service and PostgreSQL that the test can cut and restore.
-struct Relay {
-    port: u16,
-    open: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<AbortHandle>>>,
-    accept: AbortHandle,
-}
-
-impl Relay {
-    async fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
-        let port = listener.local_addr().expect("relay address").port();
-        let open = Arc::new(AtomicBool::new(true));
-        let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let accept = tokio::spawn({
-            let (open, connections) = (open.clone(), connections.clone());
-            async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
-                    if !open.load(Ordering::SeqCst) {
-                        continue; // dropped: the connection is refused while cut
-                    }
-                    let upstream = upstream.clone();
-                    let task = tokio::spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(upstream).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                        }
-                    });
-                    connections.lock().await.push(task.abort_handle());
-                }
-            }
-        })
-        .abort_handle();
-        Self {
-            port,
-            open,
-            connections,
-            accept,
-        }
-    }
-
-    /// Severs every connection and refuses new ones.
-    async fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
-        for connection in self.connections.lock().await.drain(..) {
-            connection.abort();
-        }
-    }
-
-    fn restore(&self) {
-        self.open.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
-}
-
 // PostgreSQL only: the embedded SQLite database is a file in the process, with no connection
 // that could be cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_without_restart() {
-    let backend = Backend::Postgres;
     let card_sim = CardSim::start().await;
-    let db = TestDatabase::create(backend).await;
-    let (host_port, path) = db
-        .url
-        .trim_start_matches("postgres://")
-        .split_once('/')
-        .map(|(a, p)| (a.to_owned(), p.to_owned()))
-        .expect("url");
-    let (user, upstream) = host_port
-        .split_once('@')
-        .map(|(u, h)| (u.to_owned(), h.to_owned()))
-        .expect("user@host");
-    let relay = Relay::start(upstream).await;
-    let via_relay = format!("postgres://{user}@127.0.0.1:{}/{path}", relay.port);
-    let service = Service::start(
-        &via_relay,
-        &[
-            processor(&card_sim),
-            ("PAYMENTS__DATABASE__ACQUIRE_TIMEOUT_MS", "1000"),
-        ],
+    let (db, relay, service) = charged_once_behind_a_relay(
+        &card_sim,
+        ("PAYMENTS__DATABASE__ACQUIRE_TIMEOUT_MS", "1000"),
     )
     .await;
-
-    assert_eq!(
-        service
-            .post_charge(&new_key(), &visa(100))
-            .await
-            .status()
-            .as_u16(),
-        201
-    );
     relay.cut().await;
 
     let key = new_key();
@@ -418,16 +328,88 @@ async fn with_the_database_lost_requests_fail_closed_and_the_service_recovers_wi
     );
 
     relay.restore();
-    let mut recovered = None;
+    let charge = charged_again_without_restart(&service, &key, 200).await;
+    assert_eq!(charge["amount"], json!(200));
+    assert_eq!(card_sim.charges_created().await, 2);
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(2));
+}
+
+/// A fresh PostgreSQL database, a relay in front of it, and a service (its request timeout
+/// 30 s, `setting` added) that reaches the database through the relay and has charged once,
+/// so that a pooled connection is open.
+async fn charged_once_behind_a_relay(
+    card_sim: &CardSim,
+    setting: (&'static str, &'static str),
+) -> (TestDatabase, Relay, Service) {
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let (relay, via_relay) = Relay::in_front_of(&db.url).await;
+    let service = Service::start(
+        &via_relay,
+        &[
+            processor(card_sim),
+            ("PAYMENTS__SERVER__REQUEST_TIMEOUT_MS", "30000"),
+            setting,
+        ],
+    )
+    .await;
+    let first = service.post_charge(&new_key(), &visa(100)).await;
+    assert_eq!(first.status().as_u16(), 201);
+    (db, relay, service)
+}
+
+/// Sends a charge of `amount` under `key` until it is charged (the first connections the
+/// service tries may still be broken ones), and returns the charge.
+async fn charged_again_without_restart(service: &Service, key: &str, amount: i64) -> Value {
     for _ in 0..50 {
-        let response = service.post_charge(&key, &visa(200)).await;
+        let response = service.post_charge(key, &visa(amount)).await;
         if response.status().as_u16() == 201 {
-            recovered = Some(response.json::<Value>().await.expect("charge"));
-            break;
+            return response.json::<Value>().await.expect("charge");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let charge = recovered.expect("the service recovered without a restart");
+    panic!("the service did not recover without a restart")
+}
+
+/// A frozen PostgreSQL (every byte held, as by a stopped process or a paused machine) never
+/// runs its own `statement_timeout`, and its kernel keeps the connections open. The service
+/// gives a statement up at its own bound, the timeout plus a second: the request gets 503
+/// `store_unavailable` with `Retry-After`, not the 30 s request timeout, and nothing is charged.
+/// The frozen node is then replaced (its connections cut, new ones reaching a database that
+/// answers, as after a failover) and the same key is charged once, without a restart.
+// PostgreSQL only, like the test above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_against_a_frozen_database_ends_at_the_statement_timeout_plus_a_margin() {
+    let card_sim = CardSim::start().await;
+    // The request timeout is 30 s, the statement timeout 1 s: the bound is 2 s.
+    let (db, relay, service) = charged_once_behind_a_relay(
+        &card_sim,
+        ("PAYMENTS__DATABASE__STATEMENT_TIMEOUT_MS", "1000"),
+    )
+    .await;
+
+    relay.freeze();
+    let key = new_key();
+    let sent = std::time::Instant::now();
+    let response = service.post_charge(&key, &visa(200)).await;
+    let answered_after = sent.elapsed();
+    let retry_after = response.headers().get("retry-after").is_some();
+    let (status, body) = problem(response).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "{body}"
+    );
+    assert!(retry_after, "503 carries Retry-After: {body}");
+    // The bound is 2 s; without it the request would wait for its own 30 s timeout.
+    assert!(
+        answered_after < Duration::from_secs(10),
+        "answered after {answered_after:?}"
+    );
+    assert_eq!(card_sim.charges_created().await, 1, "nothing is charged");
+
+    relay.cut().await;
+    relay.restore();
+    let charge = charged_again_without_restart(&service, &key, 200).await;
     assert_eq!(charge["amount"], json!(200));
     assert_eq!(card_sim.charges_created().await, 2);
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(2));

@@ -10,6 +10,10 @@ use crate::dialect::{Dialect, Statement};
 
 impl Dialect for Postgres {
     const NOW: &'static str = "now()";
+
+    fn answer_bound() -> Option<Duration> {
+        super::answer_bound()
+    }
     // Concurrent claims of one existing key queue here, so exactly one of them can take a
     // stale record over.
     const LOCK_ROW: &'static str = " FOR UPDATE";

@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use super::PgStore;
 use crate::StoreError;
-use crate::dialect::Statement;
+use crate::dialect::{Statement, answered};
 use crate::stream::{EventSink, OutboxEvent, RelayError};
 
 impl PgStore {
@@ -40,7 +40,9 @@ impl PgStore {
         );
         mark.value(ids).push(")");
         mark.execute(&mut tx).await.map_err(StoreError::from)?;
-        tx.commit().await.map_err(StoreError::from)?;
+        answered::<Postgres, _>(tx.commit())
+            .await
+            .map_err(StoreError::from)?;
         Ok(events.len())
     }
 }

@@ -12,7 +12,7 @@ use super::PgStore;
 use super::charges::push_charge_writes;
 use crate::StoreError;
 use crate::claiming::NewClaim;
-use crate::dialect::Statement;
+use crate::dialect::{Statement, answered};
 use crate::fenced;
 use crate::model::{Claim, Completion, Durability};
 use crate::recording::{self, ChargeFinish};
@@ -40,7 +40,7 @@ impl SqlStore for PgStore {
     }
 
     async fn commit(write: Self::Write<'_>) -> Result<(), StoreError> {
-        Ok(write.commit().await?)
+        Ok(answered::<Postgres, _>(write.commit()).await?)
     }
 
     /// Autocommit: one statement is its own transaction.
@@ -80,7 +80,7 @@ impl SqlStore for PgStore {
             let Some(outcome) = acted.await? else {
                 continue;
             };
-            tx.commit().await?;
+            answered::<Postgres, _>(tx.commit()).await?;
             return Ok(outcome);
         }
         Err(StoreError::Corrupt(format!(

@@ -13,6 +13,12 @@ use crate::dialect::{Dialect, Statement};
 impl Dialect for Sqlite {
     // Every time column holds this one text format, so that text order is time order.
     const NOW: &'static str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
+
+    /// A file in the process: a statement waits for its lock only as long as the busy
+    /// timeout, and there is no server that could stop answering.
+    fn answer_bound() -> Option<Duration> {
+        None
+    }
     // No row locks: a claim runs in a `BEGIN IMMEDIATE` transaction, whose write lock keeps
     // every other writer out from its first statement on.
     const LOCK_ROW: &'static str = "";
