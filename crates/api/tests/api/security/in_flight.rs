@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
+use futures::future::join_all;
 use reqwest::Response;
+use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -129,6 +131,53 @@ async fn one_tenants_stalled_bodies_take_only_its_share_of_the_in_flight_limit()
     );
 }
 
+/// The starvation the share prevents, at the default limits (512 slots, 128 per tenant):
+/// while acme has 700 `tok_slow` charges sent at once, globex's 20 ordinary charges all answer
+/// 201. Acme's charges beyond its share are turned away with 429 `tenant_in_flight_limit`
+/// (never 503), and each that was admitted is one charge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_one_tenant_has_700_slow_charges_in_flight_another_tenants_charges_answer_201() {
+    let app = spawn_app_with(Backend::Postgres, &[]).await;
+    let slow = json!({ "amount": 100, "currency": "usd", "source": "tok_slow" });
+    let ordinary = visa(100);
+    let acme_keys: Vec<String> = (0..700).map(|_| new_key()).collect();
+    let globex_keys: Vec<String> = (0..20).map(|_| new_key()).collect();
+    let acme = async {
+        let sent = acme_keys
+            .iter()
+            .map(|key| app.post_charge(ACME, key, &slow));
+        let answers = join_all(sent).await.into_iter().map(|response| async move {
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("a JSON body"))
+        });
+        join_all(answers).await
+    };
+    let globex = async {
+        wait_for_in_flight_at_least(&app, 128).await;
+        join_all(
+            globex_keys
+                .iter()
+                .map(|key| app.post_charge(GLOBEX, key, &ordinary)),
+        )
+        .await
+    };
+    let (acme, globex) = tokio::join!(acme, globex);
+    let statuses: Vec<u16> = globex.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(statuses, vec![201; 20], "globex is not starved by acme");
+
+    let charged = acme.iter().filter(|(status, _)| *status == 201).count();
+    let turned_away = acme
+        .iter()
+        .filter(|(status, body)| {
+            *status == 429 && body["code"].as_str() == Some("tenant_in_flight_limit")
+        })
+        .count();
+    assert_eq!(charged + turned_away, 700, "acme: only 201 or 429");
+    assert!(charged >= 128, "acme's share was charged: {charged}");
+    let charges = i64::try_from(charged + 20).expect("a count");
+    assert_eq!(app.footprint().await, Footprint::charged(charges));
+}
+
 /// The in-flight limit is one for the whole instance, not one per route: requests stalled on
 /// `POST /charges` leave no room for a `GET /charges`, which is shed with 503 `overloaded`
 /// and `Retry-After` (so memory and connections stay bounded whatever the mix of routes). Once
@@ -159,6 +208,27 @@ async fn the_in_flight_limit_is_one_for_the_whole_service() {
         status, 200,
         "the slots are free once the stalled requests end"
     );
+}
+
+/// Waits until the service reports at least `n` requests holding in-flight slots.
+async fn wait_for_in_flight_at_least(app: &TestApp, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = metrics_text(&app.metrics_url).await;
+        let in_flight = metrics
+            .lines()
+            .find_map(|line| line.strip_prefix("http_requests_in_flight "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if in_flight >= n as f64 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the service never held {n} requests in flight ({in_flight})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Waits until the service reports `n` requests holding in-flight slots
