@@ -3,7 +3,7 @@
 # it is measured against, printed as one Markdown table.
 #
 #   scripts/bench.sh [--duration SECONDS] [--connections N] [--threads N] [--quick]
-#                    [--repeat N] [--rows N] [--out DIR] [--record] [--no-build]
+#                    [--repeat N] [--rows N] [--out DIR] [--record] [--no-build] [--ha]
 #
 # It builds the release binaries with the `bench` feature, then starts every service the
 # scenarios need at once, each on a fresh database and free loopback ports (and a card-sim
@@ -42,6 +42,9 @@ Usage: scripts/bench.sh [options]
   --out DIR            where results go (default target/bench)
   --record             also copy the chart to docs/benchmarks-throughput.svg
   --no-build           use the release binaries already built
+  --ha                 instead: capacity through the HA topology of scripts/ha/ (first-charge
+                       and replay-db through HAProxy with one and three instances, and the
+                       CPU per request of each kind of process; docs/DEPLOYMENT.md)
   -h, --help           this text
 EOF
 }
@@ -60,6 +63,7 @@ ROWS=""
 OUT="$ROOT/target/bench"
 RECORD=0
 BUILD=1
+HA=0
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -72,6 +76,7 @@ while [[ $# -gt 0 ]]; do
         --out) OUT="${2:?--out needs a value}"; shift 2 ;;
         --record) RECORD=1; shift ;;
         --no-build) BUILD=0; shift ;;
+        --ha) HA=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) echo "bench: unknown option $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -1020,6 +1025,16 @@ main() {
     ensure_tools
     remove_leftovers
     build
+    if ((HA)); then
+        # The capacity scenario: the topology of scripts/ha/ on these binaries, instead of the
+        # single-machine scenarios.
+        log "capacity through HAProxy with one and three instances (scripts/bench/ha-capacity.py)"
+        HA_BIN="$TARGET_DIR/release" python3 "$BENCH_SCRIPTS/ha-capacity.py" --duration "$DURATION" \
+            --connections "$CONNECTIONS" --repeat "$REPEAT" --out "$OUT/ha-capacity.md" ||
+            die "the capacity scenario failed"
+        log "done in $((SECONDS - started)) s; results in $OUT/ha-capacity.md"
+        return
+    fi
     HAVE_BENCH=0
     setup_scenarios
     measure

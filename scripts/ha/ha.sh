@@ -29,7 +29,9 @@
 # directory of payments-api and card-sim, default target/debug, built when missing),
 # HA_SYNCHRONOUS_MODE (default true; false only to measure the failure mode it prevents),
 # HA_MAXIMUM_LAG_ON_FAILOVER (bytes, default 1048576: how far behind a standby may be and still
-# be promoted when synchronous_mode is off), HA_CARD_SIM_LATENCY_MS (default 20).
+# be promoted when synchronous_mode is off), HA_CARD_SIM_LATENCY_MS (default 20), HA_REDIS
+# (default on; off: the instances use no Redis, so every replay is read from PostgreSQL, as the
+# capacity benchmark wants).
 set -euo pipefail
 HA_HOME=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HA_HOME/../.." && pwd)
@@ -264,6 +266,12 @@ sentinel_list() {
 start_api() {
     local node=$1 port
     port=$(api_port "$node")
+    local redis_settings=(
+        PAYMENTS__REDIS__SENTINEL_MASTER="$SENTINEL_MASTER"
+        PAYMENTS__REDIS__SENTINELS="$(sentinel_list)"
+        PAYMENTS__REDIS__CACHE_SECRET="$(cat "$CACHE_SECRET_FILE")"
+    )
+    [ "${HA_REDIS:-on}" = off ] && redis_settings=()
     # A lock of 5 s (and a processor bound below it) so that a frozen instance's keys are
     # taken over within a soak; production keeps the 30 s default.
     spawn "$node" env -u DATABASE_URL -u REDIS_URL \
@@ -275,12 +283,11 @@ start_api() {
         PAYMENTS__PROCESSOR__TIMEOUT_MS=2000 \
         PAYMENTS__PROCESSOR__SETTLE_AFTER_MS=3000 \
         PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS=5 \
-        PAYMENTS__REDIS__SENTINEL_MASTER="$SENTINEL_MASTER" \
-        PAYMENTS__REDIS__SENTINELS="$(sentinel_list)" \
-        PAYMENTS__REDIS__CACHE_SECRET="$(cat "$CACHE_SECRET_FILE")" \
+        "${redis_settings[@]}" \
         PAYMENTS__LOG__FILTER="${HA_LOG_FILTER:-warn}" \
         "$BIN/payments-api"
 }
+front_ready() { [ "$(http_code "http://127.0.0.1:$API_FRONT/readyz")" = 200 ]; }
 api_ready() { [ "$(http_code "http://127.0.0.1:$(api_port "$1")/readyz")" = 200 ]; }
 apis_ready() {
     local node
@@ -373,6 +380,7 @@ up() {
     start_api api2
     start_api api3
     wait_for "the instances" 60 apis_ready
+    wait_for "HAProxy to send requests to the instances" 30 front_ready
     say "up: the service at http://127.0.0.1:$API_FRONT, the primary at 127.0.0.1:$PG_FRONT," \
         "PostgreSQL primary $(primary), Redis master $(redis_master) (logs in $RUN)"
 }
