@@ -146,7 +146,9 @@ start_pg() {
     [ "$(id -u)" = 0 ] && chown -R postgres "$dir"
     # The data directory must be the postgres user's alone.
     chmod 700 "$dir"
-    spawn "$node" "${AS_POSTGRES[@]}" patroni "$dir/patroni.yml"
+    # From the node's own directory: the postgres user may not enter the caller's (Patroni's
+    # helpers, initdb and pg_rewind all start where it was started).
+    (cd "$dir" && spawn "$node" "${AS_POSTGRES[@]}" patroni "$dir/patroni.yml")
 }
 # The postmaster runs in a session of its own (Patroni starts it so): its pid file names it.
 postmaster_pid() { head -n 1 "$RUN/$1/data/postmaster.pid" 2>/dev/null || true; }
@@ -340,7 +342,9 @@ signal_node() {
             local postmaster
             postmaster=$(postmaster_pid "$node")
             kill -s "$signal" -- "-$pid" 2>/dev/null || true
-            [ -n "$postmaster" ] && { kill -s "$signal" -- "-$postmaster" 2>/dev/null || true; }
+            if [ -n "$postmaster" ]; then
+                kill -s "$signal" -- "-$postmaster" 2>/dev/null || true
+            fi
             ;;
         api*) kill -s "$signal" -- "-$pid" 2>/dev/null || true ;;
         *) kill -s "$signal" "$pid" 2>/dev/null || true ;;
