@@ -76,6 +76,18 @@ spawn() {
 pid_of() { cat "$RUN/$1.pid" 2>/dev/null || true; }
 alive() { local pid; pid=$(pid_of "$1"); [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
 
+# Writes the template `from` to `to` with each @NAME@ replaced by the value of a NAME=value
+# argument (values may span lines).
+render() {
+    local from=$1 to=$2 text assignment
+    shift 2
+    text=$(<"$from")
+    for assignment in "$@"; do
+        text=${text//"@${assignment%%=*}@"/"${assignment#*=}"}
+    done
+    printf '%s\n' "$text" >"$to"
+}
+
 http_code() { curl -s -o /dev/null -m 1 -w '%{http_code}' "$1" 2>/dev/null || true; }
 
 wait_for() {
@@ -137,12 +149,10 @@ start_pg() {
     local node=$1 dir="$RUN/$1" pg_bin
     pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
     mkdir -p "$dir"
-    sed -e "s#@NAME@#$node#g" -e "s#@REST_PORT@#$(rest_port "$node")#g" \
-        -e "s#@PG_PORT@#$(pg_port "$node")#g" -e "s#@ETCD_PORT@#$ETCD_PORT#g" \
-        -e "s#@DIR@#$dir#g" -e "s#@PG_BIN@#$pg_bin#g" \
-        -e "s#@SYNCHRONOUS_MODE@#$SYNCHRONOUS_MODE#g" \
-        -e "s#@MAXIMUM_LAG@#${HA_MAXIMUM_LAG_ON_FAILOVER:-1048576}#g" \
-        "$HA_HOME/conf/patroni.yml" >"$dir/patroni.yml"
+    render "$HA_HOME/conf/patroni.yml" "$dir/patroni.yml" NAME="$node" \
+        REST_PORT="$(rest_port "$node")" PG_PORT="$(pg_port "$node")" ETCD_PORT="$ETCD_PORT" \
+        DIR="$dir" PG_BIN="$pg_bin" SYNCHRONOUS_MODE="$SYNCHRONOUS_MODE" \
+        MAXIMUM_LAG="${HA_MAXIMUM_LAG_ON_FAILOVER:-1048576}"
     [ "$(id -u)" = 0 ] && chown -R postgres "$dir"
     # The data directory must be the postgres user's alone.
     chmod 700 "$dir"
@@ -304,15 +314,8 @@ start_haproxy() {
     for node in "${API_NODES[@]}"; do
         api_servers+="    server $node 127.0.0.1:$(api_port "$node") check"$'\n'
     done
-    python3 - "$HA_HOME/conf/haproxy.cfg" "$RUN/haproxy.cfg" <<PY
-import sys
-text = open(sys.argv[1]).read()
-for name, value in {"@RUN@": "$RUN", "@PG_FRONT@": "$PG_FRONT", "@API_FRONT@": "$API_FRONT",
-                    "@PG_SERVERS@": """$pg_servers""".rstrip("\n"),
-                    "@API_SERVERS@": """$api_servers""".rstrip("\n")}.items():
-    text = text.replace(name, value)
-open(sys.argv[2], "w").write(text)
-PY
+    render "$HA_HOME/conf/haproxy.cfg" "$RUN/haproxy.cfg" RUN="$RUN" PG_FRONT="$PG_FRONT" \
+        API_FRONT="$API_FRONT" PG_SERVERS="${pg_servers%$'\n'}" API_SERVERS="${api_servers%$'\n'}"
     haproxy -c -q -f "$RUN/haproxy.cfg" || fail "the HAProxy configuration is invalid"
     spawn haproxy haproxy -W -db -f "$RUN/haproxy.cfg"
 }
