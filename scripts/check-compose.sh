@@ -91,7 +91,7 @@ must_reject() {
     say "self-test: rejected a file where $what"
 }
 must_reject "a service has a key the specification does not know" \
-    '0,/^    image: postgres/s//    imagee: postgres/'
+    '0,/^    image: /s//    imagee: /'
 must_reject "payments-api no longer waits for the PostgreSQL healthcheck" \
     '0,/condition: service_healthy/s//condition: service_started/'
 must_reject "payments-api depends on a service that does not exist" \
