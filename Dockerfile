@@ -87,7 +87,7 @@ RUN find crates -name '*.rs' -exec touch {} + \
 # base with the test binary; the runtime image, the service binaries.
 FROM ${RUNTIME_IMAGE} AS runtime-base
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates curl \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates curl \
     && rm -rf /var/lib/apt/lists/*
 
 # ---------------------------------------------------------------------------------------------

@@ -10,13 +10,17 @@
 # (scripts/ha/soak.sh) then runs the deployed build on Patroni, HAProxy and Redis Sentinel while
 # their nodes are killed and frozen: about two minutes; it installs etcd, Patroni, HAProxy and
 # redis-sentinel from Debian when they are missing (as root; otherwise it prints the install line).
+# Last, where a Docker engine answers, the compose stack (scripts/compose/e2e.sh): the README's
+# compose commands, the e2e suite in its container and faults through Docker, with exact counts.
 #
 #   scripts/test.sh            # everything
 #   TEST_DATABASE_URL=postgres://user@host:5432/postgres scripts/test.sh
 #   TEST_SERVICES=private scripts/test.sh   # against a PostgreSQL and a Redis of its own
 #
 # With TEST_DATABASE_URL or TEST_REDIS_URL unset and nothing answering at the default address
-# (127.0.0.1:5432, 127.0.0.1:6379), the run starts a private one and stops it at the end.
+# (127.0.0.1:5432, 127.0.0.1:6379), the run starts a private one and stops it at the end; a
+# server that is not installed is installed from Debian when the run is root (otherwise the run
+# stops with the install line).
 #
 # Safe to re-run: each test creates and drops its own database; leftovers of interrupted runs
 # are dropped first.
@@ -49,10 +53,22 @@ stop_private() {
     fi
     exit "$status"
 }
+# A server package that is missing is installed from Debian when the run is root; otherwise
+# the run stops with the one line that installs it.
+install_or_fail() {
+    local package=$1 why=$2
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 ||
+        fail "$why, and it is not installed: apt-get install $package"
+    echo "$why: installing $package from Debian"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package"; } >/dev/null ||
+        fail "apt-get install $package failed"
+}
 start_private_postgres() {
     PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-    [ -x "$PG_BIN/initdb" ] ||
-        fail "no PostgreSQL answers and none is installed to start (apt-get install postgresql)"
+    if [ ! -x "$PG_BIN/initdb" ]; then
+        install_or_fail postgresql "no PostgreSQL answers to start a private one"
+        PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+    fi
     local port
     port=$(free_port)
     # Under /tmp, which the postgres user can reach whatever the checkout's directory allows.
@@ -69,7 +85,7 @@ start_private_postgres() {
 }
 start_private_redis() {
     command -v redis-server >/dev/null 2>&1 ||
-        fail "no Redis answers and redis-server is not installed (apt-get install redis-server)"
+        install_or_fail redis-server "no Redis answers to start a private one"
     local port
     port=$(free_port)
     mkdir -p "$PRIVATE"
@@ -116,7 +132,7 @@ if ! answers "$redis_hostport"; then
   point TEST_REDIS_URL at one, or leave it unset for a private one."
 fi
 command -v redis-server >/dev/null 2>&1 ||
-    fail "redis-server is not installed: the Redis-outage tests start and stop their own (apt-get install redis-server)."
+    install_or_fail redis-server "the Redis-outage tests start and stop a redis-server of their own"
 echo "Redis answers at $redis_hostport"
 if command -v psql >/dev/null 2>&1; then
     # Databases left by interrupted runs (a test that is killed cannot drop its own).
@@ -159,3 +175,10 @@ HA_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug" bash scripts/ha/soak.sh
 
 step "Contract (schemathesis against openapi.yaml)"
 bash scripts/contract.sh
+
+step "The compose stack (scripts/compose/e2e.sh: the README's commands, the e2e suite, faults)"
+if docker info >/dev/null 2>&1; then
+    bash scripts/compose/e2e.sh
+else
+    echo "skipped: no Docker engine answers (.ci/run installs and starts one)"
+fi
