@@ -641,7 +641,7 @@ async fn another_tenants_use_of_the_same_key_is_another_key() {
         assert_eq!(charges.len(), 1, "one charge for each tenant's key");
         assert_eq!(&charges[0]["id"], id);
         let retry = answer(target.charge(api_key, &key, &body).await).await;
-        retry.assert_replays(&created);
+        retry.assert_replays(created);
     }
     let (status, _) = target
         .get_json(
