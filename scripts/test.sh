@@ -40,12 +40,13 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 # stopped when the run ends. A URL given explicitly is never replaced: if it does not answer,
 # that is an error.
 PRIVATE="$PWD/target/test-services"
-PRIVATE_PG="" PRIVATE_REDIS_PID=""
+PRIVATE_PG="" PRIVATE_REDIS_PID="" BASE_IMAGES_PID=""
 as_postgres() {
     if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 stop_private() {
     local status=$?
+    [ -n "$BASE_IMAGES_PID" ] && { kill "$BASE_IMAGES_PID" 2>/dev/null || true; }
     [ -n "$PRIVATE_REDIS_PID" ] && { kill "$PRIVATE_REDIS_PID" 2>/dev/null || true; }
     if [ -n "$PRIVATE_PG" ]; then
         as_postgres "$PG_BIN/pg_ctl" -D "$PRIVATE_PG" -m fast -w stop >/dev/null 2>&1 || true
@@ -142,6 +143,14 @@ if command -v psql >/dev/null 2>&1; then
         done
 fi
 
+# The compose step's base images are made while everything else builds and runs: where none
+# can be pulled, debootstrap and Debian's packages take minutes, mostly of network and disk.
+if docker info >/dev/null 2>&1; then
+    mkdir -p target/compose-logs
+    bash scripts/compose/base-images.sh >/dev/null 2>target/compose-logs/base-images.log &
+    BASE_IMAGES_PID=$!
+fi
+
 step "Formatting (cargo fmt --check)"
 cargo fmt --all --check
 
@@ -178,6 +187,11 @@ bash scripts/contract.sh
 
 step "The compose stack (scripts/compose/e2e.sh: the README's commands, the e2e suite, faults)"
 if docker info >/dev/null 2>&1; then
+    if [ -n "$BASE_IMAGES_PID" ]; then
+        wait "$BASE_IMAGES_PID" ||
+            fail "the base images could not be made (target/compose-logs/base-images.log)"
+        BASE_IMAGES_PID=""
+    fi
     bash scripts/compose/e2e.sh
 else
     echo "skipped: no Docker engine answers (.ci/run installs and starts one)"

@@ -75,7 +75,7 @@ if [ -z "${EXTRA_CA_CERTS:-}" ] && compgen -G '/usr/local/share/ca-certificates/
     say "the builder trusts this machine's $(grep -c 'BEGIN CERTIFICATE' <<<"$EXTRA_CA_CERTS") added CA certificates"
 fi
 
-summary=("compose ${version}")
+summary=("Compose ${version}")
 
 # --- 1. up --build -d ----------------------------------------------------------------------
 started=$(date +%s)
@@ -86,7 +86,7 @@ say "1. ${compose[*]} up --build -d"
 }
 for _ in $(seq 1 120); do curl -fsS "$base_url/readyz" >/dev/null 2>&1 && break; sleep 1; done
 curl -fsS "$base_url/readyz" >/dev/null || fail "payments-api did not become ready at $base_url"
-summary+=("up --build -d: ready in $(seconds_since "$started")s")
+summary+=("${compose[*]} up --build -d: ready in $(seconds_since "$started")s")
 
 # --- 2. the README's curl, twice -----------------------------------------------------------
 # Taken from the README itself (its first curl to /charges, up to the line that does not go
@@ -103,7 +103,7 @@ grep -qi '^idempotent-replayed' <<<"$first" && fail "the README's first curl was
 head -n 1 <<<"$again" | grep -q '^HTTP/1.1 201' || fail "its second send answered: $(head -n 1 <<<"$again")"
 grep -qi '^idempotent-replayed: true$' <<<"$again" || fail "its second send was not a replay"
 [ "$(body "$first")" = "$(body "$again")" ] || fail "its replay's body differs from the first"
-summary+=("README curl: 201, then 201 replayed with the same body")
+summary+=("the README's curl twice: 201, then 201 replayed with the same body")
 
 # --- 3. scripts/demo.sh --------------------------------------------------------------------
 say "3. scripts/demo.sh $base_url"
@@ -111,7 +111,7 @@ bash scripts/demo.sh "$base_url" >"$logs/demo.log" 2>&1 || {
     tail -n 20 "$logs/demo.log" >&2
     fail "scripts/demo.sh failed against the stack (whole output in $logs/demo.log)"
 }
-summary+=("demo.sh: $(grep -c '^  ok:' "$logs/demo.log") checks ok")
+summary+=("scripts/demo.sh: $(grep -c '^  ok:' "$logs/demo.log") checks ok")
 
 # --- 4. the e2e profile --------------------------------------------------------------------
 started=$(date +%s)
@@ -126,7 +126,7 @@ say "4. ${compose[*]} --profile e2e build e2e; ${compose[*]} --profile e2e run -
 }
 passed=$(sed -nE 's/^test result: ok\. ([0-9]+) passed.*/\1/p' "$logs/e2e.log" | tail -n 1)
 [ -n "$passed" ] && [ "$passed" -gt 0 ] || fail "the e2e suite ran no test ($logs/e2e.log)"
-summary+=("e2e: $passed passed ($(seconds_since "$started")s with its build)")
+summary+=("${compose[*]} --profile e2e build e2e and run --rm e2e: $passed passed ($(seconds_since "$started")s)")
 
 # --- 5. faults -----------------------------------------------------------------------------
 say "5. faults"
@@ -138,7 +138,7 @@ say "6. ${compose[*]} down -v"
 "${compose[@]}" --profile e2e down -v --remove-orphans >"$logs/down.log" 2>&1 ||
     fail "down -v failed ($logs/down.log)"
 [ -z "$("${compose[@]}" ps -q 2>/dev/null)" ] || fail "containers are left after down -v"
-summary+=("down -v: nothing left")
+summary+=("${compose[*]} down -v: nothing left")
 
 printf -v line '%s; ' "${summary[@]}"
 say "summary: ${line%; }"
