@@ -65,8 +65,10 @@ trap finish EXIT
 down # what an interrupted run of this script left behind
 
 # --- base images and the builder's CA ------------------------------------------------------
-started=$(date +%s)
-eval "$(bash scripts/compose/base-images.sh)"
+step_started=$(date +%s)
+started=$step_started
+images=$(bash scripts/compose/base-images.sh) || fail "the base images could not be made (above)"
+eval "$images"
 export RUNTIME_IMAGE RUST_IMAGE POSTGRES_IMAGE REDIS_IMAGE
 say "base images ($(seconds_since "$started")s): $RUST_IMAGE $RUNTIME_IMAGE $POSTGRES_IMAGE $REDIS_IMAGE"
 if [ -z "${EXTRA_CA_CERTS:-}" ] && compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
@@ -140,5 +142,6 @@ say "6. ${compose[*]} down -v"
 [ -z "$("${compose[@]}" ps -q 2>/dev/null)" ] || fail "containers are left after down -v"
 summary+=("${compose[*]} down -v: nothing left")
 
+summary+=("$(seconds_since "$step_started")s in all")
 printf -v line '%s; ' "${summary[@]}"
 say "summary: ${line%; }"
