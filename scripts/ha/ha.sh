@@ -14,6 +14,7 @@
 #   scripts/ha/ha.sh running         # exits 0 when a topology is up in HA_RUN_DIR
 #   scripts/ha/ha.sh primary         # the PostgreSQL node holding the leader key (pg1..pg3)
 #   scripts/ha/ha.sh redis-master    # the Redis node the Sentinels name (redis1, redis2)
+#   scripts/ha/ha.sh sentinels-agree # the master's port, once every Sentinel names it
 #   scripts/ha/ha.sh kill|stop|cont <node>   # SIGKILL, SIGSTOP, SIGCONT: pg1..pg3,
 #                                            # redis1, redis2, api1..api3
 #   scripts/ha/ha.sh start <node>    # starts a node again (a PostgreSQL node rejoins as a
@@ -249,17 +250,23 @@ redis_master() {
     done
     return 1
 }
+# The port of the master every Sentinel names; fails while they disagree or one does not answer.
+sentinels_agree() {
+    local port sentinel named
+    port=$(redis_master_port) || return 1
+    for sentinel in "${SENTINEL_PORTS[@]}"; do
+        named=$(redis-cli -p "$sentinel" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER" 2>/dev/null |
+            sed -n 2p)
+        [ "$named" = "$port" ] || return 1
+    done
+    echo "$port"
+}
 # The Sentinels agree on a master that says it is one and has a replica connected.
 redis_healthy() {
     local port
-    port=$(redis_master_port) || return 1
+    port=$(sentinels_agree) || return 1
     redis-cli -p "$port" INFO replication 2>/dev/null | grep -q '^role:master' || return 1
     redis-cli -p "$port" INFO replication | grep -q '^connected_slaves:[1-9]' || return 1
-    local sentinel
-    for sentinel in "${SENTINEL_PORTS[@]}"; do
-        [ "$(redis-cli -p "$sentinel" SENTINEL get-master-addr-by-name "$SENTINEL_MASTER" |
-            sed -n 2p)" = "$port" ] || return 1
-    done
 }
 
 # --- card-sim and the instances -------------------------------------------------------------
@@ -441,6 +448,7 @@ case $command in
     running) alive etcd ;;
     primary) primary ;;
     redis-master) redis_master ;;
+    sentinels-agree) sentinels_agree ;;
     kill) signal_node KILL "${2:?node}" ;;
     stop) signal_node STOP "${2:?node}" ;;
     cont) signal_node CONT "${2:?node}" ;;

@@ -51,9 +51,8 @@ AUTH = "Bearer sk_test_acme"
 # Patroni's ttl and the instances' lock (scripts/ha/conf/patroni.yml, ha.sh).
 PATRONI_TTL_SECS = 8
 LOCK_SECS = 5
-# The Sentinels (ha.sh) and how long they must agree on a new master before the killed one is
-# started again: three times their down-after time.
-SENTINEL_PORTS = (26381, 26382, 26383)
+# How long the Sentinels must agree on a new master before the killed one is started again:
+# three times their down-after time (ha.sh).
 SENTINELS_SETTLE_SECS = 3
 # How long the standbys receive nothing before the primary is killed, in --asynchronous.
 WAL_HOLD_SECS = 3
@@ -200,11 +199,10 @@ def sentinels_agree_for(seconds):
 
     def check():
         nonlocal agreed, since
-        named = {tuple(subprocess.run(
-            ["redis-cli", "-p", str(port), "SENTINEL", "get-master-addr-by-name", "payments"],
-            capture_output=True, text=True, timeout=10).stdout.split())
-            for port in SENTINEL_PORTS}
-        current = named.pop() if len(named) == 1 else None
+        try:
+            current = ha("sentinels-agree")
+        except RuntimeError:
+            current = None
         now = time.monotonic()
         if current != agreed:
             agreed, since = current, now
