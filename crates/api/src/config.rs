@@ -161,6 +161,8 @@ pub struct ValidSettings {
     pub edge: EdgeLimits,
     pub processor_url: Option<String>,
     pub processor_timeout: Duration,
+    /// How long the processor remembers its keys; the in-process simulator is given it.
+    pub processor_key_window: Duration,
     pub workers: WorkerSettings,
     /// `None` when Redis is disabled (an empty `redis.url`).
     pub redis: Option<ValidRedis>,
@@ -509,6 +511,7 @@ impl Settings {
             },
             processor_url,
             processor_timeout,
+            processor_key_window: Duration::from_secs(self.processor.key_window_secs),
             workers,
             redis,
             demo_keys_exposed,

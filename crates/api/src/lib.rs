@@ -80,7 +80,10 @@ pub async fn run() -> Result<(), StartupError> {
             (Arc::new(client), format!("card-sim at {url}"))
         }
         None => (
-            Arc::new(InMemoryCardProcessor::default()),
+            Arc::new(InMemoryCardProcessor::new(
+                Duration::ZERO,
+                settings.processor_key_window,
+            )),
             "in-process simulator".to_owned(),
         ),
     };

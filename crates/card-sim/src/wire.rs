@@ -4,10 +4,31 @@
 //! plain strings and integers: the conversion to domain types (and its validation) happens at
 //! each edge, not in serde.
 
+use payments_domain::ProcessorMetadata;
 use serde::{Deserialize, Serialize};
 
 /// The header that carries the processor-side idempotency key.
 pub(crate) const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// `metadata`, in a body and in a view, as Stripe has it: `{"tenant": "...", "resource_id":
+/// "..."}`, or `{}` for none. Both or neither, checked where it is read.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Metadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_id: Option<String>,
+}
+
+impl Metadata {
+    /// The metadata as it is sent; `{}` for none.
+    pub(crate) fn of(metadata: Option<&ProcessorMetadata>) -> Self {
+        Self {
+            tenant: metadata.map(|m| m.tenant.as_str().to_owned()),
+            resource_id: metadata.map(|m| m.resource_id.clone()),
+        }
+    }
+}
 
 /// The body of `POST /v1/charges`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -15,17 +36,24 @@ pub(crate) struct ChargeBody {
     pub amount: i64,
     pub currency: String,
     pub source: String,
+    #[serde(default)]
+    pub metadata: Metadata,
 }
 
 /// A charge as the server shows it (200 on create, on lookup and on cancel). `status` is a
 /// [`ProcessorChargeStatus`](payments_domain::ProcessorChargeStatus) name; the simulator only
-/// ever reports `succeeded`, since its failures are errors, not charges.
+/// ever reports `succeeded`, since its failures are errors, not charges. `created` (a Unix
+/// timestamp) and `metadata` are shown, not read back: a client takes neither from a view.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct ChargeView {
     pub id: String,
     pub amount: i64,
     pub currency: String,
     pub status: String,
+    #[serde(default)]
+    pub created: i64,
+    #[serde(default)]
+    pub metadata: Metadata,
 }
 
 /// The body of `POST /v1/refunds`: `charge` is the processor's id of the charge to refund.
@@ -34,10 +62,12 @@ pub(crate) struct RefundBody {
     pub charge: String,
     pub amount: i64,
     pub currency: String,
+    #[serde(default)]
+    pub metadata: Metadata,
 }
 
 /// A refund as the server shows it (200 on create, on lookup and on cancel). `object` is
-/// always [`REFUND_OBJECT`]; `status`, as for a charge, is only ever `succeeded`.
+/// always [`REFUND_OBJECT`]; `status`, `created` and `metadata` are as for a charge.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct RefundView {
     pub id: String,
@@ -46,6 +76,10 @@ pub(crate) struct RefundView {
     pub amount: i64,
     pub currency: String,
     pub status: String,
+    #[serde(default)]
+    pub created: i64,
+    #[serde(default)]
+    pub metadata: Metadata,
 }
 
 /// The `object` of a [`RefundView`].
@@ -57,10 +91,12 @@ pub(crate) struct PayoutBody {
     pub amount: i64,
     pub currency: String,
     pub destination: String,
+    #[serde(default)]
+    pub metadata: Metadata,
 }
 
 /// A payout as the server shows it (200 on create, on lookup and on cancel). `object` is
-/// always [`PAYOUT_OBJECT`]; `status`, as for a charge, is only ever `succeeded`.
+/// always [`PAYOUT_OBJECT`]; `status`, `created` and `metadata` are as for a charge.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct PayoutView {
     pub id: String,
@@ -69,6 +105,10 @@ pub(crate) struct PayoutView {
     pub amount: i64,
     pub currency: String,
     pub status: String,
+    #[serde(default)]
+    pub created: i64,
+    #[serde(default)]
+    pub metadata: Metadata,
 }
 
 /// The `object` of a [`PayoutView`].
@@ -97,6 +137,12 @@ pub(crate) const CANCELED: &str = "canceled";
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct FindQuery {
     pub idempotency_key: String,
+}
+
+/// The query of `GET /v1/reports/settlement`: `date` is `YYYY-MM-DD`, a UTC day.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct ReportQuery {
+    pub date: String,
 }
 
 /// The body of `GET /v1/stats`.

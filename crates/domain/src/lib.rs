@@ -1,6 +1,6 @@
 //! Pure payment types and rules: money, currencies, tenants, charges, the double-entry ledger,
-//! the outbox events, the [`CardProcessor`] port, with its refunds, and payouts with the
-//! [`PayoutProcessor`] port.
+//! the outbox events, the [`CardProcessor`] port, with its refunds, payouts with the
+//! [`PayoutProcessor`] port, and the processor's settlement report ([`SettlementReport`]).
 //!
 //! This crate owns the invariants that must hold whatever stores or serves them: an amount is
 //! never zero or negative, a ledger transaction always balances. It performs no I/O and must not
@@ -15,6 +15,7 @@ mod money;
 mod payout;
 mod processor;
 mod refund;
+mod settlement;
 
 pub use card_number::contains_card_number;
 pub use charge::{
@@ -39,3 +40,4 @@ pub use refund::{
     ProcessorRefund, ProcessorRefundRequest, ProcessorRefundStatus, Refund, RefundReason,
     RefundRequest, RefundStatus,
 };
+pub use settlement::{ProcessorMetadata, SettlementKind, SettlementLine, SettlementReport};

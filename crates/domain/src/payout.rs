@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::card_number::{ReferenceRefusal, check_reference};
 use crate::{
     CancelOutcome, Description, Money, PayoutId, ProcessorChargeStatus, ProcessorError,
-    ProcessorMismatch, TenantId,
+    ProcessorMetadata, ProcessorMismatch, TenantId,
 };
 
 /// The bank account a payout goes to (`ba_...`): an opaque reference to an account the tenant
@@ -100,6 +100,8 @@ pub struct ProcessorPayoutRequest {
     pub idempotency_key: String,
     pub money: Money,
     pub destination: Destination,
+    /// The tenant and the payout's id in the service, kept by the processor with the payout.
+    pub metadata: ProcessorMetadata,
 }
 
 /// The status a processor reports for a payout: the charge's, since only `Succeeded` (paid)

@@ -11,7 +11,7 @@
 
 use async_trait::async_trait;
 
-use crate::{Money, PaymentSource, ProcessorRefund, ProcessorRefundRequest};
+use crate::{Money, PaymentSource, ProcessorMetadata, ProcessorRefund, ProcessorRefundRequest};
 
 /// A charge to create at the processor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub struct ProcessorChargeRequest {
     pub idempotency_key: String,
     pub money: Money,
     pub source: PaymentSource,
+    /// The tenant and the charge's id in the service, kept by the processor with the charge.
+    pub metadata: ProcessorMetadata,
 }
 
 /// The status a processor reports for a charge. Only `Succeeded` is ever recorded.

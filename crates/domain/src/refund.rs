@@ -5,7 +5,8 @@
 use chrono::{DateTime, Utc};
 
 use crate::{
-    Amount, ChargeId, Money, ProcessorChargeStatus, ProcessorMismatch, RefundId, TenantId,
+    Amount, ChargeId, Money, ProcessorChargeStatus, ProcessorMetadata, ProcessorMismatch, RefundId,
+    TenantId,
 };
 
 /// Why a refund was made, as the merchant states it.
@@ -83,6 +84,8 @@ pub struct ProcessorRefundRequest {
     /// The processor's id of the charge to refund, as it reported it.
     pub processor_charge_id: String,
     pub money: Money,
+    /// The tenant and the refund's id in the service, kept by the processor with the refund.
+    pub metadata: ProcessorMetadata,
 }
 
 /// The status a processor reports for a refund: the same states and wire names as a charge's,

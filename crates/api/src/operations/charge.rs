@@ -5,7 +5,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use payments_domain::{
-    Charge, ChargeId, ChargeRequest, ProcessorCharge, ProcessorChargeRequest, TenantId,
+    Charge, ChargeId, ChargeRequest, ProcessorCharge, ProcessorChargeRequest, ProcessorMetadata,
+    TenantId,
 };
 use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
@@ -23,10 +24,20 @@ use crate::{ApiError, Decline};
 #[derive(Debug)]
 pub struct CreateCharge(pub Ports);
 
+/// A charge ready for the processor: the request, and the ids the charge will have, fixed by
+/// the record's generation before the processor is called, so that the processor keeps them
+/// with the charge (its metadata) whether or not the service ever learns its answer.
+#[derive(Debug)]
+pub struct PlannedCharge {
+    id: ChargeId,
+    tenant: TenantId,
+    request: ChargeRequest,
+}
+
 #[async_trait]
 impl Operation for CreateCharge {
     type Request = ChargeRequest;
-    type Plan = ChargeRequest;
+    type Plan = PlannedCharge;
     type Effect = ProcessorCharge;
 
     const NAME: &'static str = "charges.create.v1";
@@ -37,27 +48,33 @@ impl Operation for CreateCharge {
         CreateChargeBody::parse(body).ok()
     }
 
-    /// A charge needs nothing but its request: no write, so a first charge stays at two
-    /// commits (the claim and the finish).
+    /// A charge needs nothing but its request and its record's generation: no write, so a first
+    /// charge stays at two commits (the claim and the finish).
     async fn prepare(
         &self,
-        _owner: Owner<'_>,
+        owner: Owner<'_>,
         request: &ChargeRequest,
-    ) -> Result<Prepared<ChargeRequest>, ProtocolError> {
-        Ok(Prepared::Ready(request.clone()))
+    ) -> Result<Prepared<PlannedCharge>, ProtocolError> {
+        Ok(Prepared::Ready(PlannedCharge {
+            id: ChargeId::from_uuid(owner.fence.resource_id),
+            tenant: TenantId::new(owner.scope.tenant.clone()),
+            request: request.clone(),
+        }))
     }
 
     async fn effect(
         &self,
-        request: &ChargeRequest,
+        planned: &PlannedCharge,
         effect_key: &str,
     ) -> Result<ProcessorCharge, EffectError> {
+        let request = &planned.request;
         self.0
             .processor
             .charge(ProcessorChargeRequest {
                 idempotency_key: effect_key.to_owned(),
                 money: request.money,
                 source: request.source.clone(),
+                metadata: ProcessorMetadata::charge(planned.tenant.clone(), planned.id),
             })
             .await
             .map_err(effect_error)
@@ -71,8 +88,10 @@ impl Operation for CreateCharge {
         charge.id.clone()
     }
 
-    fn confirms(charge: &ProcessorCharge, request: &ChargeRequest) -> Result<(), String> {
-        charge.confirms(request.money).map_err(|e| e.to_string())
+    fn confirms(charge: &ProcessorCharge, planned: &PlannedCharge) -> Result<(), String> {
+        charge
+            .confirms(planned.request.money)
+            .map_err(|e| e.to_string())
     }
 
     fn declined(&self, code: String, message: String) -> StoredResponse {
@@ -84,12 +103,13 @@ impl Operation for CreateCharge {
     async fn finish(
         &self,
         owner: Owner<'_>,
-        request: &ChargeRequest,
+        planned: &PlannedCharge,
         processor_charge_id: String,
     ) -> Result<(Completion, StoredResponse), ProtocolError> {
+        let request = &planned.request;
         let charge = Charge {
-            id: ChargeId::from_uuid(owner.fence.resource_id),
-            tenant: TenantId::new(owner.scope.tenant.clone()),
+            id: planned.id,
+            tenant: planned.tenant.clone(),
             money: request.money,
             source: request.source.clone(),
             description: request.description.clone(),

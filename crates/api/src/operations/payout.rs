@@ -7,7 +7,9 @@
 //! reservation in the transaction that ends its record.
 
 use async_trait::async_trait;
-use payments_domain::{Payout, PayoutRequest, ProcessorPayout, ProcessorPayoutRequest};
+use payments_domain::{
+    Payout, PayoutRequest, ProcessorMetadata, ProcessorPayout, ProcessorPayoutRequest,
+};
 use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
     Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
@@ -72,6 +74,7 @@ impl Operation for CreatePayout {
                 idempotency_key: effect_key.to_owned(),
                 money: payout.money,
                 destination: payout.destination.clone(),
+                metadata: ProcessorMetadata::payout(payout.tenant.clone(), payout.id),
             })
             .await
             .map_err(effect_error)

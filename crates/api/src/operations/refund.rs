@@ -7,7 +7,9 @@
 //! reservation in the transaction that ends its record.
 
 use async_trait::async_trait;
-use payments_domain::{ProcessorRefund, ProcessorRefundRequest, Refund, RefundRequest};
+use payments_domain::{
+    ProcessorMetadata, ProcessorRefund, ProcessorRefundRequest, Refund, RefundRequest,
+};
 use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
     Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
@@ -96,6 +98,10 @@ impl Operation for CreateRefund {
                 idempotency_key: effect_key.to_owned(),
                 processor_charge_id: reserved.processor_charge_id.clone(),
                 money: reserved.refund.money,
+                metadata: ProcessorMetadata::refund(
+                    reserved.refund.tenant.clone(),
+                    reserved.refund.id,
+                ),
             })
             .await
             .map_err(effect_error)

@@ -7,9 +7,11 @@
 //! cannot be read) is [`ProcessorError::Unavailable`], because the caller learns nothing
 //! definitive about money from it; only the same idempotency key, which the processor
 //! deduplicates, can tell. A charge or a refund is returned as the processor reported it
-//! (charge, amount, currency, status), never as requested.
+//! (charge, amount, currency, status), never as requested. Every call sends its metadata; the
+//! settlement report is read in the `settlement` module.
 
 mod reported;
+mod settlement;
 
 use std::time::Duration;
 
@@ -24,8 +26,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::wire::{
-    CANCELED, CancelView, ChargeBody, ConflictCode, ErrorEnvelope, IDEMPOTENCY_KEY, PayoutBody,
-    RefundBody,
+    CANCELED, CancelView, ChargeBody, ConflictCode, ErrorEnvelope, IDEMPOTENCY_KEY, Metadata,
+    PayoutBody, RefundBody,
 };
 use reported::{reported, reported_charge, reported_payout, reported_refund};
 
@@ -39,6 +41,7 @@ pub struct HttpCardProcessor {
     refund_cancel_url: Url,
     payouts_url: Url,
     payout_cancel_url: Url,
+    settlement_report_url: Url,
     timeout: Duration,
 }
 
@@ -78,6 +81,7 @@ impl HttpCardProcessor {
         let refund_cancel_url = join("v1/refunds/cancel")?;
         let payouts_url = join("v1/payouts")?;
         let payout_cancel_url = join("v1/payouts/cancel")?;
+        let settlement_report_url = join("v1/reports/settlement")?;
         let http = reqwest::Client::builder().timeout(timeout).build()?;
         Ok(Self {
             http,
@@ -87,6 +91,7 @@ impl HttpCardProcessor {
             refund_cancel_url,
             payouts_url,
             payout_cancel_url,
+            settlement_report_url,
             timeout,
         })
     }
@@ -229,6 +234,7 @@ impl CardProcessor for HttpCardProcessor {
             amount: request.money.amount.minor_units(),
             currency: request.money.currency.code().to_owned(),
             source: request.source.as_str().to_owned(),
+            metadata: Metadata::of(Some(&request.metadata)),
         };
         let view = self
             .create(&self.charges_url, &request.idempotency_key, &body)
@@ -260,11 +266,13 @@ impl CardProcessor for HttpCardProcessor {
             idempotency_key,
             processor_charge_id,
             money,
+            metadata,
         } = request;
         let body = RefundBody {
             charge: processor_charge_id,
             amount: money.amount.minor_units(),
             currency: money.currency.code().to_owned(),
+            metadata: Metadata::of(Some(&metadata)),
         };
         reported_refund(
             self.create(&self.refunds_url, &idempotency_key, &body)
@@ -304,6 +312,7 @@ impl PayoutProcessor for HttpCardProcessor {
             amount: request.money.amount.minor_units(),
             currency: request.money.currency.code().to_owned(),
             destination: request.destination.as_str().to_owned(),
+            metadata: Metadata::of(Some(&request.metadata)),
         };
         let view = self
             .create(&self.payouts_url, &request.idempotency_key, &body)

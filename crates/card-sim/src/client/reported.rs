@@ -82,6 +82,7 @@ pub(super) fn reported<V, T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::Metadata;
 
     fn view(amount: i64, currency: &str, status: &str) -> ChargeView {
         ChargeView {
@@ -89,6 +90,8 @@ mod tests {
             amount,
             currency: currency.into(),
             status: status.into(),
+            created: 0,
+            metadata: Metadata::default(),
         }
     }
 
@@ -127,6 +130,8 @@ mod tests {
             amount,
             currency: currency.into(),
             status: status.into(),
+            created: 0,
+            metadata: Metadata::default(),
         }
     }
 

@@ -1,14 +1,17 @@
-//! Where the `card-sim` binary listens and how slow it is, from flags and the environment.
+//! Where the `card-sim` binary listens, how slow it is and how long it remembers keys, from
+//! flags and the environment.
 
 use std::net::SocketAddr;
 use std::time::Duration;
+
+use crate::InMemoryCardProcessor;
 
 /// The listen address when neither `--bind` nor `CARD_SIM_BIND` is given.
 pub const DEFAULT_BIND: &str = "127.0.0.1:9090";
 
 /// The command line, for error messages.
 pub const USAGE: &str = "usage: card-sim [--bind <ip:port>]  \
-    (env: CARD_SIM_BIND, CARD_SIM_LATENCY_MS, RUST_LOG)";
+    (env: CARD_SIM_BIND, CARD_SIM_LATENCY_MS, CARD_SIM_KEY_WINDOW_SECS, RUST_LOG)";
 
 /// The validated settings of the `card-sim` server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +22,10 @@ pub struct ServerConfig {
     /// not the client waits: a client that gives up early sees a timeout, and the charge or
     /// refund appears later, as with a real processor.
     pub latency: Duration,
+    /// How long a key is remembered, with what was made under it, once it settled or was
+    /// canceled (`CARD_SIM_KEY_WINDOW_SECS`, by default
+    /// [`InMemoryCardProcessor::DEFAULT_KEY_WINDOW`], the service's own default).
+    pub key_window: Duration,
 }
 
 /// Why the command line or the environment is not a valid [`ServerConfig`]. Each message names
@@ -37,6 +44,10 @@ pub enum ConfigError {
     /// `CARD_SIM_LATENCY_MS` is not a non-negative integer.
     #[error("CARD_SIM_LATENCY_MS must be a whole number of milliseconds, got {0:?}")]
     InvalidLatency(String),
+    /// `CARD_SIM_KEY_WINDOW_SECS` is not a positive integer: a window of 0 would forget every
+    /// key as soon as it settled, and a retry could charge twice.
+    #[error("CARD_SIM_KEY_WINDOW_SECS must be a whole number of seconds, at least 1, got {0:?}")]
+    InvalidKeyWindow(String),
 }
 
 impl ServerConfig {
@@ -80,7 +91,18 @@ impl ServerConfig {
                 .map(Duration::from_millis)
                 .map_err(|_| ConfigError::InvalidLatency(ms))?,
         };
-        Ok(Self { bind, latency })
+        let key_window = match env("CARD_SIM_KEY_WINDOW_SECS") {
+            None => InMemoryCardProcessor::DEFAULT_KEY_WINDOW,
+            Some(secs) => match secs.trim().parse() {
+                Ok(secs) if secs > 0 => Duration::from_secs(secs),
+                _ => return Err(ConfigError::InvalidKeyWindow(secs)),
+            },
+        };
+        Ok(Self {
+            bind,
+            latency,
+            key_window,
+        })
     }
 }
 
@@ -109,8 +131,18 @@ mod tests {
             config,
             Ok(ServerConfig {
                 bind: addr(DEFAULT_BIND),
-                latency: Duration::ZERO
+                latency: Duration::ZERO,
+                key_window: Duration::from_secs(604_800),
             })
+        );
+    }
+
+    #[test]
+    fn the_key_window_comes_from_the_environment_in_seconds() {
+        let config = parse(&[], &[("CARD_SIM_KEY_WINDOW_SECS", "86400")]);
+        assert_eq!(
+            config.map(|c| c.key_window),
+            Ok(Duration::from_secs(86_400))
         );
     }
 
@@ -152,5 +184,11 @@ mod tests {
             parse(&[], &[("CARD_SIM_LATENCY_MS", "-5")]),
             Err(ConfigError::InvalidLatency("-5".into()))
         );
+        for window in ["0", "a week", "-1", "1.5"] {
+            assert_eq!(
+                parse(&[], &[("CARD_SIM_KEY_WINDOW_SECS", window)]),
+                Err(ConfigError::InvalidKeyWindow(window.into()))
+            );
+        }
     }
 }

@@ -12,14 +12,25 @@
 //! | `POST /v1/payouts` (`Idempotency-Key` required; body `amount`, `currency`, `destination`) | 200 payout, 402 `card_error` with `decline_code` `account_closed` (to `ba_declined`), 409 `processing`, 409 `idempotency_key_canceled`, 400 |
 //! | `GET /v1/payouts?idempotency_key=K` | 200 payout made under K, or 404 (also while processing); never pays |
 //! | `POST /v1/payouts/cancel` (`Idempotency-Key` required) | 200 payout made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
+//! | `GET /v1/reports/settlement?date=YYYY-MM-DD` | 200 `text/csv`: the header `type,processor_id,processor_key,amount,currency,status,created_at,tenant,resource_id`, then one line per charge, refund and payout that came into existence that UTC day and is still remembered, in that order; 400 for a missing or malformed date |
+//! | `POST /v1/testing/report/drop` (body `processor_id`) | 204: its line leaves every report, what it made stays; 404 for an id not remembered |
+//! | `POST /v1/testing/report/alter` (body `processor_id`, `amount`) | 204: its line shows `amount`; 404 for an id not remembered |
+//! | `POST /v1/testing/charges/unsolicited` (body `processor_key`, `amount`, `currency`, optional `tenant` and `resource_id`) | 200 charge made under the key at once, as if by another caller (or what the key already answers, as for `POST /v1/charges`) |
 //! | `GET /v1/stats` | `{"charges_created": N, "refunds_created": M, "payouts_created": P}` |
 //! | `GET /healthz` | 200 |
+//!
+//! Charges, refunds and payouts take an optional `metadata` object (`{"tenant": ..., "resource_id":
+//! ...}`, both or neither), and show it, with `created` (a Unix timestamp), in their views.
+//! Every key is forgotten, with what was made under it, once `CARD_SIM_KEY_WINDOW_SECS` have
+//! passed since it settled or was canceled; the report lists only what is still remembered.
 
 mod config;
 mod error;
 mod payouts;
 mod refunds;
+mod reports;
 mod routes;
+mod testing;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -42,6 +53,13 @@ pub fn app(processor: Arc<InMemoryCardProcessor>) -> Router {
     let router = keyed::<ProcessorRefund>(router, "/v1/refunds", post(refunds::create_refund));
     let router = keyed::<ProcessorPayout>(router, "/v1/payouts", post(payouts::create_payout));
     router
+        .route("/v1/reports/settlement", get(reports::settlement_report))
+        .route("/v1/testing/report/drop", post(testing::drop_line))
+        .route("/v1/testing/report/alter", post(testing::alter_line))
+        .route(
+            "/v1/testing/charges/unsolicited",
+            post(testing::unsolicited_charge),
+        )
         .route("/v1/stats", get(routes::stats))
         .route("/healthz", get(routes::healthz))
         .fallback(routes::not_found)
@@ -84,9 +102,17 @@ pub async fn run(config: ServerConfig) -> Result<(), ServeError> {
         source,
     })?;
     announce(address);
-    tracing::info!(%address, latency_ms = config.latency.as_millis(), "card-sim started");
+    tracing::info!(
+        %address,
+        latency_ms = config.latency.as_millis(),
+        key_window_secs = config.key_window.as_secs(),
+        "card-sim started"
+    );
 
-    let processor = Arc::new(InMemoryCardProcessor::with_latency(config.latency));
+    let processor = Arc::new(InMemoryCardProcessor::new(
+        config.latency,
+        config.key_window,
+    ));
     axum::serve(listener, app(processor))
         .with_graceful_shutdown(shutdown_signal())
         .await

@@ -6,24 +6,28 @@ use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::HeaderMap;
-use payments_domain::{ProcessorRefund, ProcessorRefundRequest};
+use payments_domain::ProcessorRefund;
 
 use super::error::SimError;
-use super::routes::{Served, Sim, answered, idempotency_key, money};
-use crate::wire::{REFUND_OBJECT, RefundBody, RefundView};
+use super::routes::{Served, Sim, answered, idempotency_key, metadata, money};
+use crate::simulator::{Made, RefundCall};
+use crate::wire::{Metadata, REFUND_OBJECT, RefundBody, RefundView};
 
 impl Served for ProcessorRefund {
     type View = RefundView;
     const MISSING: &'static str = "No refund was created under this idempotency key.";
 
-    fn view(&self) -> RefundView {
+    fn view(made: &Made<Self>) -> RefundView {
+        let refund = &made.value;
         RefundView {
             object: REFUND_OBJECT.to_owned(),
-            id: self.id.clone(),
-            charge: self.processor_charge_id.clone(),
-            amount: self.money.amount.minor_units(),
-            currency: self.money.currency.code().to_owned(),
-            status: self.status.as_str().to_owned(),
+            id: refund.id.clone(),
+            charge: refund.processor_charge_id.clone(),
+            amount: refund.money.amount.minor_units(),
+            currency: refund.money.currency.code().to_owned(),
+            status: refund.status.as_str().to_owned(),
+            created: made.created_at.timestamp(),
+            metadata: Metadata::of(made.metadata.as_ref()),
         }
     }
 }
@@ -42,17 +46,18 @@ pub(crate) async fn create_refund(
             "charge must be the id of the charge to refund.".into(),
         ));
     }
-    let request = ProcessorRefundRequest {
+    let call = RefundCall {
         money: money(body.amount, &body.currency)?,
+        metadata: metadata(body.metadata)?,
         processor_charge_id: body.charge,
         idempotency_key,
     };
-    let refund = answered(sim.submit_refund(request).await)?;
+    let refund = answered(sim.submit_refund(call).await)?;
     tracing::info!(
-        refund.id = %refund.id,
-        refund.charge_id = %refund.processor_charge_id,
+        refund.id = %refund.value.id,
+        refund.charge_id = %refund.value.processor_charge_id,
         refund.outcome = "succeeded",
         "refund"
     );
-    Ok(Json(refund.view()))
+    Ok(Json(ProcessorRefund::view(&refund)))
 }

@@ -10,23 +10,26 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use payments_domain::{
     Amount, CancelOutcome, Currency, CurrencyError, Money, PaymentSource, ProcessorCharge,
-    ProcessorChargeRequest,
+    ProcessorMetadata, TenantId,
 };
 use serde::Serialize;
 
 use super::error::SimError;
 use crate::InMemoryCardProcessor;
-use crate::simulator::{Answer, Kept};
+use crate::simulator::{Answer, ChargeCall, Kept, Made};
 use crate::wire::{
     CANCELED, CancelView, CanceledView, ChargeBody, ChargeView, FindQuery, IDEMPOTENCY_KEY,
-    StatsView,
+    Metadata, StatsView,
 };
 
 /// Shared by every handler; the simulator guards its own state.
 pub(crate) type Sim = Arc<InMemoryCardProcessor>;
 
 /// The longest idempotency key accepted, as in the service itself.
-const MAX_KEY_LEN: usize = 255;
+pub(super) const MAX_KEY_LEN: usize = 255;
+
+/// The longest metadata value accepted, as at Stripe.
+const MAX_METADATA_LEN: usize = 500;
 
 /// `POST /v1/charges`: creates the charge, or returns the one already made under the key.
 pub(crate) async fn create_charge(
@@ -36,15 +39,16 @@ pub(crate) async fn create_charge(
 ) -> Result<Json<ChargeView>, SimError> {
     let idempotency_key = idempotency_key(&headers)?;
     let Json(body) = body.map_err(|rejection| SimError::InvalidRequest(rejection.body_text()))?;
-    let request = ProcessorChargeRequest {
+    let call = ChargeCall {
         idempotency_key,
         money: money(body.amount, &body.currency)?,
         source: PaymentSource::new(body.source)
             .map_err(|e| SimError::InvalidRequest(e.to_string()))?,
+        metadata: metadata(body.metadata)?,
     };
-    let charge = answered(sim.submit(request).await)?;
-    tracing::info!(charge.id = %charge.id, charge.outcome = "succeeded", "charge");
-    Ok(Json(charge.view()))
+    let charge = answered(sim.submit(call).await)?;
+    tracing::info!(charge.id = %charge.value.id, charge.outcome = "succeeded", "charge");
+    Ok(Json(ProcessorCharge::view(&charge)))
 }
 
 /// What the server needs of each kind of call the simulator keeps keys for (charges,
@@ -53,19 +57,23 @@ pub(crate) trait Served: Kept + Send + 'static {
     type View: Serialize;
     /// The 404 message of a lookup that finds nothing.
     const MISSING: &'static str;
-    fn view(&self) -> Self::View;
+    /// What was made, as the server shows it, with its metadata and when it was created.
+    fn view(made: &Made<Self>) -> Self::View;
 }
 
 impl Served for ProcessorCharge {
     type View = ChargeView;
     const MISSING: &'static str = "No charge was created under this idempotency key.";
 
-    fn view(&self) -> ChargeView {
+    fn view(made: &Made<Self>) -> ChargeView {
+        let charge = &made.value;
         ChargeView {
-            id: self.id.clone(),
-            amount: self.money.amount.minor_units(),
-            currency: self.money.currency.code().to_owned(),
-            status: self.status.as_str().to_owned(),
+            id: charge.id.clone(),
+            amount: charge.money.amount.minor_units(),
+            currency: charge.money.currency.code().to_owned(),
+            status: charge.status.as_str().to_owned(),
+            created: made.created_at.timestamp(),
+            metadata: Metadata::of(made.metadata.as_ref()),
         }
     }
 }
@@ -79,7 +87,7 @@ pub(crate) async fn find<T: Served>(
     let Query(query) =
         query.map_err(|rejection| SimError::InvalidRequest(rejection.body_text()))?;
     match sim.find_key::<T>(&query.idempotency_key) {
-        Some(made) => Ok(Json(made.view())),
+        Some(made) => Ok(Json(T::view(&made))),
         None => Err(SimError::NotFound(T::MISSING.to_owned())),
     }
 }
@@ -93,7 +101,7 @@ pub(crate) async fn cancel<T: Served>(
 ) -> Result<Json<CancelView<T::View>>, SimError> {
     let idempotency_key = idempotency_key(&headers)?;
     match sim.cancel_key::<T>(&idempotency_key) {
-        CancelOutcome::Exists(made) => Ok(Json(CancelView::Exists(made.view()))),
+        CancelOutcome::Exists(made) => Ok(Json(CancelView::Exists(T::view(&made)))),
         CancelOutcome::StillProcessing => Err(SimError::Processing),
         CancelOutcome::Canceled => {
             tracing::info!(idempotency.outcome = "canceled", "cancel");
@@ -151,4 +159,20 @@ pub(super) fn money(amount: i64, currency: &str) -> Result<Money, SimError> {
         .parse()
         .map_err(|e: CurrencyError| SimError::InvalidRequest(e.to_string()))?;
     Ok(Money::new(amount, currency))
+}
+
+/// A body's `metadata` as the simulator keeps it: both values, each 1 to
+/// [`MAX_METADATA_LEN`] characters, or neither.
+pub(super) fn metadata(metadata: Metadata) -> Result<Option<ProcessorMetadata>, SimError> {
+    let fits = |value: &str| !value.is_empty() && value.chars().count() <= MAX_METADATA_LEN;
+    match (metadata.tenant, metadata.resource_id) {
+        (None, None) => Ok(None),
+        (Some(tenant), Some(resource_id)) if fits(&tenant) && fits(&resource_id) => Ok(Some(
+            ProcessorMetadata::new(TenantId::new(tenant), resource_id),
+        )),
+        _ => Err(SimError::InvalidRequest(format!(
+            "metadata must have both tenant and resource_id, each 1 to {MAX_METADATA_LEN} \
+             characters, or neither."
+        ))),
+    }
 }

@@ -1,12 +1,17 @@
 //! The in-process simulator the service uses by default, modelled on a slow processor: a call
 //! under a new key registers the key as processing, and its outcome exists only once the
 //! latency has passed, whether or not the caller is still waiting. Charges, refunds and
-//! payouts keep their keys in books of the same kind, so all follow exactly this protocol.
+//! payouts keep their keys in books of the same kind, so all follow exactly this protocol, and
+//! all are forgotten, with what they made, once the key window has passed since they settled.
 
 mod book;
+mod calls;
 mod charges;
+mod clock;
 mod payouts;
 mod refunds;
+mod settlement;
+mod state;
 #[cfg(test)]
 mod tests;
 
@@ -20,71 +25,64 @@ use payments_domain::{
     ProcessorRefundRequest,
 };
 
-pub(crate) use book::{Answer, Book, Outcome};
+pub(crate) use book::{Answer, Made, Outcome};
+pub(crate) use calls::{ChargeCall, PayoutCall, RefundCall};
+pub use settlement::UnknownProcessorId;
+pub(crate) use state::{Kept, State};
 
 use crate::{TestDestination, TestToken};
 use book::Begin;
-use refunds::Refundable;
+use clock::Clock;
 
 /// The answer to a charge call.
-pub(crate) type ChargeAnswer = Answer<ProcessorCharge>;
+pub(crate) type ChargeAnswer = Answer<Made<ProcessorCharge>>;
 
 /// The answer to a refund call.
-pub(crate) type RefundAnswer = Answer<ProcessorRefund>;
+pub(crate) type RefundAnswer = Answer<Made<ProcessorRefund>>;
 
 /// The answer to a payout call.
-pub(crate) type PayoutAnswer = Answer<ProcessorPayout>;
+pub(crate) type PayoutAnswer = Answer<Made<ProcessorPayout>>;
 
 /// A processor that lives in the service's memory. It forgets everything when the service
 /// restarts, so it cannot show exactly-once across crashes; a processor in its own process,
 /// reached over HTTP, is what crash tests need.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct InMemoryCardProcessor {
     /// Shared with the tasks that finish calls whose callers may have gone.
     state: Arc<Mutex<State>>,
     latency: Duration,
 }
 
-/// Everything the simulator remembers, under one mutex: each key's transitions are atomic,
-/// and so is a refund's check of its charge together with its reservation.
-#[derive(Debug, Default)]
-pub(crate) struct State {
-    charges: Book<ProcessorCharge>,
-    refunds: Book<ProcessorRefund>,
-    refundable: Refundable,
-    payouts: Book<ProcessorPayout>,
-}
-
-/// What a key of each kind settles to (a charge, a refund), and where its book is: so that a
-/// lookup and a cancel are written once for every kind.
-pub(crate) trait Kept: Clone + Sized {
-    fn book(state: &mut State) -> &mut Book<Self>;
-}
-
-impl Kept for ProcessorCharge {
-    fn book(state: &mut State) -> &mut Book<Self> {
-        &mut state.charges
-    }
-}
-
-impl Kept for ProcessorRefund {
-    fn book(state: &mut State) -> &mut Book<Self> {
-        &mut state.refunds
-    }
-}
-
-impl Kept for ProcessorPayout {
-    fn book(state: &mut State) -> &mut Book<Self> {
-        &mut state.payouts
+impl Default for InMemoryCardProcessor {
+    /// No latency, and the default key window.
+    fn default() -> Self {
+        Self::new(Duration::ZERO, Self::DEFAULT_KEY_WINDOW)
     }
 }
 
 impl InMemoryCardProcessor {
-    /// A simulator whose every new charge or refund takes `latency` to come into existence.
+    /// How long a key is remembered by default: 7 days, the service's own default
+    /// `processor.key_window_secs`. (Stripe's is 24 hours.)
+    pub const DEFAULT_KEY_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+    /// A simulator whose every new call takes `latency` to come into existence, and which
+    /// forgets a key, with what was made under it, once `key_window` has passed since it
+    /// settled or was canceled.
+    pub fn new(latency: Duration, key_window: Duration) -> Self {
+        Self::with_clock(latency, key_window, Clock::system())
+    }
+
+    /// A simulator whose every new charge or refund takes `latency` to come into existence,
+    /// with the default key window.
     pub fn with_latency(latency: Duration) -> Self {
+        Self::new(latency, Self::DEFAULT_KEY_WINDOW)
+    }
+
+    /// [`InMemoryCardProcessor::new`] reading the time from `clock`.
+    pub(crate) fn with_clock(latency: Duration, key_window: Duration, clock: Clock) -> Self {
         Self {
+            state: Arc::new(Mutex::new(State::new(clock, key_window))),
             latency,
-            ..Self::default()
         }
     }
 
@@ -112,19 +110,20 @@ impl InMemoryCardProcessor {
         }
     }
 
-    /// A charge call, answered in full. A charge that comes into existence becomes refundable
-    /// at the same moment.
-    pub(crate) async fn submit(&self, request: ProcessorChargeRequest) -> ChargeAnswer {
-        let token = TestToken::from_source(request.source.as_str());
-        let key = request.idempotency_key;
+    /// A charge call, answered in full.
+    pub(crate) async fn submit(&self, call: impl Into<ChargeCall>) -> ChargeAnswer {
+        let ChargeCall {
+            idempotency_key: key,
+            money,
+            source,
+            metadata,
+        } = call.into();
+        let token = TestToken::from_source(source.as_str());
         let begun = lock(&self.state).charges.begin(&key, |first_attempt| {
-            charges::decide(token, request.money, first_attempt)
+            charges::decide(token, money, first_attempt)
         });
         self.process(begun, self.latency_for(token), move |state, outcome| {
-            if let Outcome::Succeeded(charge) = &outcome {
-                state.refundable.add(charge, token);
-            }
-            state.charges.settle(key, outcome)
+            state.settle_charge(key, outcome, token, metadata)
         })
         .await
     }
@@ -132,7 +131,8 @@ impl InMemoryCardProcessor {
     /// A refund call, answered in full. It processes as long as a call with its charge's token
     /// (a refund of an unknown charge, for the configured latency), and settles its
     /// reservation when it ends.
-    pub(crate) async fn submit_refund(&self, request: ProcessorRefundRequest) -> RefundAnswer {
+    pub(crate) async fn submit_refund(&self, call: impl Into<RefundCall>) -> RefundAnswer {
+        let call = call.into();
         let (begun, token) = {
             let mut state = lock(&self.state);
             let State {
@@ -140,14 +140,19 @@ impl InMemoryCardProcessor {
                 refundable,
                 ..
             } = &mut *state;
-            let begun = refunds.begin(&request.idempotency_key, |_| refundable.begin(&request));
-            (begun, refundable.token_of(&request.processor_charge_id))
+            let begun = refunds.begin(&call.idempotency_key, |_| refundable.begin(&call));
+            (begun, refundable.token_of(&call.processor_charge_id))
         };
         let latency = token.map_or(self.latency, |token| self.latency_for(token));
-        let key = request.idempotency_key;
+        let RefundCall {
+            idempotency_key: key,
+            metadata,
+            ..
+        } = call;
         self.process(begun, latency, move |state, outcome| {
             state.refundable.settle(&key, &outcome);
-            state.refunds.settle(key, outcome)
+            let stamp = state.stamp();
+            state.refunds.settle(key, outcome, metadata, stamp)
         })
         .await
     }
@@ -163,16 +168,24 @@ impl InMemoryCardProcessor {
 
     /// A payout call, answered in full. It processes for the configured latency, plus
     /// [`TestToken::SLOW_LATENCY`] to `ba_slow`.
-    pub(crate) async fn submit_payout(&self, request: ProcessorPayoutRequest) -> PayoutAnswer {
-        let key = request.idempotency_key;
-        let begun = lock(&self.state).payouts.begin(&key, |_| {
-            payouts::decide(&request.destination, request.money)
-        });
-        let destination = TestDestination::from_destination(request.destination.as_str());
+    pub(crate) async fn submit_payout(&self, call: impl Into<PayoutCall>) -> PayoutAnswer {
+        let PayoutCall {
+            idempotency_key: key,
+            money,
+            destination,
+            metadata,
+        } = call.into();
+        let begun = lock(&self.state)
+            .payouts
+            .begin(&key, |_| payouts::decide(&destination, money));
+        let destination = TestDestination::from_destination(destination.as_str());
         self.process(
             begun,
             self.payout_latency(destination),
-            move |state, outcome| state.payouts.settle(key, outcome),
+            move |state, outcome| {
+                let stamp = state.stamp();
+                state.payouts.settle(key, outcome, metadata, stamp)
+            },
         )
         .await
     }
@@ -185,8 +198,8 @@ impl InMemoryCardProcessor {
         &self,
         begun: Begin<T>,
         latency: Duration,
-        settle: impl FnOnce(&mut State, Outcome<T>) -> Answer<T> + Send + 'static,
-    ) -> Answer<T> {
+        settle: impl FnOnce(&mut State, Outcome<T>) -> Answer<Made<T>> + Send + 'static,
+    ) -> Answer<Made<T>> {
         let outcome = match begun {
             Begin::Answered(answer) => return answer,
             Begin::Started(outcome) => outcome,
@@ -204,22 +217,45 @@ impl InMemoryCardProcessor {
     }
 
     /// What was made under a key, if it exists yet; synchronous, since it never waits.
-    pub(crate) fn find_key<T: Kept>(&self, idempotency_key: &str) -> Option<T> {
+    pub(crate) fn find_key<T: Kept>(&self, idempotency_key: &str) -> Option<Made<T>> {
         T::book(&mut lock(&self.state)).find(idempotency_key)
     }
 
     /// Settles a key for good; synchronous, since it never waits.
-    pub(crate) fn cancel_key<T: Kept>(&self, idempotency_key: &str) -> CancelOutcome<T> {
-        T::book(&mut lock(&self.state)).cancel(idempotency_key)
+    pub(crate) fn cancel_key<T: Kept>(&self, idempotency_key: &str) -> CancelOutcome<Made<T>> {
+        let mut state = lock(&self.state);
+        let stamp = state.stamp();
+        T::book(&mut state).cancel(idempotency_key, stamp)
+    }
+
+    /// [`InMemoryCardProcessor::find_key`] as the port states it.
+    fn find_value<T: Kept>(&self, idempotency_key: &str) -> Result<Option<T>, ProcessorError> {
+        Ok(self.find_key::<T>(idempotency_key).map(|made| made.value))
+    }
+
+    /// [`InMemoryCardProcessor::cancel_key`] as the port states it.
+    fn cancel_value<T: Kept>(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<T>, ProcessorError> {
+        Ok(match self.cancel_key::<T>(idempotency_key) {
+            CancelOutcome::Exists(made) => CancelOutcome::Exists(made.value),
+            CancelOutcome::StillProcessing => CancelOutcome::StillProcessing,
+            CancelOutcome::Canceled => CancelOutcome::Canceled,
+        })
     }
 }
 
-/// The state stays consistent even if a holder panicked: every transition is made of inserts
-/// that do not fail.
+/// The state, with every key whose window has passed already forgotten: each access sweeps,
+/// so no background task is needed and the cost is that of what is forgotten. The state stays
+/// consistent even if a holder panicked: every transition is made of inserts and removals that
+/// do not fail.
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state
+    let mut state = state
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    state.forget_expired();
+    state
 }
 
 #[async_trait]
@@ -228,21 +264,22 @@ impl CardProcessor for InMemoryCardProcessor {
         &self,
         request: ProcessorChargeRequest,
     ) -> Result<ProcessorCharge, ProcessorError> {
-        self.submit(request).await.into_result()
+        let answer = self.submit(request).await;
+        answer.into_result().map(|made| made.value)
     }
 
     async fn find_charge(
         &self,
         idempotency_key: &str,
     ) -> Result<Option<ProcessorCharge>, ProcessorError> {
-        Ok(lock(&self.state).charges.find(idempotency_key))
+        self.find_value(idempotency_key)
     }
 
     async fn cancel(
         &self,
         idempotency_key: &str,
     ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
-        Ok(self.cancel_key(idempotency_key))
+        self.cancel_value(idempotency_key)
     }
 
     async fn refund(
@@ -250,22 +287,21 @@ impl CardProcessor for InMemoryCardProcessor {
         request: ProcessorRefundRequest,
     ) -> Result<ProcessorRefund, ProcessorError> {
         let answer = self.submit_refund(request).await;
-        answer.into_result()
+        answer.into_result().map(|made| made.value)
     }
 
     async fn find_refund(
         &self,
         idempotency_key: &str,
     ) -> Result<Option<ProcessorRefund>, ProcessorError> {
-        Ok(self.find_key::<ProcessorRefund>(idempotency_key))
+        self.find_value(idempotency_key)
     }
 
     async fn cancel_refund(
         &self,
         idempotency_key: &str,
     ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError> {
-        let mut state = lock(&self.state);
-        Ok(state.refunds.cancel(idempotency_key))
+        self.cancel_value(idempotency_key)
     }
 }
 
@@ -275,20 +311,21 @@ impl PayoutProcessor for InMemoryCardProcessor {
         &self,
         request: ProcessorPayoutRequest,
     ) -> Result<ProcessorPayout, ProcessorError> {
-        self.submit_payout(request).await.into_result()
+        let answer = self.submit_payout(request).await;
+        answer.into_result().map(|made| made.value)
     }
 
     async fn find_payout(
         &self,
         idempotency_key: &str,
     ) -> Result<Option<ProcessorPayout>, ProcessorError> {
-        Ok(self.find_key::<ProcessorPayout>(idempotency_key))
+        self.find_value(idempotency_key)
     }
 
     async fn cancel_payout(
         &self,
         idempotency_key: &str,
     ) -> Result<CancelOutcome<ProcessorPayout>, ProcessorError> {
-        Ok(self.cancel_key(idempotency_key))
+        self.cancel_value(idempotency_key)
     }
 }

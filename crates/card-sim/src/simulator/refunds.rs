@@ -5,12 +5,10 @@
 
 use std::collections::HashMap;
 
-use payments_domain::{
-    Money, ProcessorCharge, ProcessorRefund, ProcessorRefundRequest, ProcessorRefundStatus,
-};
+use payments_domain::{Money, ProcessorCharge, ProcessorRefund, ProcessorRefundStatus};
 use uuid::Uuid;
 
-use super::Outcome;
+use super::{Outcome, RefundCall};
 use crate::TestToken;
 
 /// A charge that exists, as far as its refunds are concerned.
@@ -52,6 +50,18 @@ impl Refundable {
         self.charges.insert(charge.id.clone(), refundable);
     }
 
+    /// Forgets the charge `charge_id`, which its key window has let go: from now on it is
+    /// no such charge.
+    pub(crate) fn forget(&mut self, charge_id: &str) {
+        self.charges.remove(charge_id);
+    }
+
+    /// The number of charges that can be refunded.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.charges.len()
+    }
+
     /// The token the charge `charge_id` was made with; `None` for a charge that does not exist.
     pub(crate) fn token_of(&self, charge_id: &str) -> Option<TestToken> {
         self.charges
@@ -63,7 +73,7 @@ impl Refundable {
     /// this order because each needs the one before: a charge to refund, one whose refunds are
     /// not all declined, the same currency (amounts in two currencies do not compare), then an
     /// amount within what remains.
-    pub(crate) fn begin(&mut self, request: &ProcessorRefundRequest) -> Outcome<ProcessorRefund> {
+    pub(crate) fn begin(&mut self, request: &RefundCall) -> Outcome<ProcessorRefund> {
         let charge_id = &request.processor_charge_id;
         let Some(refundable) = self.charges.get_mut(charge_id) else {
             return declined("no_such_charge", format!("No such charge: {charge_id}."));
@@ -154,11 +164,12 @@ mod tests {
         refundable
     }
 
-    fn refund_of_everything(key: &str) -> ProcessorRefundRequest {
-        ProcessorRefundRequest {
+    fn refund_of_everything(key: &str) -> RefundCall {
+        RefundCall {
             idempotency_key: key.into(),
             processor_charge_id: "ch_1".into(),
             money: usd(100),
+            metadata: None,
         }
     }
 

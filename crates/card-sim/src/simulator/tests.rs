@@ -1,17 +1,24 @@
 //! One test per rule of the simulator, the charge rules here and the refund and payout rules
-//! in [`refunds`] and [`payouts`]. Latencies are real but short (the workspace's tokio has no paused clock); a call
-//! is started by polling it once, which registers its key deterministically, instead of by
-//! sleeping.
+//! in [`refunds`] and [`payouts`], the key window in [`key_window`] and the settlement report
+//! in [`settlement`]. Latencies are real but short (the workspace's tokio has no paused
+//! clock); a call is started by polling it once, which registers its key deterministically,
+//! instead of by sleeping. Dates and the key window read a [`ManualClock`], which a test moves
+//! by hand.
 
+mod key_window;
 mod payouts;
 mod refunds;
+mod settlement;
 
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+
 use payments_domain::{
-    Amount, Currency, Money, PaymentSource, ProcessorChargeStatus, ProcessorMismatch,
+    Amount, Currency, Money, PaymentSource, ProcessorChargeStatus, ProcessorMetadata,
+    ProcessorMismatch, TenantId,
 };
 
 use super::*;
@@ -25,11 +32,57 @@ fn usd(minor_units: i64) -> Money {
     )
 }
 
+/// The metadata of the service's resource `resource_id` of the tenant `acme`.
+fn metadata(resource_id: &str) -> ProcessorMetadata {
+    ProcessorMetadata::new(TenantId::new("acme"), resource_id)
+}
+
+/// A 1.00 USD charge with `token` under `key`, whose metadata names `ch_<key>`.
 fn request(key: &str, token: &str) -> ProcessorChargeRequest {
     ProcessorChargeRequest {
         idempotency_key: key.into(),
         money: usd(100),
         source: PaymentSource::new(token).unwrap_or_else(|e| panic!("{e}")),
+        metadata: metadata(&format!("ch_{key}")),
+    }
+}
+
+/// A clock that moves only when the test moves it.
+#[derive(Debug, Clone)]
+struct ManualClock(Arc<Mutex<DateTime<Utc>>>);
+
+impl ManualClock {
+    /// A clock reading `year-month-day hour:00:00` UTC.
+    fn at(year: i32, month: u32, day: u32, hour: u32) -> Self {
+        let start = Utc
+            .with_ymd_and_hms(year, month, day, hour, 0, 0)
+            .single()
+            .unwrap_or_else(|| panic!("{year}-{month}-{day} {hour}:00 is a valid time"));
+        Self(Arc::new(Mutex::new(start)))
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn advance(&self, by: TimeDelta) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) += by;
+    }
+
+    /// A simulator without latency that reads this clock and remembers keys for `key_window`.
+    fn simulator(&self, key_window: TimeDelta) -> InMemoryCardProcessor {
+        let clock = self.clone();
+        InMemoryCardProcessor::with_clock(
+            Duration::ZERO,
+            key_window.to_std().unwrap_or_else(|e| panic!("{e}")),
+            Clock::from_fn(move || clock.now()),
+        )
     }
 }
 

@@ -7,8 +7,8 @@ use axum::http::{StatusCode, header};
 use payments_card_sim::HttpCardProcessor;
 use payments_domain::{
     Amount, CardProcessor, Currency, Destination, Money, PaymentSource, ProcessorCharge,
-    ProcessorChargeRequest, ProcessorError, ProcessorPayoutRequest, ProcessorRefund,
-    ProcessorRefundRequest,
+    ProcessorChargeRequest, ProcessorError, ProcessorMetadata, ProcessorPayoutRequest,
+    ProcessorRefund, ProcessorRefundRequest, TenantId,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -187,6 +187,47 @@ impl TestSim {
         self.created(CHARGES).await
     }
 
+    /// `GET /v1/reports/settlement` with `query`: the status, the `Content-Type` and the body.
+    pub(crate) async fn settlement_report(
+        &self,
+        query: &[(&str, &str)],
+    ) -> (StatusCode, String, String) {
+        let response = self
+            .http
+            .get(self.url("/v1/reports/settlement"))
+            .query(query)
+            .send()
+            .await
+            .expect("GET /v1/reports/settlement");
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        (status, content_type, response.text().await.expect("body"))
+    }
+
+    /// `POST /v1/testing/<path>` with `body`: the status, and the JSON body if there is one.
+    pub(crate) async fn testing(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .post(self.url(&format!("/v1/testing/{path}")))
+            .json(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST /v1/testing/{path}: {e}"));
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+        };
+        (status, body)
+    }
+
     /// `POST path`, with the `Idempotency-Key` and the JSON body if given.
     async fn post(
         &self,
@@ -250,13 +291,19 @@ where
         .unwrap_or_else(|_| panic!("nothing under {key:?} at the processor"))
 }
 
-/// A 19.99 USD charge of `token` under `key`.
+/// A 19.99 USD charge of `token` under `key`, whose metadata names `ch_<key>` of `acme`.
 pub(crate) fn request(key: &str, token: &str) -> ProcessorChargeRequest {
     ProcessorChargeRequest {
         idempotency_key: key.to_owned(),
         money: usd(1999),
         source: PaymentSource::new(token).expect("valid token"),
+        metadata: metadata(&format!("ch_{key}")),
     }
+}
+
+/// The metadata of the resource `resource_id` of the tenant `acme`.
+pub(crate) fn metadata(resource_id: &str) -> ProcessorMetadata {
+    ProcessorMetadata::new(TenantId::new("acme"), resource_id)
 }
 
 pub(crate) fn usd(minor_units: i64) -> Money {
@@ -277,6 +324,7 @@ pub(crate) fn refund_request(key: &str, charge_id: &str, money: Money) -> Proces
         idempotency_key: key.to_owned(),
         processor_charge_id: charge_id.to_owned(),
         money,
+        metadata: metadata(&format!("re_{key}")),
     }
 }
 
@@ -286,6 +334,7 @@ pub(crate) fn payout_request(key: &str, destination: &str, money: Money) -> Proc
         idempotency_key: key.into(),
         money,
         destination: Destination::new(destination).unwrap_or_else(|e| panic!("{e}")),
+        metadata: metadata(&format!("po_{key}")),
     }
 }
 

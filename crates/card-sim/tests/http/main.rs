@@ -11,4 +11,5 @@ mod processing;
 mod protocol;
 mod refund_client;
 mod refunds;
+mod report;
 mod server;

@@ -23,21 +23,43 @@ async fn the_bind_address_can_come_from_the_environment() {
 
 #[tokio::test]
 async fn bad_settings_stop_start_up_with_a_message_naming_them() {
-    let output = Command::new(env!("CARGO_BIN_EXE_card-sim"))
-        .args(["--bind", "127.0.0.1:0"])
-        .env_clear()
-        .env("CARD_SIM_LATENCY_MS", "soon")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .expect("run card-sim");
+    for (variable, value) in [
+        ("CARD_SIM_LATENCY_MS", "soon"),
+        ("CARD_SIM_KEY_WINDOW_SECS", "a week"),
+        ("CARD_SIM_KEY_WINDOW_SECS", "0"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_card-sim"))
+            .args(["--bind", "127.0.0.1:0"])
+            .env_clear()
+            .env(variable, value)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("run card-sim");
 
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("CARD_SIM_LATENCY_MS"), "{stderr}");
-    assert!(output.stdout.is_empty());
+        assert!(!output.status.success(), "{variable}={value}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // One line, naming the variable.
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(variable), "{stderr}");
+        assert!(output.stdout.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_valid_key_window_starts_the_server() {
+    let sim = spawn_sim_with(
+        &["--bind", "127.0.0.1:0"],
+        &[("CARD_SIM_KEY_WINDOW_SECS", "86400")],
+    )
+    .await;
+    let charge = sim
+        .processor(PATIENT)
+        .charge(request("k", "tok_visa"))
+        .await;
+    assert_eq!(charge.map(|c| c.money), Ok(usd(1999)));
 }
 
 /// SIGTERM drains: a charge in flight still gets its answer, then the process exits cleanly.

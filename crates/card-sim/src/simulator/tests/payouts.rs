@@ -10,6 +10,7 @@ fn payout(key: &str, destination: &str) -> ProcessorPayoutRequest {
         idempotency_key: key.into(),
         money: usd(2500),
         destination: Destination::new(destination).unwrap_or_else(|e| panic!("{e}")),
+        metadata: metadata(&format!("po_{key}")),
     }
 }
 

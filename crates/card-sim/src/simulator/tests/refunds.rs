@@ -17,6 +17,7 @@ fn refund_of(key: &str, charge_id: &str, money: Money) -> ProcessorRefundRequest
         idempotency_key: key.into(),
         processor_charge_id: charge_id.into(),
         money,
+        metadata: metadata(&format!("re_{key}")),
     }
 }
 

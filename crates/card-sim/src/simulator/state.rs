@@ -1,0 +1,164 @@
+//! Everything the simulator remembers, and what each kind of key settles to.
+
+use std::time::Duration;
+
+use chrono::TimeDelta;
+use payments_domain::{
+    Money, ProcessorCharge, ProcessorChargeStatus, ProcessorMetadata, ProcessorPayout,
+    ProcessorRefund, SettlementKind,
+};
+
+use super::book::{Book, Stamp};
+use super::clock::Clock;
+use super::refunds::Refundable;
+use super::settlement::ReportChanges;
+use super::{ChargeAnswer, Outcome};
+use crate::TestToken;
+
+/// Everything the simulator remembers, under one mutex: each key's transitions are atomic,
+/// and so is a refund's check of its charge together with its reservation.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(super) charges: Book<ProcessorCharge>,
+    pub(super) refunds: Book<ProcessorRefund>,
+    pub(super) refundable: Refundable,
+    pub(super) payouts: Book<ProcessorPayout>,
+    /// The lines tests dropped from the settlement report or altered in it.
+    pub(super) report: ReportChanges,
+    clock: Clock,
+    /// How long a key is remembered once it settled or was canceled.
+    key_window: TimeDelta,
+    /// The `seq` of the next [`Stamp`].
+    next_seq: u64,
+}
+
+impl State {
+    pub(super) fn new(clock: Clock, key_window: Duration) -> Self {
+        Self {
+            charges: Book::default(),
+            refunds: Book::default(),
+            refundable: Refundable::default(),
+            payouts: Book::default(),
+            report: ReportChanges::default(),
+            clock,
+            // A window beyond what a `TimeDelta` holds is, in effect, forever.
+            key_window: TimeDelta::from_std(key_window).unwrap_or(TimeDelta::MAX),
+            next_seq: 0,
+        }
+    }
+
+    /// A stamp for a settle or a cancel happening now.
+    pub(super) fn stamp(&mut self) -> Stamp {
+        self.next_seq += 1;
+        Stamp {
+            at: self.clock.now(),
+            seq: self.next_seq,
+        }
+    }
+
+    /// Forgets every key whose window has passed, with what was made under it and everything
+    /// that refers to that: a charge's refundable entry, a report change.
+    pub(super) fn forget_expired(&mut self) {
+        // No cutoff before the clock's earliest time: nothing is that old.
+        let Some(cutoff) = self.clock.now().checked_sub_signed(self.key_window) else {
+            return;
+        };
+        for charge in self.charges.forget_settled_before(cutoff) {
+            self.refundable.forget(&charge.id);
+            self.report.forget(&charge.id);
+        }
+        for refund in self.refunds.forget_settled_before(cutoff) {
+            self.report.forget(&refund.id);
+        }
+        for payout in self.payouts.forget_settled_before(cutoff) {
+            self.report.forget(&payout.id);
+        }
+    }
+
+    /// Records a charge call's outcome. A charge that comes into existence becomes refundable
+    /// at the same moment.
+    pub(super) fn settle_charge(
+        &mut self,
+        key: String,
+        outcome: Outcome<ProcessorCharge>,
+        token: TestToken,
+        metadata: Option<ProcessorMetadata>,
+    ) -> ChargeAnswer {
+        if let Outcome::Succeeded(charge) = &outcome {
+            self.refundable.add(charge, token);
+        }
+        let stamp = self.stamp();
+        self.charges.settle(key, outcome, metadata, stamp)
+    }
+}
+
+/// What a key of each kind settles to (a charge, a refund, a payout), and where its book is:
+/// so that a lookup, a cancel and a line of the report are written once for every kind.
+pub(crate) trait Kept: Clone + Sized {
+    /// What its lines in the settlement report are.
+    const KIND: SettlementKind;
+    fn book(state: &mut State) -> &mut Book<Self>;
+    fn processor_id(&self) -> &str;
+    fn money(&self) -> Money;
+    fn status(&self) -> ProcessorChargeStatus;
+}
+
+impl Kept for ProcessorCharge {
+    const KIND: SettlementKind = SettlementKind::Charge;
+
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.charges
+    }
+
+    fn processor_id(&self) -> &str {
+        &self.id
+    }
+
+    fn money(&self) -> Money {
+        self.money
+    }
+
+    fn status(&self) -> ProcessorChargeStatus {
+        self.status
+    }
+}
+
+impl Kept for ProcessorRefund {
+    const KIND: SettlementKind = SettlementKind::Refund;
+
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.refunds
+    }
+
+    fn processor_id(&self) -> &str {
+        &self.id
+    }
+
+    fn money(&self) -> Money {
+        self.money
+    }
+
+    fn status(&self) -> ProcessorChargeStatus {
+        self.status
+    }
+}
+
+impl Kept for ProcessorPayout {
+    const KIND: SettlementKind = SettlementKind::Payout;
+
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.payouts
+    }
+
+    fn processor_id(&self) -> &str {
+        &self.id
+    }
+
+    fn money(&self) -> Money {
+        self.money
+    }
+
+    fn status(&self) -> ProcessorChargeStatus {
+        self.status
+    }
+}
