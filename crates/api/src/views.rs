@@ -6,7 +6,7 @@ use payments_domain::{
     DestinationError, Money, PaymentSource, Payout, PayoutRequest, PayoutStatus, Refund,
     RefundReason, RefundRequest, RefundStatus, SourceError,
 };
-use payments_storage::{Balance, Funds};
+use payments_storage::{Balance, Funds, StoredEvent};
 use serde::{Deserialize, Serialize};
 
 use crate::ApiError;
@@ -312,7 +312,35 @@ impl From<&Refund> for RefundView {
     }
 }
 
-/// A page of charges, refunds or payouts, in the list shape payment APIs commonly use.
+/// An event as `GET /events` shows it: the fields of its stream entry (`event_id`, `type`,
+/// `payload`, as `events tail` prints them), so that a consumer reads both alike and
+/// deduplicates on `event_id`; and the API's own `id` (`evt_` and the same UUID) for
+/// `starting_after` and `GET /events/{id}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct EventView {
+    pub id: String,
+    pub object: &'static str,
+    pub event_id: String,
+    #[serde(rename = "type")]
+    pub event_type: &'static str,
+    pub created_at: String,
+    pub payload: serde_json::Value,
+}
+
+impl From<&StoredEvent> for EventView {
+    fn from(event: &StoredEvent) -> Self {
+        Self {
+            id: event.id.to_string(),
+            object: "event",
+            event_id: event.id.as_uuid().to_string(),
+            event_type: event.event_type.name(),
+            created_at: timestamp(event.created_at),
+            payload: event.payload.clone(),
+        }
+    }
+}
+
+/// A page of charges, refunds, payouts or events, in the list shape payment APIs commonly use.
 #[derive(Debug, Serialize)]
 pub(crate) struct List<V> {
     pub object: &'static str,

@@ -16,6 +16,37 @@ pub const PAYMENT_REFUNDED: &str = "payment.refunded";
 /// The event type name of a payout on the wire.
 pub const PAYOUT_PAID: &str = "payout.paid";
 
+/// The kinds of event, as `GET /events?type=` names them: a closed list, so that a query
+/// naming anything else is refused rather than matched against the outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    PaymentCompleted,
+    PaymentRefunded,
+    PayoutPaid,
+}
+
+impl EventType {
+    pub const ALL: [Self; 3] = [
+        Self::PaymentCompleted,
+        Self::PaymentRefunded,
+        Self::PayoutPaid,
+    ];
+
+    /// The name on the wire, in the stream and in the outbox.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PaymentCompleted => PAYMENT_COMPLETED,
+            Self::PaymentRefunded => PAYMENT_REFUNDED,
+            Self::PayoutPaid => PAYOUT_PAID,
+        }
+    }
+
+    /// The type with this wire name, if there is one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+}
+
 /// An event as it is published: consumers deduplicate on `event_id`, since delivery is at
 /// least once, and read `schema_version` before anything else.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -139,6 +170,15 @@ mod tests {
 
     use super::*;
     use crate::{Amount, PaymentSource, RefundStatus};
+
+    #[test]
+    fn event_types_round_trip_through_their_names() {
+        for kind in EventType::ALL {
+            assert_eq!(EventType::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(EventType::from_name("payment.Completed"), None);
+        assert_eq!(EventType::from_name(""), None);
+    }
 
     #[test]
     fn events_carry_their_id_version_and_the_money_that_moved()

@@ -96,6 +96,13 @@ prefixed_id!(
     "po_"
 );
 
+prefixed_id!(
+    /// An event's public id: `evt_` followed by the UUID its stream entry carries as
+    /// `event_id`, so that a consumer of both the stream and `GET /events` can tell repeats.
+    EventId,
+    "evt_"
+);
+
 /// The string is not the id's prefix followed by a UUID.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("an id here is `{prefix}` followed by a UUID")]
@@ -115,6 +122,9 @@ mod tests {
         let id = RefundId::generate();
         assert_eq!(id.to_string().parse::<RefundId>()?, id);
         assert!(id.to_string().starts_with("re_"));
+        let id = EventId::generate();
+        assert_eq!(id.to_string().parse::<EventId>()?, id);
+        assert!(id.to_string().starts_with("evt_"));
         Ok(())
     }
 

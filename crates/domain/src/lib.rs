@@ -22,10 +22,10 @@ pub use charge::{
     Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError,
 };
 pub use event::{
-    Event, PAYMENT_COMPLETED, PAYMENT_REFUNDED, PAYOUT_PAID, PaidOut, Payment, PaymentCompleted,
-    PaymentRefunded, PayoutPaid, Refunded,
+    Event, EventType, PAYMENT_COMPLETED, PAYMENT_REFUNDED, PAYOUT_PAID, PaidOut, Payment,
+    PaymentCompleted, PaymentRefunded, PayoutPaid, Refunded,
 };
-pub use ids::{ChargeId, IdError, PayoutId, RefundId, TenantId};
+pub use ids::{ChargeId, EventId, IdError, PayoutId, RefundId, TenantId};
 pub use ledger::{Account, LedgerEntry, LedgerError, LedgerTransaction};
 pub use money::{Amount, AmountError, Currency, CurrencyError, Money};
 pub use payout::{

@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use crate::model::TakenOver;
 use crate::rows::{
-    AbandonedRow, ChargeRow, PayoutRow, RecordWithClock, RefundRow, RefundableRow, ReservedRow,
+    AbandonedRow, ChargeRow, EventRow, PayoutRow, RecordWithClock, RefundRow, RefundableRow,
+    ReservedRow,
 };
 
 /// A value a backend binds into a statement: every type the shared statements bind.
@@ -78,6 +79,7 @@ pub(crate) trait Dialect:
     + Reads<(Uuid, i64)>
     + Reads<(String, String, i64)>
     + Reads<(String, i64, i64)>
+    + Reads<EventRow>
 {
     /// The database's clock, as an expression of the type of the time columns.
     const NOW: &'static str;
@@ -101,6 +103,15 @@ pub(crate) trait Dialect:
     /// balance trigger), rather than before them (PostgreSQL's immediate foreign key, with the
     /// balance checked at commit).
     const SEALS_LEDGER_LAST: bool;
+
+    /// The order of the events feed (`GET /events`): a total order in which the rows a reader
+    /// can see are always a prefix of the rows it will ever see (each backend's migration
+    /// `event_feed` says how).
+    const EVENT_FEED_ORDER: &'static str;
+
+    /// Appended to the feed's `WHERE`: keeps back the rows that could still be preceded by a
+    /// row not yet committed (empty where commit order is feed order).
+    const EVENT_FEED_SETTLED: &'static str;
 
     /// Pushes the database's clock plus `after`, binding what the expression needs.
     fn push_now_plus(sql: &mut Statement<'_, Self>, after: Duration);

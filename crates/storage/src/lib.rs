@@ -13,6 +13,7 @@
 mod claiming;
 mod dialect;
 mod error;
+mod events;
 mod fenced;
 #[cfg(feature = "bench")]
 mod floors;
@@ -48,8 +49,9 @@ use crate::sqlite::SqliteStore;
 
 pub use error::StoreError;
 pub use model::{
-    Backlog, Balance, ChargePage, Durability, Funds, ListCharges, ListPayouts, ListRefunds,
-    PayoutPage, PayoutReservation, RefundPage, RefundRefusal, Reservation,
+    Backlog, Balance, ChargePage, Durability, EventPage, EventPruning, Funds, ListCharges,
+    ListEvents, ListPayouts, ListRefunds, PayoutPage, PayoutReservation, RefundPage, RefundRefusal,
+    Reservation, StoredEvent,
 };
 pub use records::Records;
 pub use redis_link::{RedisFailure, RedisLink, SentinelPasswords};
@@ -57,8 +59,8 @@ pub use replay_cache::{CacheSecret, CacheSecretTooShort, Rejection, ReplayCache}
 #[cfg(feature = "bench")]
 pub use repository::FloorRepository;
 pub use repository::{
-    Backend, ChargeRepository, OutboxRepository, PayoutRepository, RecordRepository,
-    RefundRepository, Store, WorkerRepository,
+    Backend, ChargeRepository, EventRepository, OutboxRepository, PayoutRepository,
+    RecordRepository, RefundRepository, Store, WorkerRepository,
 };
 pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
 

@@ -1,7 +1,9 @@
 //! What the repositories take and return, the same for every backend.
 
+use chrono::{DateTime, Utc};
 use payments_domain::{
-    Account, Amount, Charge, ChargeId, Currency, Payout, PayoutId, Refund, RefundId,
+    Account, Amount, Charge, ChargeId, Currency, EventId, EventType, Payout, PayoutId, Refund,
+    RefundId,
 };
 use payments_idempotency::{Attempt, RecoveryPoint};
 use uuid::Uuid;
@@ -44,6 +46,41 @@ pub struct ListCharges {
 pub struct ChargePage {
     pub charges: Vec<Charge>,
     pub has_more: bool,
+}
+
+/// A page request of a tenant's events: oldest first, after an optional cursor, of one type
+/// or of all.
+#[derive(Debug, Clone, Copy)]
+pub struct ListEvents {
+    pub limit: u32,
+    pub starting_after: Option<EventId>,
+    pub event_type: Option<EventType>,
+}
+
+/// An event as the outbox keeps it: its payload is what the stream entry carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub id: EventId,
+    pub event_type: EventType,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One page of events, oldest first.
+#[derive(Debug, Clone)]
+pub struct EventPage {
+    pub events: Vec<StoredEvent>,
+    pub has_more: bool,
+}
+
+/// Which outbox rows the reaper deletes once they are older than the retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventPruning {
+    /// A stream relays the rows: only those it has taken (published) go, by the time they
+    /// were published; an unpublished row stays however old.
+    Published,
+    /// No stream: the events API is the rows' only reader, and they go by age alone.
+    ByAge,
 }
 
 /// What reserving a refund's amount on its charge came to.

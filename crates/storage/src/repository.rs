@@ -25,7 +25,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{
-    Charge, ChargeId, Payout, PayoutId, PayoutRequest, Refund, RefundId, RefundRequest, TenantId,
+    Charge, ChargeId, EventId, Payout, PayoutId, PayoutRequest, Refund, RefundId, RefundRequest,
+    TenantId,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
@@ -33,9 +34,9 @@ use payments_idempotency::{
 
 use crate::StoreError;
 use crate::model::{
-    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, Finish, Funds,
-    ListCharges, ListPayouts, ListRefunds, Owner, PayoutPage, PayoutReservation, RefundPage,
-    Reservation, Unmade, Verdict,
+    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, EventPage,
+    EventPruning, Finish, Funds, ListCharges, ListEvents, ListPayouts, ListRefunds, Owner,
+    PayoutPage, PayoutReservation, RefundPage, Reservation, StoredEvent, Unmade, Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -281,6 +282,26 @@ pub trait WorkerRepository: Send + Sync {
     async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError>;
 }
 
+/// The events feed (`GET /events`), from the outbox (`events.rs`), always within one tenant.
+#[async_trait]
+pub trait EventRepository: Send + Sync {
+    /// The tenant's event with this id; another tenant's is simply not found.
+    async fn get_event(
+        &self,
+        tenant: &TenantId,
+        id: EventId,
+    ) -> Result<Option<StoredEvent>, StoreError>;
+
+    /// A page of the tenant's events, oldest first, or `None` when the cursor is not one of
+    /// its events. What a reader sees is always a prefix of the feed: an event that commits
+    /// later is never placed before one already shown.
+    async fn list_events(
+        &self,
+        tenant: &TenantId,
+        page: ListEvents,
+    ) -> Result<Option<EventPage>, StoreError>;
+}
+
 /// The outbox's upkeep: the same statements on both backends (`outbox.rs`), implemented once
 /// over any backend's store (`sql_store.rs`).
 #[async_trait]
@@ -288,11 +309,12 @@ pub trait OutboxRepository: Send + Sync {
     /// The size and age of the unpublished backlog.
     async fn outbox_backlog(&self) -> Result<Backlog, StoreError>;
 
-    /// Deletes up to `batch` outbox rows published longer than `retention` ago (by the
-    /// database's clock) and returns how many. An unpublished row is never deleted, however
-    /// old: its event has yet to reach the stream.
-    async fn prune_published_events(
+    /// Deletes up to `batch` outbox rows older than `retention` (by the database's clock), the
+    /// oldest first, and returns how many. With [`EventPruning::Published`] an unpublished row
+    /// is never deleted, however old: its event has yet to reach the stream.
+    async fn prune_events(
         &self,
+        pruning: EventPruning,
         retention: Duration,
         batch: i64,
     ) -> Result<u64, StoreError>;
@@ -347,6 +369,7 @@ pub trait Store:
     + PayoutRepository
     + WorkerRepository
     + OutboxRepository
+    + EventRepository
     + Debug
 {
     fn backend(&self) -> Backend;

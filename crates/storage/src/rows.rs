@@ -2,8 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use payments_domain::{
-    Account, Amount, Charge, ChargeId, Currency, Description, Destination, Money, PaymentSource,
-    Payout, PayoutId, PayoutStatus, Refund, RefundId, RefundReason, RefundStatus, TenantId,
+    Account, Amount, Charge, ChargeId, Currency, Description, Destination, EventId, EventType,
+    Money, PaymentSource, Payout, PayoutId, PayoutStatus, Refund, RefundId, RefundReason,
+    RefundStatus, TenantId,
 };
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
@@ -11,7 +12,9 @@ use payments_idempotency::{
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::model::{Abandoned, Balance, ChargePage, Funds, PayoutPage, RefundPage};
+use crate::model::{
+    Abandoned, Balance, ChargePage, EventPage, Funds, PayoutPage, RefundPage, StoredEvent,
+};
 
 /// An `idempotency_records` row.
 #[derive(Debug, sqlx::FromRow)]
@@ -301,6 +304,34 @@ pub(crate) fn funds_from_row(
         available,
         pending,
     })
+}
+
+/// An `outbox_events` row as the events feed reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EventRow {
+    pub id: Uuid,
+    pub event_type: String,
+    pub payload: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl EventRow {
+    pub(crate) fn into_event(self) -> Result<StoredEvent, StoreError> {
+        Ok(StoredEvent {
+            id: EventId::from_uuid(self.id),
+            event_type: EventType::from_name(&self.event_type)
+                .ok_or_else(|| StoreError::Corrupt(format!("event_type: {:?}", self.event_type)))?,
+            payload: serde_json::from_str(&self.payload)
+                .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// A page of events, like [`charge_page`].
+pub(crate) fn event_page(rows: Vec<EventRow>, limit: u32) -> Result<EventPage, StoreError> {
+    let (events, has_more) = page(rows, limit, EventRow::into_event)?;
+    Ok(EventPage { events, has_more })
 }
 
 /// A page of charges from the rows of a query that asked for one more than `limit`.

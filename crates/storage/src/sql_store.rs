@@ -16,7 +16,7 @@ use sqlx::{Database, Pool};
 use crate::StoreError;
 use crate::claiming::NewClaim;
 use crate::dialect::{Dialect, Reads, Statement};
-use crate::model::{Backlog, Claim, Completion, Durability};
+use crate::model::{Backlog, Claim, Completion, Durability, EventPruning};
 use crate::outbox;
 use crate::recording::ChargeFinish;
 use crate::repository::{Backend, OutboxRepository, Store};
@@ -163,12 +163,13 @@ impl<S: SqlStore> OutboxRepository for S {
         Ok(Backlog::from_row(row))
     }
 
-    async fn prune_published_events(
+    async fn prune_events(
         &self,
+        pruning: EventPruning,
         retention: std::time::Duration,
         batch: i64,
     ) -> Result<u64, StoreError> {
-        self.write_one(outbox::prune_published(retention, batch))
+        self.write_one(outbox::prune(pruning, retention, batch))
             .await
     }
 }

@@ -9,13 +9,15 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::future::join_all;
 use payments_domain::{
-    Amount, Charge, ChargeId, Currency, Money, PaymentSource, RefundRequest, TenantId,
+    Amount, Charge, ChargeId, Currency, EventId, Money, PaymentSource, RefundRequest, TenantId,
 };
 use payments_idempotency::engine::{Claim, Claimed, Completion, Fence, Finish, Owner, Unmade};
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, Scope, StoredResponse,
 };
-use payments_storage::{Backend, Database, PoolSettings, RefundRefusal, Reservation, Store};
+use payments_storage::{
+    Backend, Database, EventPruning, ListEvents, PoolSettings, RefundRefusal, Reservation, Store,
+};
 use serde_json::json;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Connection, PgConnection};
@@ -820,7 +822,7 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
 }
 
 /// Claims `name` and finishes it with a charge of its own, which writes one outbox row.
-async fn write_charge(db: &TestDb, name: &str) {
+async fn write_charge(db: &TestDb, name: &str) -> ChargeId {
     let claimed = owned(
         db.store
             .claim(&scope(), &key(name), &fingerprint(100), b"{}")
@@ -838,6 +840,7 @@ async fn write_charge(db: &TestDb, name: &str) {
         )
         .await;
     assert!(matches!(done.expect("finish"), Completion::Stored { .. }));
+    charge.id
 }
 
 async fn only_published_events_past_their_retention_are_pruned(backend: Backend) {
@@ -873,21 +876,21 @@ async fn only_published_events_past_their_retention_are_pruned(backend: Backend)
     // At most a batch at a time.
     assert_eq!(
         db.store
-            .prune_published_events(hour, 1)
+            .prune_events(EventPruning::Published, hour, 1)
             .await
             .expect("prune"),
         1
     );
     assert_eq!(
         db.store
-            .prune_published_events(hour, 10)
+            .prune_events(EventPruning::Published, hour, 10)
             .await
             .expect("prune"),
         1
     );
     assert_eq!(
         db.store
-            .prune_published_events(hour, 10)
+            .prune_events(EventPruning::Published, hour, 10)
             .await
             .expect("prune"),
         0
@@ -902,7 +905,7 @@ async fn only_published_events_past_their_retention_are_pruned(backend: Backend)
     let second = Duration::from_secs(1);
     assert_eq!(
         db.store
-            .prune_published_events(second, 10)
+            .prune_events(EventPruning::Published, second, 10)
             .await
             .expect("prune"),
         1
@@ -915,6 +918,86 @@ async fn only_published_events_past_their_retention_are_pruned(backend: Backend)
 
 /// The reaper takes the longest expired records first, a batch at a time, along the expiry
 /// index; records not yet expired stay.
+/// Without a stream nothing marks a row published: the events API is the outbox's only
+/// reader, and rows go by age alone, published or not.
+async fn without_a_stream_events_past_their_retention_are_pruned_by_age(backend: Backend) {
+    let db = test_db(backend).await;
+    write_charge(&db, "old-1").await;
+    write_charge(&db, "old-2").await;
+    db.execute(&format!(
+        "UPDATE outbox_events SET created_at = {}",
+        db.ago(7200)
+    ))
+    .await;
+    write_charge(&db, "recent").await;
+
+    let hour = Duration::from_secs(3600);
+    let prune = |batch| db.store.prune_events(EventPruning::ByAge, hour, batch);
+    assert_eq!(
+        prune(1).await.expect("prune"),
+        1,
+        "at most a batch at a time"
+    );
+    assert_eq!(prune(10).await.expect("prune"), 1);
+    assert_eq!(prune(10).await.expect("prune"), 0);
+    let left = db.store.list_events(&tenant(), feed(10, None)).await;
+    let left = left.expect("list").expect("no cursor");
+    assert_eq!(left.events.len(), 1, "the recent row stays");
+    assert_eq!(left.events[0].payload["amount"], 100);
+}
+
+fn tenant() -> TenantId {
+    TenantId::new("acme")
+}
+
+fn feed(limit: u32, starting_after: Option<EventId>) -> ListEvents {
+    ListEvents {
+        limit,
+        starting_after,
+        event_type: None,
+    }
+}
+
+/// The feed of one tenant, in the order its events were written, in pages that neither skip
+/// nor repeat; another tenant's events and cursors are not found.
+async fn the_events_feed_pages_through_a_tenants_events_in_order(backend: Backend) {
+    let db = test_db(backend).await;
+    let mut written = Vec::new();
+    for i in 0..7 {
+        written.push(write_charge(&db, &format!("feed-{i}")).await.to_string());
+    }
+    let mut seen = Vec::new();
+    let mut charges = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = db.store.list_events(&tenant(), feed(3, cursor)).await;
+        let page = page.expect("list").expect("a known cursor");
+        seen.extend(page.events.iter().map(|e| e.id));
+        charges.extend(
+            page.events
+                .iter()
+                .map(|e| e.payload["charge_id"].to_string()),
+        );
+        cursor = page.events.last().map(|e| e.id);
+        if !page.has_more {
+            break;
+        }
+    }
+    let written: Vec<String> = written.iter().map(|id| format!("\"{id}\"")).collect();
+    assert_eq!(charges, written, "every event once, in the order written");
+
+    let other = TenantId::new("globex");
+    let theirs = db.store.list_events(&other, feed(10, None)).await;
+    assert!(theirs.expect("list").expect("no cursor").events.is_empty());
+    let cursor = db.store.list_events(&other, feed(10, Some(seen[0]))).await;
+    assert!(
+        cursor.expect("list").is_none(),
+        "another tenant's cursor is unknown"
+    );
+    let found = db.store.get_event(&other, seen[0]).await.expect("get");
+    assert!(found.is_none());
+}
+
 async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) {
     let db = test_db(backend).await;
     for (name, secs) in [("mid", 200), ("new", 100), ("old", 300)] {
@@ -1186,8 +1269,63 @@ on_every_backend!(
     an_unfinished_record_never_expires_away,
     keys_are_scoped_by_tenant_and_operation,
     only_published_events_past_their_retention_are_pruned,
+    without_a_stream_events_past_their_retention_are_pruned_by_age,
+    the_events_feed_pages_through_a_tenants_events_in_order,
     the_reaper_deletes_the_longest_expired_records_first,
 );
+
+/// PostgreSQL's transactions commit out of the order they wrote their events in; SQLite has one
+/// writer at a time, so there the question does not arise.
+mod postgres_feed {
+    use super::*;
+
+    /// An event written later but committed first is held back until every event that could
+    /// come before it has committed: a client that had paged past it would otherwise never
+    /// see the earlier one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_later_commit_waits_for_an_earlier_writer_still_open() {
+        let db = test_db(Backend::Postgres).await;
+        let mut earlier = db.raw.begin().await.expect("begin");
+        sqlx::query(
+            "INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_id, payload)
+             VALUES (gen_random_uuid(), 'acme', 'payment.completed', gen_random_uuid(),
+                     '{\"charge_id\": \"earlier\"}')",
+        )
+        .execute(&mut *earlier)
+        .await
+        .expect("insert");
+        write_charge(&db, "later").await;
+
+        let page = db.store.list_events(&tenant(), feed(10, None)).await;
+        let page = page.expect("list").expect("no cursor");
+        assert!(
+            page.events.is_empty(),
+            "the later event must wait for the earlier writer, got {:?}",
+            page.events
+        );
+
+        earlier.commit().await.expect("commit");
+        // Transactions of other tests on the same server can hold the horizon back a moment.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let events = loop {
+            let page = db.store.list_events(&tenant(), feed(10, None)).await;
+            let events = page.expect("list").expect("no cursor").events;
+            if events.len() == 2 || std::time::Instant::now() > deadline {
+                break events;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let charges: Vec<_> = events
+            .iter()
+            .map(|e| e.payload["charge_id"].clone())
+            .collect();
+        assert_eq!(charges.len(), 2, "{charges:?}");
+        assert_eq!(
+            charges[0], "earlier",
+            "the earlier writer's event comes first"
+        );
+    }
+}
 
 /// The floors exist only with the `bench` feature.
 #[cfg(feature = "bench")]

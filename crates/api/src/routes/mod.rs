@@ -3,6 +3,7 @@
 #[cfg(feature = "bench")]
 mod bench;
 mod charges;
+mod events;
 mod health;
 mod keys;
 mod ledger;
@@ -76,8 +77,8 @@ where
     find(id).await?.ok_or_else(not_found)
 }
 
-/// The query of a list (`GET /charges`, `GET /charges/{id}/refunds`, `GET /payouts`): a page size and a
-/// keyset cursor.
+/// The query of a list (`GET /charges`, `GET /charges/{id}/refunds`, `GET /payouts`, and
+/// `GET /events` with its type): a page size and a keyset cursor.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListParams {
@@ -150,6 +151,8 @@ pub fn app(state: AppState) -> Router {
         .route("/payouts/{id}", get(payouts::show))
         .route("/balance", get(payouts::balance))
         .route("/ledger/balances", get(ledger::balances))
+        .route("/events", get(events::list))
+        .route("/events/{id}", get(events::show))
         .route("/idempotency-keys/{key}", get(keys::show))
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))

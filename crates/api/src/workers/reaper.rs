@@ -1,5 +1,7 @@
 //! The reaper: deletes expired completed and failed records in batches, never pending ones;
-//! then published outbox rows past their retention, never unpublished ones.
+//! then outbox rows past their retention. With a stream, only published rows go, never
+//! unpublished ones; without one, nothing ever publishes a row, `GET /events` is the rows'
+//! only reader, and they go by age alone.
 //!
 //! It stays out of the way of requests. Each batch is one short statement that walks the
 //! expiry index and stops after `batch` rows; after each full batch the reaper pauses for as
@@ -9,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use payments_storage::StoreError;
+use payments_storage::{EventPruning, StoreError};
 use tokio::sync::watch;
 
 use super::stopped;
@@ -31,15 +33,19 @@ pub(crate) async fn run_round(
             "reaper: expired records deleted"
         );
     }
+    let pruning = match state.events {
+        Some(_) => EventPruning::Published,
+        None => EventPruning::ByAge,
+    };
     let events = in_batches(batch, shutdown, || {
-        state.store.prune_published_events(outbox_retention, batch)
+        state.store.prune_events(pruning, outbox_retention, batch)
     })
     .await;
     events.log("outbox_events");
     if events.deleted > 0 {
         tracing::info!(
             reaper.events_deleted = events.deleted,
-            "reaper: published outbox events deleted"
+            "reaper: outbox events past their retention deleted"
         );
     }
 }

@@ -39,6 +39,7 @@ mod crash_payouts;
 mod crash_refunds;
 mod database;
 mod embedded;
+mod event_feed;
 mod events;
 mod helpers;
 mod hostile;

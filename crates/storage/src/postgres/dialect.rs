@@ -20,6 +20,11 @@ impl Dialect for Postgres {
     const SEALS_LEDGER_LAST: bool = false;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const OLDEST_AGE_SECS: &'static str = "extract(epoch FROM now() - min(created_at))::float8";
+    // Concurrent transactions commit out of `position` order; below the snapshot's xmin every
+    // writer has ended (migration `event_feed`).
+    const EVENT_FEED_ORDER: &'static str = "writer_xact, position";
+    const EVENT_FEED_SETTLED: &'static str =
+        " AND writer_xact < pg_snapshot_xmin(pg_current_snapshot())";
 
     fn push_now_plus(sql: &mut Statement<'_, Self>, after: Duration) {
         // make_interval takes its seconds as a double.

@@ -27,6 +27,9 @@ impl Dialect for Sqlite {
     const SKIP_LOCKED: &'static str = "";
     const OLDEST_AGE_SECS: &'static str =
         "(julianday('now') - julianday(min(created_at))) * 86400.0";
+    // One writer at a time: rows commit in `position` order (migration `event_feed`).
+    const EVENT_FEED_ORDER: &'static str = "position";
+    const EVENT_FEED_SETTLED: &'static str = "";
 
     fn push_now_plus(sql: &mut Statement<'_, Self>, after: Duration) {
         sql.push("strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ")
