@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
+use chrono::NaiveTime;
 use config::{Config, Environment, File, FileFormat};
 use payments_domain::TenantId;
 use payments_idempotency::IdempotencyPolicy;
@@ -111,6 +112,8 @@ pub struct WorkersSettings {
     pub reaper_interval_ms: u64,
     pub reaper_batch_size: u32,
     pub outbox_retention_secs: u64,
+    /// `HH:MM` (UTC), `auto` or `off`.
+    pub reconcile_at: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -209,6 +212,26 @@ pub enum StartupError {
         addr: SocketAddr,
         reason: String,
     },
+}
+
+/// When the daily reconciliation runs (UTC), if it does: `HH:MM` or `HH:MM:SS`; `off`; or
+/// `auto`, which is 01:00 on PostgreSQL and off in the embedded mode, whose in-process
+/// simulator forgets everything at every restart.
+fn reconcile_at(setting: &str, database: &Database) -> Result<Option<NaiveTime>, StartupError> {
+    match setting {
+        "off" | "" => Ok(None),
+        "auto" => Ok(match database {
+            Database::Postgres { .. } => Some(NaiveTime::from_hms_opt(1, 0, 0).unwrap_or_default()),
+            Database::Sqlite(_) => None,
+        }),
+        time => NaiveTime::parse_from_str(time, "%H:%M:%S")
+            .or_else(|_| NaiveTime::parse_from_str(time, "%H:%M"))
+            .map(Some)
+            .map_err(|_| StartupError::Invalid {
+                key: "workers.reconcile_at",
+                reason: format!("must be HH:MM (UTC), auto or off, got {time:?}"),
+            }),
+    }
 }
 
 impl Settings {
@@ -467,6 +490,7 @@ impl Settings {
             relay_interval: Duration::from_millis(w.relay_interval_ms),
             relay_batch: i64::from(w.relay_batch_size),
             outbox_retention: Duration::from_secs(w.outbox_retention_secs),
+            reconcile_at: reconcile_at(&w.reconcile_at, &database)?,
         };
         let api_keys = api_keys(&self.auth.api_keys)?;
         let demo_keys = self.auth.api_keys.iter().any(ApiKeySetting::is_demo_key);

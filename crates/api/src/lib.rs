@@ -18,6 +18,7 @@ mod extract;
 mod failpoint;
 mod metrics;
 mod operations;
+mod reconcile;
 mod replay;
 mod routes;
 mod state;
@@ -41,7 +42,7 @@ pub use events_tail::tail_events;
 pub use routes::app;
 pub use state::AppState;
 
-use crate::config::{RedisServer, Settings, StartupError, ValidRedis};
+use crate::config::{RedisServer, Settings, StartupError, ValidRedis, ValidSettings};
 use crate::operations::Processor;
 
 /// Loads the configuration, prepares the database and serves until SIGINT or SIGTERM.
@@ -57,36 +58,8 @@ pub async fn run() -> Result<(), StartupError> {
         );
     }
 
-    let store = settings
-        .database
-        .open(&settings.pool, settings.policy)
-        .await
-        .map_err(|e| {
-            StartupError::Database(format!(
-                "cannot open {}: {}",
-                settings.database.describe(),
-                error_chain(&e)
-            ))
-        })?;
-
-    let (processor, processor_name): (Arc<dyn Processor>, String) = match &settings.processor_url {
-        Some(url) => {
-            let client = HttpCardProcessor::new(url, settings.processor_timeout).map_err(|e| {
-                StartupError::Invalid {
-                    key: "processor.url",
-                    reason: e.to_string(),
-                }
-            })?;
-            (Arc::new(client), format!("card-sim at {url}"))
-        }
-        None => (
-            Arc::new(InMemoryCardProcessor::new(
-                Duration::ZERO,
-                settings.processor_key_window,
-            )),
-            "in-process simulator".to_owned(),
-        ),
-    };
+    let store = open_store(&settings).await?;
+    let (processor, processor_name) = processor(&settings)?;
     let mut cache = None;
     let mut events = None;
     if let Some(ValidRedis {
@@ -211,6 +184,95 @@ pub async fn run() -> Result<(), StartupError> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Opens the database the settings name, migrated.
+async fn open_store(
+    settings: &ValidSettings,
+) -> Result<Arc<dyn payments_storage::Store>, StartupError> {
+    settings
+        .database
+        .open(&settings.pool, settings.policy)
+        .await
+        .map_err(|e| {
+            StartupError::Database(format!(
+                "cannot open {}: {}",
+                settings.database.describe(),
+                error_chain(&e)
+            ))
+        })
+}
+
+/// The processor the settings name (card-sim over HTTP, or the in-process simulator), and its
+/// name for the start-up line.
+fn processor(settings: &ValidSettings) -> Result<(Arc<dyn Processor>, String), StartupError> {
+    Ok(match &settings.processor_url {
+        Some(url) => {
+            let client = HttpCardProcessor::new(url, settings.processor_timeout).map_err(|e| {
+                StartupError::Invalid {
+                    key: "processor.url",
+                    reason: e.to_string(),
+                }
+            })?;
+            (Arc::new(client), format!("card-sim at {url}"))
+        }
+        None => (
+            Arc::new(InMemoryCardProcessor::new(
+                Duration::ZERO,
+                settings.processor_key_window,
+            )),
+            "in-process simulator".to_owned(),
+        ),
+    })
+}
+
+/// Why a command other than serving stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Startup(#[from] StartupError),
+    #[error("reconciliation: {0}")]
+    Reconcile(String),
+}
+
+/// How `payments-api reconcile` ended, when it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reconciled {
+    /// Every item matched, or was settled, or is in flight.
+    Clean,
+    /// Some items are exceptions, kept for an operator.
+    Exceptions,
+}
+
+/// `payments-api reconcile --date YYYY-MM-DD [--json]`: reconciles the day against the
+/// processor's settlement report, keeps the run, and prints it as a table or as JSON.
+pub async fn reconcile(date: chrono::NaiveDate, json: bool) -> Result<Reconciled, CommandError> {
+    let settings = Settings::load()?.validate()?;
+    telemetry::init(&settings.log);
+    let store = open_store(&settings).await?;
+    let (processor, _) = processor(&settings)?;
+    let state = AppState::new(
+        store,
+        processor,
+        settings.api_keys.clone(),
+        settings.limits,
+        None,
+    );
+    let run = state
+        .reconciler()
+        .run(date)
+        .await
+        .map_err(|e| CommandError::Reconcile(error_chain(&e)))?;
+    if json {
+        println!("{}", run.to_json());
+    } else {
+        print!("{}", run.to_table());
+    }
+    Ok(if run.exceptions() > 0 {
+        Reconciled::Exceptions
+    } else {
+        Reconciled::Clean
+    })
 }
 
 /// A listener on `addr`, the setting `key` names, and the address it got (port 0 picks one).

@@ -10,6 +10,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use payments_domain::ItemResult;
 use payments_idempotency::engine::{CacheCall, Checkpoint, Observer, Outcome};
 use payments_storage::Durability;
 
@@ -95,6 +96,17 @@ impl RedisCall {
             Self::Xadd => "xadd",
         }
     }
+}
+
+/// A reconciliation run: `reconciliation_items_total{result}` counts its items by how they
+/// came out (a label from a fixed set), and `reconciliation_exceptions_open` is what is still
+/// open, over every day.
+pub(crate) fn record_reconciliation(counts: &[(ItemResult, usize)], open_exceptions: i64) {
+    for &(result, n) in counts {
+        counter!("reconciliation_items_total", "result" => result.as_str())
+            .increment(u64::try_from(n).unwrap_or(u64::MAX));
+    }
+    gauge!("reconciliation_exceptions_open").set(open_exceptions as f64);
 }
 
 /// `database_commit_waits_for_standby`: 1 when a commit the database acknowledges is on a

@@ -6,12 +6,15 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use payments_idempotency::engine::{Engine, Idempotent, ResponseCache};
 use payments_storage::{EventStream, Records, ReplayCache, Store};
 
+use payments_domain::SettlementReport;
+
 use crate::auth::ApiKeys;
 use crate::metrics::EngineMetrics;
 use crate::operations::charge::CreateCharge;
 use crate::operations::payout::CreatePayout;
 use crate::operations::refund::CreateRefund;
 use crate::operations::{Ports, Processor};
+use crate::reconcile::Reconciler;
 
 /// Request limits.
 #[derive(Debug, Clone, Copy)]
@@ -48,6 +51,8 @@ pub struct AppState {
     /// The exactly-once engine, over the store's records and the cache, with every
     /// operation below registered for the completer.
     pub engine: Arc<Engine>,
+    /// The processor's settlement report, for reconciliation.
+    pub settlement: Arc<dyn SettlementReport>,
     /// The operations the engine runs.
     pub charges: Arc<Idempotent<CreateCharge>>,
     pub refunds: Arc<Idempotent<CreateRefund>>,
@@ -62,6 +67,7 @@ impl AppState {
         limits: Limits,
         cache: Option<ReplayCache>,
     ) -> Self {
+        let settlement: Arc<dyn SettlementReport> = processor.clone();
         let ports = Ports::new(Arc::clone(&store), processor);
         let charges = Arc::new(Idempotent::new(CreateCharge(ports.clone())));
         let refunds = Arc::new(Idempotent::new(CreateRefund(ports.clone())));
@@ -83,9 +89,19 @@ impl AppState {
             events: None,
             metrics: None,
             engine: Arc::new(engine),
+            settlement,
             charges,
             refunds,
             payouts,
+        }
+    }
+
+    /// Reconciliation over this state's database, engine and processor.
+    pub(crate) fn reconciler(&self) -> Reconciler {
+        Reconciler {
+            store: Arc::clone(&self.store),
+            engine: Arc::clone(&self.engine),
+            report: Arc::clone(&self.settlement),
         }
     }
 }

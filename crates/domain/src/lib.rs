@@ -14,6 +14,7 @@ mod ledger;
 mod money;
 mod payout;
 mod processor;
+mod reconciliation;
 mod refund;
 mod settlement;
 
@@ -36,6 +37,7 @@ pub use processor::{
     CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorChargeStatus,
     ProcessorError, ProcessorMismatch,
 };
+pub use reconciliation::{BooksEntry, ItemResult, ReconciledItem, Sides, compare};
 pub use refund::{
     ProcessorRefund, ProcessorRefundRequest, ProcessorRefundStatus, Refund, RefundReason,
     RefundRequest, RefundStatus,

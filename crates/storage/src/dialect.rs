@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 use crate::model::TakenOver;
 use crate::rows::{
-    AbandonedRow, ChargeRow, EventRow, PayoutRow, RecordWithClock, RefundRow, RefundableRow,
-    ReservedRow,
+    AbandonedRow, BooksRow, ChargeRow, EventRow, PayoutRow, RecordWithClock, RefundRow,
+    RefundableRow, ReservedRow,
 };
 
 /// A value a backend binds into a statement: every type the shared statements bind.
@@ -80,6 +80,9 @@ pub(crate) trait Dialect:
     + Reads<(String, String, i64)>
     + Reads<(String, i64, i64)>
     + Reads<EventRow>
+    + Reads<BooksRow>
+    + for<'a> Bind<'a, Option<i64>>
+    + for<'a> Bind<'a, chrono::NaiveDate>
 {
     /// The database's clock, as an expression of the type of the time columns.
     const NOW: &'static str;

@@ -24,6 +24,7 @@ mod paying_out;
 mod postgres;
 mod posting;
 mod reading;
+mod reconciling;
 mod recording;
 mod records;
 mod redis_link;
@@ -50,8 +51,8 @@ use crate::sqlite::SqliteStore;
 pub use error::StoreError;
 pub use model::{
     Backlog, Balance, ChargePage, Durability, EventPage, EventPruning, Funds, ListCharges,
-    ListEvents, ListPayouts, ListRefunds, PayoutPage, PayoutReservation, RefundPage, RefundRefusal,
-    Reservation, StoredEvent,
+    ListEvents, ListPayouts, ListRefunds, PayoutPage, PayoutReservation, PendingEffect, RefundPage,
+    RefundRefusal, Reservation, SavedRun, StoredEvent,
 };
 pub use records::Records;
 pub use redis_link::{RedisFailure, RedisLink, SentinelPasswords};
@@ -60,7 +61,7 @@ pub use replay_cache::{CacheSecret, CacheSecretTooShort, Rejection, ReplayCache}
 pub use repository::FloorRepository;
 pub use repository::{
     Backend, ChargeRepository, EventRepository, OutboxRepository, PayoutRepository,
-    RecordRepository, RefundRepository, Store, WorkerRepository,
+    ReconciliationRepository, RecordRepository, RefundRepository, Store, WorkerRepository,
 };
 pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
 

@@ -73,6 +73,26 @@ pub struct EventPage {
     pub has_more: bool,
 }
 
+/// What reconciliation found of the pending record a processor key belongs to.
+#[derive(Debug, Clone)]
+pub enum PendingEffect {
+    /// Its lock had ended: taken over, to be settled now.
+    TakenOver(Abandoned),
+    /// It is pending under a live lock: its attempt is at work.
+    InFlight,
+    /// No pending record holds the key.
+    None,
+}
+
+/// What saving a reconciliation run changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavedRun {
+    /// Exceptions the run added; a second run over the same day adds none it found before.
+    pub exceptions_added: u64,
+    /// Exceptions still open, over every day.
+    pub open_exceptions: i64,
+}
+
 /// Which outbox rows the reaper deletes once they are older than the retention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventPruning {

@@ -23,10 +23,10 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use payments_domain::{
-    Charge, ChargeId, EventId, Payout, PayoutId, PayoutRequest, Refund, RefundId, RefundRequest,
-    TenantId,
+    BooksEntry, Charge, ChargeId, EventId, Payout, PayoutId, PayoutRequest, ReconciledItem, Refund,
+    RefundId, RefundRequest, SettlementKind, TenantId,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
@@ -36,7 +36,8 @@ use crate::StoreError;
 use crate::model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, EventPage,
     EventPruning, Finish, Funds, ListCharges, ListEvents, ListPayouts, ListRefunds, Owner,
-    PayoutPage, PayoutReservation, RefundPage, Reservation, StoredEvent, Unmade, Verdict,
+    PayoutPage, PayoutReservation, PendingEffect, RefundPage, Reservation, SavedRun, StoredEvent,
+    Unmade, Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -302,6 +303,43 @@ pub trait EventRepository: Send + Sync {
     ) -> Result<Option<EventPage>, StoreError>;
 }
 
+/// Reconciliation against the processor's settlement report (`reconciling.rs`). It reads the
+/// books of every tenant: an operator's job, never reachable with a tenant's key.
+#[async_trait]
+pub trait ReconciliationRepository: Send + Sync {
+    /// Every charge, succeeded refund and paid payout the books hold with a `created_at` in
+    /// `[from, to)`.
+    async fn books_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<BooksEntry>, StoreError>;
+
+    /// What the books hold under the processor's id `processor_id` of `kind`, whenever it was
+    /// made.
+    async fn books_entry(
+        &self,
+        kind: SettlementKind,
+        processor_id: &str,
+    ) -> Result<Option<BooksEntry>, StoreError>;
+
+    /// Takes over the pending record whose effect key is `processor_key` once its lock has
+    /// ended, fenced like the completer's takeover, so that the engine settles it now; or says
+    /// it is in flight, or that none is pending.
+    async fn take_over_pending_effect(
+        &self,
+        processor_key: &str,
+    ) -> Result<PendingEffect, StoreError>;
+
+    /// Keeps the run of `date`: its counts, replacing an earlier run's, and its exceptions,
+    /// adding none the day already holds.
+    async fn save_reconciliation(
+        &self,
+        date: NaiveDate,
+        items: &[ReconciledItem],
+    ) -> Result<SavedRun, StoreError>;
+}
+
 /// The outbox's upkeep: the same statements on both backends (`outbox.rs`), implemented once
 /// over any backend's store (`sql_store.rs`).
 #[async_trait]
@@ -370,6 +408,7 @@ pub trait Store:
     + WorkerRepository
     + OutboxRepository
     + EventRepository
+    + ReconciliationRepository
     + Debug
 {
     fn backend(&self) -> Backend;

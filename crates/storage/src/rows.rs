@@ -2,9 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use payments_domain::{
-    Account, Amount, Charge, ChargeId, Currency, Description, Destination, EventId, EventType,
-    Money, PaymentSource, Payout, PayoutId, PayoutStatus, Refund, RefundId, RefundReason,
-    RefundStatus, TenantId,
+    Account, Amount, BooksEntry, Charge, ChargeId, Currency, Description, Destination, EventId,
+    EventType, Money, PaymentSource, Payout, PayoutId, PayoutStatus, Refund, RefundId,
+    RefundReason, RefundStatus, SettlementKind, TenantId,
 };
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
@@ -304,6 +304,37 @@ pub(crate) fn funds_from_row(
         available,
         pending,
     })
+}
+
+/// A made charge, refund or payout as reconciliation reads the books (`reconciling.rs`).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct BooksRow {
+    kind: String,
+    id: Uuid,
+    tenant_id: String,
+    processor_id: String,
+    amount: i64,
+    currency: String,
+    created_at: DateTime<Utc>,
+}
+
+impl BooksRow {
+    pub(crate) fn into_entry(self) -> Result<BooksEntry, StoreError> {
+        let kind = SettlementKind::parse(&self.kind).ok_or_else(|| corrupt("kind", &self.kind))?;
+        let resource_id = match kind {
+            SettlementKind::Charge => ChargeId::from_uuid(self.id).to_string(),
+            SettlementKind::Refund => RefundId::from_uuid(self.id).to_string(),
+            SettlementKind::Payout => PayoutId::from_uuid(self.id).to_string(),
+        };
+        Ok(BooksEntry {
+            kind,
+            processor_id: self.processor_id,
+            tenant: TenantId::new(self.tenant_id),
+            resource_id,
+            money: money(self.amount, &self.currency)?,
+            created_at: self.created_at,
+        })
+    }
 }
 
 /// An `outbox_events` row as the events feed reads it.

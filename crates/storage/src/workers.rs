@@ -15,6 +15,31 @@ use crate::rows::AbandonedRow;
 use crate::sql_store::SqlStore;
 use crate::stream::{EventSink, RelayError};
 
+/// The statement that takes over one pending record that `condition` (pushed after
+/// `state = 'pending' AND `, and free to end with an `ORDER BY`) picks: it bumps `attempts`, so
+/// the attempt that held the record, if it is merely slow rather than dead, is fenced off, and
+/// locks the record for `lock_timeout`. The completer's takeover and reconciliation's share it.
+pub(crate) fn take_over<'a, DB: Dialect>(
+    lock_timeout: Duration,
+    condition: impl FnOnce(&mut Statement<'a, DB>),
+) -> Statement<'a, DB> {
+    let mut sql = Statement::<DB>::new(
+        "UPDATE idempotency_records SET attempts = attempts + 1, locked_until = ",
+    );
+    DB::push_now_plus(&mut sql, lock_timeout);
+    sql.push(", updated_at = ").push(DB::NOW).push(
+        " WHERE (tenant_id, operation, idempotency_key) IN (
+             SELECT tenant_id, operation, idempotency_key FROM idempotency_records
+             WHERE state = 'pending' AND ",
+    );
+    condition(&mut sql);
+    sql.push(" LIMIT 1").push(DB::SKIP_LOCKED).push(
+        ") RETURNING tenant_id, operation, idempotency_key, attempts, resource_id,
+               processor_key, recovery_point, effect_id, request_body",
+    );
+    sql
+}
+
 #[async_trait]
 impl<S: SqlStore> WorkerRepository for S {
     /// Takes over the pending record whose lock ended longest ago, if it ended at least
@@ -30,22 +55,11 @@ impl<S: SqlStore> WorkerRepository for S {
         &self,
         settle_after: Duration,
     ) -> Result<Option<Abandoned>, StoreError> {
-        let mut sql = Statement::<S::Db>::new(
-            "UPDATE idempotency_records SET attempts = attempts + 1, locked_until = ",
-        );
-        S::Db::push_now_plus(&mut sql, self.policy().lock_timeout);
-        sql.push(", updated_at = ").push(S::Db::NOW).push(
-            " WHERE (tenant_id, operation, idempotency_key) IN (
-                 SELECT tenant_id, operation, idempotency_key FROM idempotency_records
-                 WHERE state = 'pending' AND locked_until < ",
-        );
-        S::Db::push_now_minus(&mut sql, settle_after);
-        sql.push(" ORDER BY locked_until LIMIT 1")
-            .push(S::Db::SKIP_LOCKED)
-            .push(
-                ") RETURNING tenant_id, operation, idempotency_key, attempts, resource_id,
-                   processor_key, recovery_point, effect_id, request_body",
-            );
+        let sql = take_over::<S::Db>(self.policy().lock_timeout, |sql| {
+            sql.push("locked_until < ");
+            S::Db::push_now_minus(sql, settle_after);
+            sql.push(" ORDER BY locked_until");
+        });
         let row: Option<AbandonedRow> = self.write_one_returning(sql).await?;
         row.map(AbandonedRow::into_abandoned).transpose()
     }

@@ -7,16 +7,19 @@ pub(crate) mod refund;
 
 use std::sync::Arc;
 
-use payments_domain::{CancelOutcome, CardProcessor, PayoutProcessor, ProcessorError};
+use payments_domain::{
+    CancelOutcome, CardProcessor, PayoutProcessor, ProcessorError, SettlementReport,
+};
 use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{EffectError, ProtocolError, Settled};
 use payments_storage::Store;
 use serde::Serialize;
 
-/// The processor of this service: it charges and refunds cards, and pays out.
-pub trait Processor: CardProcessor + PayoutProcessor {}
+/// The processor of this service: it charges and refunds cards, pays out, and reports what it
+/// made each day.
+pub trait Processor: CardProcessor + PayoutProcessor + SettlementReport {}
 
-impl<P: CardProcessor + PayoutProcessor> Processor for P {}
+impl<P: CardProcessor + PayoutProcessor + SettlementReport> Processor for P {}
 
 /// What every operation of this service works with: the processor for its effect, and the
 /// database for its rows.

@@ -1,10 +1,12 @@
 //! Background workers every instance runs: the completer, the reaper (of expired records and
-//! of published outbox rows), the outbox relay, and the metrics recorder's upkeep.
+//! of old outbox rows), the outbox relay, the daily reconciliation, and the metrics recorder's
+//! upkeep.
 //! All are safe to run on any number of instances at once (`FOR UPDATE SKIP LOCKED`, fenced
 //! writes), and all stop at the same shutdown signal as the server.
 
 mod completer;
 pub(crate) mod reaper;
+mod reconciler;
 mod relay;
 
 use std::time::Duration;
@@ -34,8 +36,10 @@ pub struct WorkerSettings {
     pub reaper_batch: i64,
     pub relay_interval: Duration,
     pub relay_batch: i64,
-    /// How long the reaper keeps a published outbox row.
+    /// How long the reaper keeps an outbox row.
     pub outbox_retention: Duration,
+    /// When (UTC) the previous day is reconciled each day; `None` for never.
+    pub reconcile_at: Option<chrono::NaiveTime>,
 }
 
 /// Starts the workers; they stop when `shutdown` turns true.
@@ -83,6 +87,13 @@ pub(crate) fn spawn(
                 metrics.run_upkeep();
                 std::future::ready(())
             },
+        )));
+    }
+    if let Some(at) = settings.reconcile_at {
+        workers.push(tokio::spawn(reconciler::run(
+            state.clone(),
+            at,
+            shutdown.clone(),
         )));
     }
     if state.events.is_some() {

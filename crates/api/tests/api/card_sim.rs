@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use crate::helpers::{http_client, read_listening_address};
@@ -62,6 +62,43 @@ impl CardSim {
     /// Distinct payouts the processor has ever made.
     pub(crate) async fn payouts_created(&self) -> i64 {
         self.stat("payouts_created").await
+    }
+
+    /// Takes the line of `processor_id` out of every settlement report.
+    pub(crate) async fn drop_from_report(&self, processor_id: &str) {
+        self.testing("report/drop", json!({ "processor_id": processor_id }))
+            .await;
+    }
+
+    /// Shows `amount` on the line of `processor_id` in every settlement report.
+    pub(crate) async fn alter_in_report(&self, processor_id: &str, amount: i64) {
+        self.testing(
+            "report/alter",
+            json!({ "processor_id": processor_id, "amount": amount }),
+        )
+        .await;
+    }
+
+    /// Makes a charge under `processor_key` that the service never asked for; returns its id.
+    pub(crate) async fn unsolicited_charge(&self, processor_key: &str, amount: i64) -> String {
+        let body = json!({
+            "processor_key": processor_key, "amount": amount, "currency": "usd",
+            "tenant": "acme", "resource_id": "ch_unknown",
+        });
+        let charge = self.testing("charges/unsolicited", body).await;
+        charge["id"].as_str().expect("charge id").to_owned()
+    }
+
+    async fn testing(&self, path: &str, body: Value) -> Value {
+        let response = http_client()
+            .post(format!("{}/v1/testing/{path}", self.url))
+            .json(&body)
+            .send()
+            .await
+            .expect("card-sim testing call");
+        let status = response.status();
+        assert!(status.is_success(), "card-sim {path}: {status}");
+        response.json().await.unwrap_or(Value::Null)
     }
 
     async fn stat(&self, name: &str) -> i64 {

@@ -129,6 +129,14 @@ impl TestDatabase {
     }
 
     /// An SQL expression for a uuid column as lowercase hyphenated text.
+    /// `column`, a date, as `YYYY-MM-DD` text on either backend.
+    pub(crate) fn date_text(&self, column: &str) -> String {
+        match self.backend {
+            Backend::Postgres => format!("to_char({column}, 'YYYY-MM-DD')"),
+            Backend::Sqlite => column.to_owned(),
+        }
+    }
+
     pub(crate) fn uuid_text(&self, column: &str) -> String {
         match self.backend {
             Backend::Postgres => format!("{column}::text"),
@@ -203,6 +211,9 @@ impl Service {
                 format!("test:{}", database_name(database_url)),
             )
             .env("PAYMENTS__REDIS__CACHE_SECRET", CACHE_SECRET)
+            // No test runs into the daily reconciliation at 01:00 by chance; the one that
+            // tests it sets its own time.
+            .env("PAYMENTS__WORKERS__RECONCILE_AT", "off")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -47,6 +47,7 @@ mod keys;
 mod metrics;
 mod payouts;
 mod reads;
+mod reconciliation;
 mod recovery;
 mod redis_server;
 mod refunds;

@@ -1,0 +1,207 @@
+//! `ReconciliationRepository`, written once for both backends over any [`SqlStore`]: the
+//! books as reconciliation reads them (across tenants: it is an operator's job, never a
+//! tenant's), the takeover of a pending record the processor's report shows was made, and
+//! the runs and their exceptions.
+
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use payments_domain::{ItemResult, ReconciledItem, SettlementKind};
+use uuid::Uuid;
+
+use crate::StoreError;
+use crate::dialect::{Dialect, Statement};
+use crate::model::{PendingEffect, SavedRun};
+use crate::repository::ReconciliationRepository;
+use crate::rows::{AbandonedRow, BooksRow};
+use crate::sql_store::SqlStore;
+use crate::workers::take_over;
+
+/// Each kind of effect's table, its processor id column, and what makes a row of it made.
+fn books_table(kind: SettlementKind) -> (&'static str, &'static str, &'static str) {
+    match kind {
+        SettlementKind::Charge => ("charges", "processor_charge_id", "TRUE"),
+        SettlementKind::Refund => ("refunds", "processor_refund_id", "status = 'succeeded'"),
+        SettlementKind::Payout => ("payouts", "processor_payout_id", "status = 'paid'"),
+    }
+}
+
+/// `SELECT` of the made rows of `kind`'s table, as [`BooksRow`]s, up to its `WHERE` condition.
+fn push_books<DB: Dialect>(sql: &mut Statement<'_, DB>, kind: SettlementKind) {
+    let (table, processor_id, made) = books_table(kind);
+    sql.push("SELECT '")
+        .push(kind.as_str())
+        .push("' AS kind, id, tenant_id, ")
+        .push(processor_id)
+        .push(" AS processor_id, amount, currency, created_at FROM ")
+        .push(table)
+        .push(" WHERE ")
+        .push(made);
+}
+
+#[async_trait]
+impl<S: SqlStore> ReconciliationRepository for S {
+    async fn books_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<payments_domain::BooksEntry>, StoreError> {
+        let mut sql = Statement::<S::Db>::new("");
+        for (i, kind) in SettlementKind::ALL.into_iter().enumerate() {
+            if i > 0 {
+                sql.push(" UNION ALL ");
+            }
+            push_books(&mut sql, kind);
+            sql.push(" AND created_at >= ");
+            S::Db::push_time(&mut sql, from);
+            sql.push(" AND created_at < ");
+            S::Db::push_time(&mut sql, to);
+        }
+        let mut connection = self.pool().acquire().await?;
+        let rows: Vec<BooksRow> = sql.fetch_all(&mut connection).await?;
+        rows.into_iter().map(BooksRow::into_entry).collect()
+    }
+
+    async fn books_entry(
+        &self,
+        kind: SettlementKind,
+        processor_id: &str,
+    ) -> Result<Option<payments_domain::BooksEntry>, StoreError> {
+        let mut sql = Statement::<S::Db>::new("");
+        push_books(&mut sql, kind);
+        let (_, column, _) = books_table(kind);
+        sql.push(" AND ")
+            .push(column)
+            .push(" = ")
+            .value(processor_id);
+        let mut connection = self.pool().acquire().await?;
+        let row: Option<BooksRow> = sql.fetch_optional(&mut connection).await?;
+        row.map(BooksRow::into_entry).transpose()
+    }
+
+    /// The takeover is the completer's, with the lock's end instead of the settle grace: the
+    /// report says the effect exists, so no call under its key can still be on its way to
+    /// make it, and the grace has nothing to wait for.
+    async fn take_over_pending_effect(
+        &self,
+        processor_key: &str,
+    ) -> Result<PendingEffect, StoreError> {
+        let sql = take_over::<S::Db>(self.policy().lock_timeout, |sql| {
+            sql.push("processor_key = ")
+                .value(processor_key)
+                .push(" AND locked_until < ")
+                .push(S::Db::NOW);
+        });
+        let row: Option<AbandonedRow> = self.write_one_returning(sql).await?;
+        if let Some(row) = row {
+            return Ok(PendingEffect::TakenOver(row.into_abandoned()?));
+        }
+        let mut pending = Statement::<S::Db>::new(
+            "SELECT count(*) FROM idempotency_records WHERE state = 'pending' AND processor_key = ",
+        );
+        pending.value(processor_key);
+        let mut connection = self.pool().acquire().await?;
+        let (count,): (i64,) = pending.fetch_one(&mut connection).await?;
+        Ok(if count > 0 {
+            PendingEffect::InFlight
+        } else {
+            PendingEffect::None
+        })
+    }
+
+    /// The run's row is replaced; its exceptions are added unless the day already holds the
+    /// same one (`reconciliation_exceptions_once`), resolved or not. All in one transaction.
+    async fn save_reconciliation(
+        &self,
+        date: NaiveDate,
+        items: &[ReconciledItem],
+    ) -> Result<SavedRun, StoreError> {
+        let count = |result: ItemResult| {
+            i64::try_from(items.iter().filter(|item| item.result == result).count())
+                .unwrap_or(i64::MAX)
+        };
+        let exceptions = items.iter().filter(|item| item.result.is_exception());
+        let mut write = self.begin_write().await?;
+        let mut run = Statement::<S::Db>::new(
+            "INSERT INTO reconciliation_runs
+                 (report_date, ran_at, matched, settled, in_flight, exceptions) VALUES (",
+        );
+        run.value(date)
+            .push(", ")
+            .push(S::Db::NOW)
+            .push(", ")
+            .values([
+                count(ItemResult::Matched),
+                count(ItemResult::Settled),
+                count(ItemResult::InFlight),
+                i64::try_from(exceptions.clone().count()).unwrap_or(i64::MAX),
+            ]);
+        run.push(
+            ") ON CONFLICT (report_date) DO UPDATE SET ran_at = excluded.ran_at,
+                 matched = excluded.matched, settled = excluded.settled,
+                 in_flight = excluded.in_flight, exceptions = excluded.exceptions",
+        );
+        run.execute(&mut write).await?;
+        let mut added = 0;
+        for item in exceptions {
+            added += insert_exception::<S::Db>(&mut write, date, item).await?;
+        }
+        S::commit(write).await?;
+        let mut connection = self.pool().acquire().await?;
+        let (open,): (i64,) = Statement::<S::Db>::new(
+            "SELECT count(*) FROM reconciliation_exceptions WHERE status = 'open'",
+        )
+        .fetch_one(&mut connection)
+        .await?;
+        Ok(SavedRun {
+            exceptions_added: added,
+            open_exceptions: open,
+        })
+    }
+}
+
+/// Inserts `item` as an exception of the run of `date`, unless the day holds it already;
+/// returns how many rows it added (0 or 1).
+async fn insert_exception<DB: Dialect>(
+    connection: &mut DB::Connection,
+    date: NaiveDate,
+    item: &ReconciledItem,
+) -> Result<u64, StoreError> {
+    let sides = &item.sides;
+    let line = sides.line();
+    let books = sides.books();
+    let metadata = line.and_then(|line| line.metadata.as_ref());
+    let resource_id = books
+        .map(|books| books.resource_id.clone())
+        .or_else(|| metadata.map(|m| m.resource_id.clone()));
+    let mut sql = Statement::<DB>::new(
+        "INSERT INTO reconciliation_exceptions
+             (id, report_date, kind, effect, processor_id, processor_key, tenant_id, resource_id,
+              processor_amount, processor_currency, books_amount, books_currency, created_at)
+         VALUES (",
+    );
+    sql.value(Uuid::new_v4())
+        .push(", ")
+        .value(date)
+        .push(", ")
+        .values([item.result.as_str(), sides.kind().as_str()])
+        .push(", ")
+        .value(sides.processor_id().to_owned())
+        .push(", ")
+        .value(line.map(|line| line.processor_key.as_str()))
+        .push(", ")
+        .value(sides.tenant().map(|tenant| tenant.as_str()))
+        .push(", ")
+        .value(resource_id.as_deref())
+        .push(", ")
+        .value(line.map(|line| line.money.amount.minor_units()))
+        .push(", ")
+        .value(line.map(|line| line.money.currency.code()))
+        .push(", ")
+        .value(books.map(|books| books.money.amount.minor_units()))
+        .push(", ")
+        .value(books.map(|books| books.money.currency.code()))
+        .push(", ")
+        .push(DB::NOW)
+        .push(") ON CONFLICT (report_date, kind, processor_id) DO NOTHING");
+    Ok(sql.execute(connection).await?)
+}
