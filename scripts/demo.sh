@@ -361,6 +361,43 @@ AVAILABLE_AFTER=$(available_usd balance)
     fail "available went from $AVAILABLE_BEFORE to $AVAILABLE_AFTER, not down by the one payout of 1000"
 ok "available is $AVAILABLE_AFTER: down by the payout once, not twice"
 
+step 11 "Events" "A consumer that missed the stream reads the tenant's events from GET /events, oldest first, paging with starting_after: each charge, refund and payout has its event."
+# read_events: every event of the tenant into $WORK/all_events.body, 100 a page; CURSOR ends
+# as the newest event's id.
+read_events() {
+    CURSOR=""
+    PAGES=0
+    : >"$WORK/all_events.body"
+    while [ "$PAGES" -lt 1000 ]; do
+        PAGES=$((PAGES + 1))
+        if [ -n "$CURSOR" ]; then path="/events?limit=100&starting_after=$CURSOR"; else path="/events?limit=100"; fi
+        request events GET "$path"
+        [ "$(status_of events)" = 200 ] || fail "GET $path: HTTP $(status_of events)"
+        cat "$WORK/events.body" >>"$WORK/all_events.body"
+        NEXT=$(grep -o '"id":"evt_[^"]*"' "$WORK/events.body" | tail -n1 | sed 's/.*"\(evt_[^"]*\)"$/\1/' || true)
+        [ -n "$NEXT" ] && CURSOR=$NEXT
+        grep -q '"has_more":true' "$WORK/events.body" || return 0
+    done
+}
+SUBJECTS=("\"charge_id\":\"$CHARGE_ID\"" "\"refund_id\":\"$REFUND_ID\"" "\"payout_id\":\"$PAYOUT_ID\"")
+# An event is listed once every event before it has committed: on a busy database the newest
+# may take a moment to show.
+for attempt in $(seq 1 25); do
+    read_events
+    missing=""
+    for subject in "${SUBJECTS[@]}"; do
+        grep -q "$subject" "$WORK/all_events.body" || missing="$subject"
+    done
+    [ -z "$missing" ] && break
+    sleep 0.2
+done
+[ -z "$missing" ] || fail "no event names $missing"
+ok "$(grep -o '"object":"event"' "$WORK/all_events.body" | wc -l) events read in $PAGES page(s): the charge, the refund and the payout each have theirs"
+request event GET "/events/$CURSOR"
+show_response "$WORK/event"
+expect_status event 200
+expect_field event object '"event"'
+
 CURRENT_STEP="summary"
-printf '\nOK: all 10 steps passed against %s (charge %s, refund %s, payout %s; keys %s-*).\n' \
+printf '\nOK: all 11 steps passed against %s (charge %s, refund %s, payout %s; keys %s-*).\n' \
     "$BASE_URL" "$CHARGE_ID" "$REFUND_ID" "$PAYOUT_ID" "$RUN"

@@ -940,10 +940,24 @@ async fn without_a_stream_events_past_their_retention_are_pruned_by_age(backend:
     );
     assert_eq!(prune(10).await.expect("prune"), 1);
     assert_eq!(prune(10).await.expect("prune"), 0);
-    let left = db.store.list_events(&tenant(), feed(10, None)).await;
-    let left = left.expect("list").expect("no cursor");
-    assert_eq!(left.events.len(), 1, "the recent row stays");
-    assert_eq!(left.events[0].payload["amount"], 100);
+    let left = visible_events(&db, 1).await;
+    assert_eq!(left[0].payload["amount"], 100, "the recent row stays");
+}
+
+/// The tenant's events once the feed shows `count` of them. On PostgreSQL it shows an event
+/// only once every transaction older than its writer has ended, on the whole server: other
+/// tests' transactions (one holds its own open on purpose) can delay it a moment.
+async fn visible_events(db: &TestDb, count: usize) -> Vec<payments_storage::StoredEvent> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = db.store.list_events(&tenant(), feed(100, None)).await;
+        let events = page.expect("list").expect("no cursor").events;
+        if events.len() >= count || std::time::Instant::now() > deadline {
+            assert_eq!(events.len(), count, "the feed shows exactly these");
+            return events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn tenant() -> TenantId {
@@ -966,6 +980,7 @@ async fn the_events_feed_pages_through_a_tenants_events_in_order(backend: Backen
     for i in 0..7 {
         written.push(write_charge(&db, &format!("feed-{i}")).await.to_string());
     }
+    visible_events(&db, written.len()).await;
     let mut seen = Vec::new();
     let mut charges = Vec::new();
     let mut cursor = None;
