@@ -127,7 +127,13 @@ db_created=1
 mkdir -p "$run_dir"
 log=$run_dir/service.log
 say "starting $bin (database $db, Redis prefix $redis_prefix); log: $log"
+# An operator key for the operator endpoints, configured as its hash like any key.
+operator_key=${CONTRACT_OPERATOR_KEY:-sk_test_contract_operator}
+operator_config=$run_dir/operator.toml
+printf '[[auth.operator_keys]]\nkey_sha256 = "%s"\nname = "contract"\n' \
+    "$(printf %s "$operator_key" | sha256sum | cut -d' ' -f1)" >"$operator_config"
 service_env=(
+    PAYMENTS_CONFIG="$operator_config"
     DATABASE_URL="$server_url/$db"
     REDIS_URL="$redis_url"
     PAYMENTS__SERVER__BIND=127.0.0.1:0
@@ -139,7 +145,7 @@ service_env=(
     RUST_LOG=info
     NO_COLOR=1
 )
-env -u PAYMENTS_CONFIG -u PAYMENTS_CRASH_AT -u PAYMENTS_PAUSE_AT "${service_env[@]}" "$bin" >"$log" 2>&1 &
+env -u PAYMENTS_CRASH_AT -u PAYMENTS_PAUSE_AT "${service_env[@]}" "$bin" >"$log" 2>&1 &
 service_pid=$!
 
 address=""

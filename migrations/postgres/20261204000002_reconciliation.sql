@@ -12,12 +12,13 @@ CREATE TABLE reconciliation_runs (
     exceptions  bigint      NOT NULL CHECK (exceptions >= 0)
 );
 
--- The processor's side (`processor_*`), the books' side (`books_*`), or both.
+-- The processor's side (`processor_*`), the books' side (`books_*`), or both; and for a
+-- `processor_mismatch`, the pending record the processor's answer did not confirm (`record_*`).
 CREATE TABLE reconciliation_exceptions (
     id                 uuid        PRIMARY KEY,
     report_date        date        NOT NULL REFERENCES reconciliation_runs (report_date),
     kind               text        NOT NULL
-        CHECK (kind IN ('processor_only', 'books_only', 'amount_mismatch')),
+        CHECK (kind IN ('processor_only', 'books_only', 'amount_mismatch', 'processor_mismatch')),
     effect             text        NOT NULL CHECK (effect IN ('charge', 'refund', 'payout')),
     processor_id       text        NOT NULL,
     processor_key      text,
@@ -27,6 +28,8 @@ CREATE TABLE reconciliation_exceptions (
     processor_currency text,
     books_amount       bigint,
     books_currency     text,
+    record_operation   text,
+    record_key         text,
     status             text        NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'resolved')),
     created_at         timestamptz NOT NULL,
     CONSTRAINT reconciliation_exceptions_once UNIQUE (report_date, kind, processor_id)

@@ -13,12 +13,13 @@ CREATE TABLE reconciliation_runs (
     exceptions  INTEGER NOT NULL CHECK (exceptions >= 0)
 ) STRICT;
 
--- The processor's side (`processor_*`), the books' side (`books_*`), or both.
+-- The processor's side (`processor_*`), the books' side (`books_*`), or both; and for a
+-- `processor_mismatch`, the pending record the processor's answer did not confirm (`record_*`).
 CREATE TABLE reconciliation_exceptions (
     id                 BLOB    NOT NULL PRIMARY KEY CHECK (length(id) = 16),
     report_date        TEXT    NOT NULL REFERENCES reconciliation_runs (report_date),
     kind               TEXT    NOT NULL
-        CHECK (kind IN ('processor_only', 'books_only', 'amount_mismatch')),
+        CHECK (kind IN ('processor_only', 'books_only', 'amount_mismatch', 'processor_mismatch')),
     effect             TEXT    NOT NULL CHECK (effect IN ('charge', 'refund', 'payout')),
     processor_id       TEXT    NOT NULL,
     processor_key      TEXT,
@@ -28,6 +29,8 @@ CREATE TABLE reconciliation_exceptions (
     processor_currency TEXT,
     books_amount       INTEGER,
     books_currency     TEXT,
+    record_operation   TEXT,
+    record_key         TEXT,
     status             TEXT    NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'resolved')),
     created_at         TEXT    NOT NULL,
     CONSTRAINT reconciliation_exceptions_once UNIQUE (report_date, kind, processor_id)

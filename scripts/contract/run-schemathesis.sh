@@ -33,6 +33,7 @@ export HYPOTHESIS_STORAGE_DIRECTORY="$work_dir/.hypothesis"
 export SCHEMATHESIS_HOOKS="$root/scripts/contract/hooks.py"
 # The bearer key, read by scripts/contract/schemathesis.toml (the demo tenant `acme`).
 export CONTRACT_API_KEY="${CONTRACT_API_KEY:-sk_test_acme}"
+export CONTRACT_OPERATOR_KEY="${CONTRACT_OPERATOR_KEY:-sk_test_contract_operator}"
 
 cmd=(
     "$venv/bin/schemathesis"

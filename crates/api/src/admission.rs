@@ -7,7 +7,8 @@
 //! within it, each tenant may hold only its share, so one tenant's slow requests (a stalled
 //! body, a slow card) cannot take every slot from the others. A request is admitted or refused
 //! at once: queueing would only hold connections until their clients give up and retry. All of
-//! it runs before the handler, so a refused request stores nothing and consumes no key.
+//! it runs before the handler, so a refused request stores nothing and consumes no key. An
+//! operator key (`auth.operator_keys`) has a bucket and a share of its own, like a tenant.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -17,10 +18,10 @@ use std::time::Instant;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use payments_domain::TenantId;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::extract::{Tenant, authenticate};
+use crate::auth::Principal;
+use crate::extract::authenticate;
 use crate::state::Limits;
 use crate::{ApiError, ApiKeys};
 
@@ -28,13 +29,13 @@ use crate::{ApiError, ApiKeys};
 #[derive(Debug, Clone)]
 struct InFlight {
     service: Arc<Semaphore>,
-    /// One share per configured tenant: the tenants come from the configuration, never from a
-    /// request, so this map cannot grow.
-    tenants: Arc<HashMap<TenantId, Arc<Semaphore>>>,
+    /// One share per configured tenant and operator: they come from the configuration, never
+    /// from a request, so this map cannot grow.
+    tenants: Arc<HashMap<Principal, Arc<Semaphore>>>,
 }
 
 impl InFlight {
-    fn new(max: usize, per_tenant: usize, tenants: impl IntoIterator<Item = TenantId>) -> Self {
+    fn new(max: usize, per_tenant: usize, tenants: impl IntoIterator<Item = Principal>) -> Self {
         let tenants = tenants
             .into_iter()
             .map(|tenant| (tenant, Arc::new(Semaphore::new(per_tenant))))
@@ -47,7 +48,7 @@ impl InFlight {
 
     /// The slots `tenant` (if the request authenticated as one) must hold to run now: its
     /// own share first, so a tenant over it takes nothing from the others.
-    fn admit(&self, tenant: Option<&TenantId>) -> Result<Admitted, ApiError> {
+    fn admit(&self, tenant: Option<&Principal>) -> Result<Admitted, ApiError> {
         let share = match tenant.and_then(|tenant| self.tenants.get(tenant)) {
             Some(share) => Some(
                 Arc::clone(share)
@@ -159,7 +160,7 @@ pub(crate) struct Admission {
     api_keys: ApiKeys,
     /// One bucket per configured tenant: the tenants come from the configuration, never from a
     /// request, so this map cannot grow.
-    buckets: Arc<HashMap<TenantId, Bucket>>,
+    buckets: Arc<HashMap<Principal, Bucket>>,
     in_flight: InFlight,
 }
 
@@ -170,11 +171,11 @@ impl Admission {
         let in_flight = InFlight::new(
             limits.max_in_flight,
             limits.max_in_flight_per_tenant,
-            api_keys.tenants(),
+            api_keys.principals(),
         );
         let now = Instant::now();
         let buckets = api_keys
-            .tenants()
+            .principals()
             .map(|tenant| (tenant, Bucket::new(limits.tenant_rate, now)))
             .collect();
         Self {
@@ -218,8 +219,8 @@ pub(crate) async fn limit_in_flight(
         Ok(admitted) => admitted,
         Err(refused) => return refused.into_response(),
     };
-    if let Some(tenant) = tenant {
-        request.extensions_mut().insert(Tenant(tenant));
+    if let Some(principal) = tenant {
+        request.extensions_mut().insert(principal);
     }
     let response = next.run(request).await;
     drop(admitted);
@@ -229,6 +230,8 @@ pub(crate) async fn limit_in_flight(
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use payments_domain::TenantId;
 
     use super::*;
 
@@ -286,8 +289,8 @@ mod tests {
 
     #[test]
     fn a_tenant_holds_at_most_its_share_and_the_instance_at_most_its_limit() {
-        let acme = TenantId::new("acme");
-        let globex = TenantId::new("globex");
+        let acme = Principal::Tenant(TenantId::new("acme"));
+        let globex = Principal::Tenant(TenantId::new("globex"));
         let slots = InFlight::new(3, 2, [acme.clone(), globex.clone()]);
         let held: Vec<_> = (0..2).map(|_| slots.admit(Some(&acme))).collect();
         assert!(held.iter().all(Result::is_ok));
@@ -304,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_tenant_over_its_share_takes_no_slot_of_the_instance() {
-        let acme = TenantId::new("acme");
+        let acme = Principal::Tenant(TenantId::new("acme"));
         let slots = InFlight::new(2, 1, [acme.clone()]);
         let _held = slots.admit(Some(&acme));
         for _ in 0..5 {

@@ -1,4 +1,6 @@
-//! API keys: configured as SHA-256 hashes, compared in constant time.
+//! API keys: configured as SHA-256 hashes, compared in constant time. A key authenticates a
+//! tenant, for the payment endpoints, or an operator, for the operator endpoints (`/ops/`),
+//! never both: each kind of endpoint refuses the other kind of key.
 //!
 //! The service never holds a key in plain text after start-up, so neither a configuration
 //! file nor a memory dump reveals one. Every configured hash is compared on every request,
@@ -8,31 +10,77 @@
 use payments_domain::TenantId;
 use sha2::{Digest, Sha256};
 
-/// API key hashes and the tenant each one authenticates.
+/// An operator, by the name its key is configured with (`auth.operator_keys`): kept with every
+/// resolution it makes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OperatorName(String);
+
+impl OperatorName {
+    /// The most characters a name has.
+    pub const MAX_LEN: usize = 64;
+
+    /// A name of 1 to [`Self::MAX_LEN`] ASCII letters, digits, `_`, `-` and `.`: it goes into
+    /// logs and records as it is.
+    pub fn new(name: &str) -> Option<Self> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+        (!name.is_empty() && name.len() <= Self::MAX_LEN && name.chars().all(allowed))
+            .then(|| Self(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Who a key authenticates.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Principal {
+    /// A tenant, for the payment endpoints.
+    Tenant(TenantId),
+    /// An operator, for the operator endpoints: it sees every tenant's exceptions.
+    Operator(OperatorName),
+}
+
+/// API key hashes and who each one authenticates.
 #[derive(Clone)]
-pub struct ApiKeys(std::sync::Arc<Vec<([u8; 32], TenantId)>>);
+pub struct ApiKeys(std::sync::Arc<Vec<([u8; 32], Principal)>>);
 
 impl ApiKeys {
     /// `entries` are (SHA-256 of the key, tenant).
     pub fn new(entries: Vec<([u8; 32], TenantId)>) -> Self {
+        let entries = entries
+            .into_iter()
+            .map(|(hash, tenant)| (hash, Principal::Tenant(tenant)))
+            .collect();
         Self(std::sync::Arc::new(entries))
     }
 
-    /// Every tenant some key authenticates (once each).
-    pub fn tenants(&self) -> impl Iterator<Item = TenantId> {
-        let mut tenants: Vec<TenantId> = self.0.iter().map(|(_, t)| t.clone()).collect();
-        tenants.sort();
-        tenants.dedup();
-        tenants.into_iter()
+    /// These keys and the operator keys `operators` (SHA-256 of the key, operator).
+    pub fn with_operators(self, operators: Vec<([u8; 32], OperatorName)>) -> Self {
+        let mut entries = self.0.as_ref().clone();
+        entries.extend(
+            operators
+                .into_iter()
+                .map(|(hash, name)| (hash, Principal::Operator(name))),
+        );
+        Self(std::sync::Arc::new(entries))
     }
 
-    /// The tenant a presented key belongs to.
-    pub fn tenant_for(&self, presented: &str) -> Option<&TenantId> {
+    /// Everyone some key authenticates (once each), tenants first.
+    pub fn principals(&self) -> impl Iterator<Item = Principal> {
+        let mut principals: Vec<Principal> = self.0.iter().map(|(_, p)| p.clone()).collect();
+        principals.sort();
+        principals.dedup();
+        principals.into_iter()
+    }
+
+    /// Whom a presented key authenticates. Every hash is compared, whatever matched before.
+    pub fn principal_for(&self, presented: &str) -> Option<&Principal> {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
-        for (hash, tenant) in self.0.iter() {
+        for (hash, principal) in self.0.iter() {
             if constant_time_eq(hash, &digest) {
-                found = Some(tenant);
+                found = Some(principal);
             }
         }
         found
@@ -92,18 +140,38 @@ mod tests {
 
     fn keys() -> ApiKeys {
         let hash = |k: &str| Sha256::digest(k.as_bytes()).into();
+        let ops = OperatorName::new("ops").unwrap_or_else(|| panic!("a valid name"));
         ApiKeys::new(vec![
             (hash("sk_a"), TenantId::new("a")),
             (hash("sk_b"), TenantId::new("b")),
         ])
+        .with_operators(vec![(hash("sk_ops"), ops)])
+    }
+
+    fn tenant(name: &str) -> Principal {
+        Principal::Tenant(TenantId::new(name))
     }
 
     #[test]
-    fn a_key_authenticates_its_own_tenant_only() {
-        assert_eq!(keys().tenant_for("sk_a").map(TenantId::as_str), Some("a"));
-        assert_eq!(keys().tenant_for("sk_b").map(TenantId::as_str), Some("b"));
-        assert_eq!(keys().tenant_for("sk_c"), None);
-        assert_eq!(keys().tenant_for(""), None);
+    fn a_key_authenticates_its_own_tenant_or_operator_only() {
+        let keys = keys();
+        assert_eq!(keys.principal_for("sk_a"), Some(&tenant("a")));
+        assert_eq!(keys.principal_for("sk_b"), Some(&tenant("b")));
+        assert!(matches!(
+            keys.principal_for("sk_ops"),
+            Some(Principal::Operator(name)) if name.as_str() == "ops"
+        ));
+        assert_eq!(keys.principal_for("sk_c"), None);
+        assert_eq!(keys.principal_for(""), None);
+        assert_eq!(keys.principals().count(), 3);
+    }
+
+    #[test]
+    fn operator_names_are_short_and_plain() {
+        assert!(OperatorName::new("alice.ops-1_x").is_some());
+        for bad in ["", "has space", "new\nline", "é", &"a".repeat(65)] {
+            assert!(OperatorName::new(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use crate::admission::TenantRate;
-use crate::auth::{ApiKeys, DEMO_KEY_HASHES, parse_key_hash};
+use crate::auth::{ApiKeys, DEMO_KEY_HASHES, OperatorName, parse_key_hash};
 use crate::edge::EdgeLimits;
 use crate::state::Limits;
 use crate::workers::WorkerSettings;
@@ -120,6 +120,8 @@ pub struct WorkersSettings {
 #[serde(deny_unknown_fields)]
 pub struct AuthSettings {
     pub api_keys: Vec<ApiKeySetting>,
+    /// Keys for the operator endpoints (`/ops/`); none by default.
+    pub operator_keys: Vec<OperatorKeySetting>,
     /// Lets the public demo keys serve on an address other than loopback.
     pub allow_demo_keys: bool,
     /// Each tenant's sustained requests per second on one instance.
@@ -134,6 +136,15 @@ pub struct ApiKeySetting {
     /// The SHA-256 of the key, in hex: the key itself is never configured.
     pub key_sha256: String,
     pub tenant: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorKeySetting {
+    /// The SHA-256 of the key, in hex, as for a tenant's key.
+    pub key_sha256: String,
+    /// Kept with every resolution the operator makes.
+    pub name: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -492,7 +503,7 @@ impl Settings {
             outbox_retention: Duration::from_secs(w.outbox_retention_secs),
             reconcile_at: reconcile_at(&w.reconcile_at, &database)?,
         };
-        let api_keys = api_keys(&self.auth.api_keys)?;
+        let api_keys = api_keys(&self.auth.api_keys, &self.auth.operator_keys)?;
         let demo_keys = self.auth.api_keys.iter().any(ApiKeySetting::is_demo_key);
         let demo_keys_exposed = demo_keys && !bind.ip().is_loopback();
         if demo_keys_exposed && !self.auth.allow_demo_keys {
@@ -552,7 +563,10 @@ impl ApiKeySetting {
     }
 }
 
-fn api_keys(entries: &[ApiKeySetting]) -> Result<ApiKeys, StartupError> {
+fn api_keys(
+    entries: &[ApiKeySetting],
+    operators: &[OperatorKeySetting],
+) -> Result<ApiKeys, StartupError> {
     if entries.is_empty() {
         return Err(invalid("auth.api_keys", "at least one API key is required"));
     }
@@ -575,7 +589,27 @@ fn api_keys(entries: &[ApiKeySetting]) -> Result<ApiKeys, StartupError> {
         }
         keys.push((hash, TenantId::new(entry.tenant.clone())));
     }
-    Ok(ApiKeys::new(keys))
+    let mut operator_keys = Vec::with_capacity(operators.len());
+    for entry in operators {
+        let invalid_key = |reason: &str| invalid("auth.operator_keys", reason);
+        let hash = parse_key_hash(&entry.key_sha256).ok_or_else(|| {
+            invalid_key("key_sha256 must be the SHA-256 of the key as 64 hex digits")
+        })?;
+        let name = OperatorName::new(&entry.name).ok_or_else(|| {
+            invalid_key("every entry needs a name of 1 to 64 letters, digits, _, - or .")
+        })?;
+        let known = keys.iter().map(|(known, _)| known);
+        if known
+            .chain(operator_keys.iter().map(|(known, _)| known))
+            .any(|known| *known == hash)
+        {
+            return Err(invalid_key(
+                "a key is listed twice, or is also a tenant's key in auth.api_keys",
+            ));
+        }
+        operator_keys.push((hash, name));
+    }
+    Ok(ApiKeys::new(keys).with_operators(operator_keys))
 }
 
 fn invalid(key: &'static str, reason: &str) -> StartupError {

@@ -46,6 +46,10 @@ pub enum ApiError {
     /// would be a guess, and a proxy and this service might guess differently.
     #[error("Send exactly one Authorization header.")]
     AuthorizationRepeated,
+    /// 403 `forbidden`: a valid key of the wrong kind: an operator key on a tenant's endpoint,
+    /// or a tenant's key on an operator endpoint.
+    #[error("{0}")]
+    Forbidden(&'static str),
     /// 401 `unauthorized`: no API key, another scheme, or an unknown key.
     #[error("A valid API key is required: send `Authorization: Bearer <api key>`.")]
     Unauthorized,
@@ -140,6 +144,7 @@ impl ApiError {
             | Self::ChargeAlreadyRefunded
             | Self::InsufficientBalance { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::CardDeclined(_) | Self::RefundDeclined(_) | Self::PayoutDeclined(_) => {
                 StatusCode::PAYMENT_REQUIRED
             }
@@ -173,6 +178,7 @@ impl ApiError {
             Self::TenantInFlightLimit => "tenant_in_flight_limit",
             Self::RateLimited { .. } => "rate_limited",
             Self::Unauthorized => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
             Self::CardDeclined(_) => "card_declined",
             Self::RefundDeclined(_) => "refund_declined",
             Self::RefundAmountTooLarge { .. } => "refund_amount_too_large",

@@ -9,9 +9,11 @@ use payments_domain::TenantId;
 use payments_idempotency::IdempotencyKey;
 use serde::de::DeserializeOwned;
 
+use crate::auth::{OperatorName, Principal};
 use crate::{ApiError, ApiKeys, AppState};
 
-/// The tenant authenticated by `Authorization: Bearer <api key>`.
+/// The tenant authenticated by `Authorization: Bearer <api key>`; an operator key is refused
+/// (403).
 #[derive(Debug, Clone)]
 pub(crate) struct Tenant(pub TenantId);
 
@@ -22,22 +24,52 @@ impl FromRequestParts<AppState> for Tenant {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        // Admission authenticated the request already, before its body was read.
-        if let Some(tenant) = parts.extensions.get::<Self>() {
-            return Ok(tenant.clone());
+        match principal(parts, state)? {
+            Principal::Tenant(tenant) => Ok(Self(tenant)),
+            Principal::Operator(_) => Err(ApiError::Forbidden(
+                "This endpoint takes a tenant's API key; an operator key cannot use it.",
+            )),
         }
-        authenticate(&parts.headers, &state.api_keys)
-            .map(Self)
-            .inspect_err(|_| {
-                // The key itself is never logged.
-                tracing::info!("authentication failed");
-            })
     }
 }
 
-/// The tenant whose API key `headers` carry. Exactly one `Authorization` header: with two, a
-/// proxy in front and this service might each honour a different one.
-pub(crate) fn authenticate(headers: &HeaderMap, keys: &ApiKeys) -> Result<TenantId, ApiError> {
+/// The operator authenticated by `Authorization: Bearer <operator key>`; a tenant's key is
+/// refused (403).
+#[derive(Debug, Clone)]
+pub(crate) struct Operator(pub OperatorName);
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        match principal(parts, state)? {
+            Principal::Operator(name) => Ok(Self(name)),
+            Principal::Tenant(_) => Err(ApiError::Forbidden(
+                "This endpoint takes an operator key (auth.operator_keys); a tenant's API key \
+                 cannot use it.",
+            )),
+        }
+    }
+}
+
+/// Whom the request's key authenticates: admission authenticated it already, before its body
+/// was read, and left the answer in the extensions.
+fn principal(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+    if let Some(principal) = parts.extensions.get::<Principal>() {
+        return Ok(principal.clone());
+    }
+    authenticate(&parts.headers, &state.api_keys).inspect_err(|_| {
+        // The key itself is never logged.
+        tracing::info!("authentication failed");
+    })
+}
+
+/// Whom the API key `headers` carry authenticates. Exactly one `Authorization` header: with
+/// two, a proxy in front and this service might each honour a different one.
+pub(crate) fn authenticate(headers: &HeaderMap, keys: &ApiKeys) -> Result<Principal, ApiError> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     let value = values.next().ok_or(ApiError::Unauthorized)?;
     if values.next().is_some() {
@@ -48,7 +80,7 @@ pub(crate) fn authenticate(headers: &HeaderMap, keys: &ApiKeys) -> Result<Tenant
         .ok()
         .and_then(bearer_token)
         .ok_or(ApiError::Unauthorized)?;
-    keys.tenant_for(presented)
+    keys.principal_for(presented)
         .cloned()
         .ok_or(ApiError::Unauthorized)
 }

@@ -48,7 +48,7 @@ use crate::operations::Processor;
 /// Loads the configuration, prepares the database and serves until SIGINT or SIGTERM.
 pub async fn run() -> Result<(), StartupError> {
     let settings = Settings::load()?.validate()?;
-    telemetry::init(&settings.log);
+    telemetry::init(&settings.log, telemetry::LogTo::Stdout);
     if settings.demo_keys_exposed {
         tracing::warn!(
             bind = %settings.bind,
@@ -248,7 +248,7 @@ pub enum Reconciled {
 /// processor's settlement report, keeps the run, and prints it as a table or as JSON.
 pub async fn reconcile(date: chrono::NaiveDate, json: bool) -> Result<Reconciled, CommandError> {
     let settings = Settings::load()?.validate()?;
-    telemetry::init(&settings.log);
+    telemetry::init(&settings.log, telemetry::LogTo::Stderr);
     let store = open_store(&settings).await?;
     let (processor, _) = processor(&settings)?;
     let state = AppState::new(

@@ -22,10 +22,10 @@ use std::sync::Arc;
 
 use chrono::{Days, NaiveDate, NaiveTime, Utc};
 use payments_domain::{
-    BooksEntry, ItemResult, ProcessorError, ReconciledItem, SettlementKind, SettlementLine,
-    SettlementReport, Sides, compare,
+    BooksEntry, HeldRecord, ItemResult, ProcessorError, ReconciledItem, SettlementKind,
+    SettlementLine, SettlementReport, Sides, TenantId, compare,
 };
-use payments_idempotency::engine::{Engine, ProtocolError};
+use payments_idempotency::engine::{Engine, ProtocolError, SettleOutcome};
 use payments_storage::{PendingEffect, SavedRun, Store, StoreError};
 
 use crate::{error_chain, metrics};
@@ -172,8 +172,9 @@ impl Reconciler {
             .await?
         {
             PendingEffect::TakenOver(record) => {
-                if let Err(error) = self.engine.settle_abandoned(&record).await {
-                    let error: &ProtocolError = &error;
+                let settled = self.engine.settle_abandoned(&record).await;
+                if let Err(error) = &settled {
+                    let error: &ProtocolError = error;
                     tracing::warn!(idempotency.key = %record.key, error = %error_chain(error),
                         "reconciliation: the record could not be settled; left pending");
                 }
@@ -188,6 +189,17 @@ impl Reconciler {
                             other => other,
                         };
                         Ok(both(result, line, books))
+                    }
+                    None if matches!(settled, Ok(SettleOutcome::Mismatched)) => {
+                        let held = HeldRecord {
+                            tenant: TenantId::new(record.scope.tenant.clone()),
+                            operation: record.scope.operation.clone(),
+                            key: record.key.as_str().to_owned(),
+                        };
+                        Ok(ReconciledItem {
+                            result: ItemResult::ProcessorMismatch,
+                            sides: Sides::Pending(line, held),
+                        })
                     }
                     None => Ok(processor_only(ItemResult::ProcessorOnly, line)),
                 }
@@ -330,6 +342,9 @@ fn item_json(item: &ReconciledItem) -> serde_json::Value {
             "created_at": books.created_at.to_rfc3339(),
         })
     });
+    let record = sides.record().map(|record| {
+        serde_json::json!({ "operation": record.operation, "idempotency_key": record.key })
+    });
     serde_json::json!({
         "result": item.result.as_str(),
         "type": sides.kind().as_str(),
@@ -337,5 +352,6 @@ fn item_json(item: &ReconciledItem) -> serde_json::Value {
         "tenant": sides.tenant().map(|t| t.as_str()),
         "processor": processor,
         "books": books,
+        "record": record,
     })
 }

@@ -6,7 +6,7 @@ use payments_domain::{
     DestinationError, Money, PaymentSource, Payout, PayoutRequest, PayoutStatus, Refund,
     RefundReason, RefundRequest, RefundStatus, SourceError,
 };
-use payments_storage::{Balance, Funds, StoredEvent};
+use payments_storage::{Balance, Funds, ReconciliationException, StoredEvent};
 use serde::{Deserialize, Serialize};
 
 use crate::ApiError;
@@ -336,6 +336,81 @@ impl From<&StoredEvent> for EventView {
             event_type: event.event_type.name(),
             created_at: timestamp(event.created_at),
             payload: event.payload.clone(),
+        }
+    }
+}
+
+/// A reconciliation exception as the operator endpoints show it: what kind of difference, how
+/// old, whose, and what each side held when the run found it.
+#[derive(Debug, Serialize)]
+pub(crate) struct ExceptionView {
+    pub id: String,
+    pub object: &'static str,
+    pub kind: &'static str,
+    pub status: &'static str,
+    pub report_date: String,
+    pub created_at: String,
+    /// Seconds since the run found it.
+    pub age_secs: i64,
+    #[serde(rename = "type")]
+    pub effect: &'static str,
+    pub processor_id: String,
+    pub tenant: Option<String>,
+    pub processor: Option<ExceptionProcessorView>,
+    pub books: Option<ExceptionBooksView>,
+    pub record: Option<ExceptionRecordView>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ExceptionProcessorView {
+    pub processor_key: String,
+    pub amount: i64,
+    pub currency: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ExceptionBooksView {
+    pub resource_id: String,
+    pub amount: i64,
+    pub currency: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ExceptionRecordView {
+    pub operation: String,
+    pub idempotency_key: String,
+}
+
+impl From<&ReconciliationException> for ExceptionView {
+    fn from(exception: &ReconciliationException) -> Self {
+        Self {
+            id: exception.id.to_string(),
+            object: "reconciliation_exception",
+            kind: exception.kind.as_str(),
+            status: exception.status.as_str(),
+            report_date: exception.report_date.to_string(),
+            created_at: timestamp(exception.created_at),
+            age_secs: (Utc::now() - exception.created_at).num_seconds().max(0),
+            effect: exception.effect.as_str(),
+            processor_id: exception.processor_id.clone(),
+            tenant: exception.tenant.as_ref().map(|t| t.as_str().to_owned()),
+            processor: exception
+                .processor
+                .as_ref()
+                .map(|side| ExceptionProcessorView {
+                    processor_key: side.processor_key.clone(),
+                    amount: side.money.amount.minor_units(),
+                    currency: side.money.currency.code(),
+                }),
+            books: exception.books.as_ref().map(|side| ExceptionBooksView {
+                resource_id: side.resource_id.clone(),
+                amount: side.money.amount.minor_units(),
+                currency: side.money.currency.code(),
+            }),
+            record: exception.record.as_ref().map(|record| ExceptionRecordView {
+                operation: record.operation.clone(),
+                idempotency_key: record.key.clone(),
+            }),
         }
     }
 }

@@ -97,6 +97,12 @@ prefixed_id!(
 );
 
 prefixed_id!(
+    /// A reconciliation exception's public id: `exc_` followed by a UUID.
+    ExceptionId,
+    "exc_"
+);
+
+prefixed_id!(
     /// An event's public id: `evt_` followed by the UUID its stream entry carries as
     /// `event_id`, so that a consumer of both the stream and `GET /events` can tell repeats.
     EventId,

@@ -26,7 +26,7 @@ pub use event::{
     Event, EventType, PAYMENT_COMPLETED, PAYMENT_REFUNDED, PAYOUT_PAID, PaidOut, Payment,
     PaymentCompleted, PaymentRefunded, PayoutPaid, Refunded,
 };
-pub use ids::{ChargeId, EventId, IdError, PayoutId, RefundId, TenantId};
+pub use ids::{ChargeId, EventId, ExceptionId, IdError, PayoutId, RefundId, TenantId};
 pub use ledger::{Account, LedgerEntry, LedgerError, LedgerTransaction};
 pub use money::{Amount, AmountError, Currency, CurrencyError, Money};
 pub use payout::{
@@ -37,7 +37,7 @@ pub use processor::{
     CancelOutcome, CardProcessor, ProcessorCharge, ProcessorChargeRequest, ProcessorChargeStatus,
     ProcessorError, ProcessorMismatch,
 };
-pub use reconciliation::{BooksEntry, ItemResult, ReconciledItem, Sides, compare};
+pub use reconciliation::{BooksEntry, HeldRecord, ItemResult, ReconciledItem, Sides, compare};
 pub use refund::{
     ProcessorRefund, ProcessorRefundRequest, ProcessorRefundStatus, Refund, RefundReason,
     RefundRequest, RefundStatus,

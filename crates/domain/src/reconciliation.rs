@@ -38,16 +38,20 @@ pub enum ItemResult {
     BooksOnly,
     /// Both hold it, for other money or as another type.
     AmountMismatch,
+    /// The processor made it under a pending record's key, and its answer is not what the
+    /// record asked for: never recorded, the record is held until a person resolves it.
+    ProcessorMismatch,
 }
 
 impl ItemResult {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Matched,
         Self::Settled,
         Self::InFlight,
         Self::ProcessorOnly,
         Self::BooksOnly,
         Self::AmountMismatch,
+        Self::ProcessorMismatch,
     ];
 
     /// The name in output, in storage and as the `result` label of
@@ -60,6 +64,7 @@ impl ItemResult {
             Self::ProcessorOnly => "processor_only",
             Self::BooksOnly => "books_only",
             Self::AmountMismatch => "amount_mismatch",
+            Self::ProcessorMismatch => "processor_mismatch",
         }
     }
 
@@ -71,37 +76,49 @@ impl ItemResult {
     pub fn is_exception(self) -> bool {
         matches!(
             self,
-            Self::ProcessorOnly | Self::BooksOnly | Self::AmountMismatch
+            Self::ProcessorOnly | Self::BooksOnly | Self::AmountMismatch | Self::ProcessorMismatch
         )
     }
 }
 
-/// What a run found of one processor id: the processor's line, the books' entry, or both.
+/// A pending idempotency record, named as the books know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRecord {
+    pub tenant: TenantId,
+    pub operation: String,
+    pub key: String,
+}
+
+/// What a run found of one processor id: the processor's line, the books' entry, both, or the
+/// line and the pending record it was made for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sides {
     Processor(SettlementLine),
     Books(BooksEntry),
     Both(SettlementLine, BooksEntry),
+    Pending(SettlementLine, HeldRecord),
 }
 
 impl Sides {
     pub fn kind(&self) -> SettlementKind {
         match self {
-            Self::Processor(line) | Self::Both(line, _) => line.kind,
+            Self::Processor(line) | Self::Both(line, _) | Self::Pending(line, _) => line.kind,
             Self::Books(books) => books.kind,
         }
     }
 
     pub fn processor_id(&self) -> &str {
         match self {
-            Self::Processor(line) | Self::Both(line, _) => &line.processor_id,
+            Self::Processor(line) | Self::Both(line, _) | Self::Pending(line, _) => {
+                &line.processor_id
+            }
             Self::Books(books) => &books.processor_id,
         }
     }
 
     pub fn line(&self) -> Option<&SettlementLine> {
         match self {
-            Self::Processor(line) | Self::Both(line, _) => Some(line),
+            Self::Processor(line) | Self::Both(line, _) | Self::Pending(line, _) => Some(line),
             Self::Books(_) => None,
         }
     }
@@ -109,7 +126,15 @@ impl Sides {
     pub fn books(&self) -> Option<&BooksEntry> {
         match self {
             Self::Books(books) | Self::Both(_, books) => Some(books),
-            Self::Processor(_) => None,
+            Self::Processor(_) | Self::Pending(..) => None,
+        }
+    }
+
+    /// The pending record the processor's line was made for, if that is what the books hold.
+    pub fn record(&self) -> Option<&HeldRecord> {
+        match self {
+            Self::Pending(_, record) => Some(record),
+            _ => None,
         }
     }
 
@@ -117,6 +142,7 @@ impl Sides {
     pub fn tenant(&self) -> Option<&TenantId> {
         self.books()
             .map(|books| &books.tenant)
+            .or_else(|| self.record().map(|record| &record.tenant))
             .or_else(|| Some(&self.line()?.metadata.as_ref()?.tenant))
     }
 }
@@ -202,7 +228,12 @@ mod tests {
             .collect();
         assert_eq!(
             exceptions,
-            ["processor_only", "books_only", "amount_mismatch"]
+            [
+                "processor_only",
+                "books_only",
+                "amount_mismatch",
+                "processor_mismatch"
+            ]
         );
     }
 }

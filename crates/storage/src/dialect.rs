@@ -13,8 +13,8 @@ use uuid::Uuid;
 
 use crate::model::TakenOver;
 use crate::rows::{
-    AbandonedRow, BooksRow, ChargeRow, EventRow, PayoutRow, RecordWithClock, RefundRow,
-    RefundableRow, ReservedRow,
+    AbandonedRow, BooksRow, ChargeRow, EventRow, ExceptionRow, PayoutRow, RecordWithClock,
+    RefundRow, RefundableRow, ReservedRow,
 };
 
 /// A value a backend binds into a statement: every type the shared statements bind.
@@ -81,6 +81,7 @@ pub(crate) trait Dialect:
     + Reads<(String, i64, i64)>
     + Reads<EventRow>
     + Reads<BooksRow>
+    + Reads<ExceptionRow>
     + for<'a> Bind<'a, Option<i64>>
     + for<'a> Bind<'a, chrono::NaiveDate>
 {

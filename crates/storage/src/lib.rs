@@ -50,9 +50,10 @@ use crate::sqlite::SqliteStore;
 
 pub use error::StoreError;
 pub use model::{
-    Backlog, Balance, ChargePage, Durability, EventPage, EventPruning, Funds, ListCharges,
-    ListEvents, ListPayouts, ListRefunds, PayoutPage, PayoutReservation, PendingEffect, RefundPage,
-    RefundRefusal, Reservation, SavedRun, StoredEvent,
+    Backlog, Balance, BooksSide, ChargePage, Durability, EventPage, EventPruning, ExceptionPage,
+    ExceptionStatus, Funds, ListCharges, ListEvents, ListExceptions, ListPayouts, ListRefunds,
+    PayoutPage, PayoutReservation, PendingEffect, ProcessorSide, ReconciliationException,
+    RefundPage, RefundRefusal, Reservation, SavedRun, StoredEvent,
 };
 pub use records::Records;
 pub use redis_link::{RedisFailure, RedisLink, SentinelPasswords};

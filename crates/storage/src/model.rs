@@ -1,9 +1,9 @@
 //! What the repositories take and return, the same for every backend.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use payments_domain::{
-    Account, Amount, Charge, ChargeId, Currency, EventId, EventType, Payout, PayoutId, Refund,
-    RefundId,
+    Account, Amount, Charge, ChargeId, Currency, EventId, EventType, ExceptionId, HeldRecord,
+    ItemResult, Money, Payout, PayoutId, Refund, RefundId, SettlementKind, TenantId,
 };
 use payments_idempotency::{Attempt, RecoveryPoint};
 use uuid::Uuid;
@@ -82,6 +82,78 @@ pub enum PendingEffect {
     InFlight,
     /// No pending record holds the key.
     None,
+}
+
+/// Where an exception stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExceptionStatus {
+    Open,
+    Resolved,
+}
+
+impl ExceptionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Resolved => "resolved",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Open, Self::Resolved]
+            .into_iter()
+            .find(|status| status.as_str() == name)
+    }
+}
+
+/// A page request of the exceptions of one status: oldest first, after an optional cursor.
+#[derive(Debug, Clone, Copy)]
+pub struct ListExceptions {
+    pub status: ExceptionStatus,
+    pub limit: u32,
+    pub starting_after: Option<ExceptionId>,
+}
+
+/// An exception as it is kept: what each side held of it when the run found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconciliationException {
+    pub id: ExceptionId,
+    pub report_date: NaiveDate,
+    /// One of the exception results ([`ItemResult::is_exception`]).
+    pub kind: ItemResult,
+    pub status: ExceptionStatus,
+    pub created_at: DateTime<Utc>,
+    pub effect: SettlementKind,
+    pub processor_id: String,
+    pub tenant: Option<TenantId>,
+    /// The processor's line, if the processor reported it.
+    pub processor: Option<ProcessorSide>,
+    /// The books' side, if the books hold it.
+    pub books: Option<BooksSide>,
+    /// The pending record a mismatch holds.
+    pub record: Option<HeldRecord>,
+}
+
+/// What the processor's line of an exception said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessorSide {
+    pub processor_key: String,
+    pub money: Money,
+}
+
+/// What the books held of an exception.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BooksSide {
+    /// The service's id of it (`ch_…`, `re_…`, `po_…`).
+    pub resource_id: String,
+    pub money: Money,
+}
+
+/// One page of exceptions, oldest first.
+#[derive(Debug, Clone)]
+pub struct ExceptionPage {
+    pub exceptions: Vec<ReconciliationException>,
+    pub has_more: bool,
 }
 
 /// What saving a reconciliation run changed.

@@ -5,14 +5,16 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
-use payments_domain::{ItemResult, ReconciledItem, SettlementKind};
+use payments_domain::{ExceptionId, ItemResult, ReconciledItem, SettlementKind};
 use uuid::Uuid;
 
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
-use crate::model::{PendingEffect, SavedRun};
+use crate::model::{
+    ExceptionPage, ListExceptions, PendingEffect, ReconciliationException, SavedRun,
+};
 use crate::repository::ReconciliationRepository;
-use crate::rows::{AbandonedRow, BooksRow};
+use crate::rows::{self, AbandonedRow, BooksRow, ExceptionRow};
 use crate::sql_store::SqlStore;
 use crate::workers::take_over;
 
@@ -120,21 +122,22 @@ impl<S: SqlStore> ReconciliationRepository for S {
                 .unwrap_or(i64::MAX)
         };
         let exceptions = items.iter().filter(|item| item.result.is_exception());
+        // The service's clock, as for every time a list pages on (`push_time` writes it in
+        // the form the keyset compares, on SQLite too).
+        let now = Utc::now();
         let mut write = self.begin_write().await?;
         let mut run = Statement::<S::Db>::new(
             "INSERT INTO reconciliation_runs
                  (report_date, ran_at, matched, settled, in_flight, exceptions) VALUES (",
         );
-        run.value(date)
-            .push(", ")
-            .push(S::Db::NOW)
-            .push(", ")
-            .values([
-                count(ItemResult::Matched),
-                count(ItemResult::Settled),
-                count(ItemResult::InFlight),
-                i64::try_from(exceptions.clone().count()).unwrap_or(i64::MAX),
-            ]);
+        run.value(date).push(", ");
+        S::Db::push_time(&mut run, now);
+        run.push(", ").values([
+            count(ItemResult::Matched),
+            count(ItemResult::Settled),
+            count(ItemResult::InFlight),
+            i64::try_from(exceptions.clone().count()).unwrap_or(i64::MAX),
+        ]);
         run.push(
             ") ON CONFLICT (report_date) DO UPDATE SET ran_at = excluded.ran_at,
                  matched = excluded.matched, settled = excluded.settled,
@@ -143,7 +146,7 @@ impl<S: SqlStore> ReconciliationRepository for S {
         run.execute(&mut write).await?;
         let mut added = 0;
         for item in exceptions {
-            added += insert_exception::<S::Db>(&mut write, date, item).await?;
+            added += insert_exception::<S::Db>(&mut write, date, now, item).await?;
         }
         S::commit(write).await?;
         let mut connection = self.pool().acquire().await?;
@@ -157,13 +160,55 @@ impl<S: SqlStore> ReconciliationRepository for S {
             open_exceptions: open,
         })
     }
+
+    async fn get_exception(
+        &self,
+        id: ExceptionId,
+    ) -> Result<Option<ReconciliationException>, StoreError> {
+        let mut sql = Statement::<S::Db>::new(SELECT_EXCEPTIONS);
+        sql.push(" WHERE id = ").value(id.as_uuid());
+        let mut connection = self.pool().acquire().await?;
+        let row: Option<ExceptionRow> = sql.fetch_optional(&mut connection).await?;
+        row.map(ExceptionRow::into_exception).transpose()
+    }
+
+    /// Keyset pagination on `(created_at, id)`, oldest first.
+    async fn list_exceptions(
+        &self,
+        page: ListExceptions,
+    ) -> Result<Option<ExceptionPage>, StoreError> {
+        let cursor = match page.starting_after {
+            Some(id) => match self.get_exception(id).await? {
+                Some(cursor) if cursor.status == page.status => Some(cursor),
+                _ => return Ok(None),
+            },
+            None => None,
+        };
+        let mut sql = Statement::<S::Db>::new(SELECT_EXCEPTIONS);
+        sql.push(" WHERE status = ").value(page.status.as_str());
+        if let Some(cursor) = &cursor {
+            sql.push(" AND (created_at, id) > (");
+            S::Db::push_time(&mut sql, cursor.created_at);
+            sql.push(", ").value(cursor.id.as_uuid()).push(")");
+        }
+        sql.push(" ORDER BY created_at, id LIMIT ")
+            .value(i64::from(page.limit) + 1);
+        let mut connection = self.pool().acquire().await?;
+        let rows: Vec<ExceptionRow> = sql.fetch_all(&mut connection).await?;
+        rows::exception_page(rows, page.limit).map(Some)
+    }
 }
+
+const SELECT_EXCEPTIONS: &str = "SELECT id, report_date, kind, status, created_at, effect, \
+     processor_id, processor_key, tenant_id, resource_id, processor_amount, processor_currency, \
+     books_amount, books_currency, record_operation, record_key FROM reconciliation_exceptions";
 
 /// Inserts `item` as an exception of the run of `date`, unless the day holds it already;
 /// returns how many rows it added (0 or 1).
 async fn insert_exception<DB: Dialect>(
     connection: &mut DB::Connection,
     date: NaiveDate,
+    created_at: DateTime<Utc>,
     item: &ReconciledItem,
 ) -> Result<u64, StoreError> {
     let sides = &item.sides;
@@ -176,7 +221,8 @@ async fn insert_exception<DB: Dialect>(
     let mut sql = Statement::<DB>::new(
         "INSERT INTO reconciliation_exceptions
              (id, report_date, kind, effect, processor_id, processor_key, tenant_id, resource_id,
-              processor_amount, processor_currency, books_amount, books_currency, created_at)
+              processor_amount, processor_currency, books_amount, books_currency,
+              record_operation, record_key, created_at)
          VALUES (",
     );
     sql.value(Uuid::new_v4())
@@ -201,7 +247,11 @@ async fn insert_exception<DB: Dialect>(
         .push(", ")
         .value(books.map(|books| books.money.currency.code()))
         .push(", ")
-        .push(DB::NOW)
-        .push(") ON CONFLICT (report_date, kind, processor_id) DO NOTHING");
+        .value(sides.record().map(|record| record.operation.as_str()))
+        .push(", ")
+        .value(sides.record().map(|record| record.key.as_str()))
+        .push(", ");
+    DB::push_time(&mut sql, created_at);
+    sql.push(") ON CONFLICT (report_date, kind, processor_id) DO NOTHING");
     Ok(sql.execute(connection).await?)
 }

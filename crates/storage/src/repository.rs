@@ -25,8 +25,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use payments_domain::{
-    BooksEntry, Charge, ChargeId, EventId, Payout, PayoutId, PayoutRequest, ReconciledItem, Refund,
-    RefundId, RefundRequest, SettlementKind, TenantId,
+    BooksEntry, Charge, ChargeId, EventId, ExceptionId, Payout, PayoutId, PayoutRequest,
+    ReconciledItem, Refund, RefundId, RefundRequest, SettlementKind, TenantId,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
@@ -35,9 +35,9 @@ use payments_idempotency::{
 use crate::StoreError;
 use crate::model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, EventPage,
-    EventPruning, Finish, Funds, ListCharges, ListEvents, ListPayouts, ListRefunds, Owner,
-    PayoutPage, PayoutReservation, PendingEffect, RefundPage, Reservation, SavedRun, StoredEvent,
-    Unmade, Verdict,
+    EventPruning, ExceptionPage, Finish, Funds, ListCharges, ListEvents, ListExceptions,
+    ListPayouts, ListRefunds, Owner, PayoutPage, PayoutReservation, PendingEffect,
+    ReconciliationException, RefundPage, Reservation, SavedRun, StoredEvent, Unmade, Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -338,6 +338,19 @@ pub trait ReconciliationRepository: Send + Sync {
         date: NaiveDate,
         items: &[ReconciledItem],
     ) -> Result<SavedRun, StoreError>;
+
+    /// The exception with this id, whatever its status.
+    async fn get_exception(
+        &self,
+        id: ExceptionId,
+    ) -> Result<Option<ReconciliationException>, StoreError>;
+
+    /// A page of the exceptions of one status, oldest first, or `None` when the cursor is not
+    /// an exception of that status.
+    async fn list_exceptions(
+        &self,
+        page: ListExceptions,
+    ) -> Result<Option<ExceptionPage>, StoreError>;
 }
 
 /// The outbox's upkeep: the same statements on both backends (`outbox.rs`), implemented once

@@ -1,10 +1,10 @@
 //! Database rows and their conversion into protocol and domain types.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use payments_domain::{
     Account, Amount, BooksEntry, Charge, ChargeId, Currency, Description, Destination, EventId,
-    EventType, Money, PaymentSource, Payout, PayoutId, PayoutStatus, Refund, RefundId,
-    RefundReason, RefundStatus, SettlementKind, TenantId,
+    EventType, ExceptionId, HeldRecord, ItemResult, Money, PaymentSource, Payout, PayoutId,
+    PayoutStatus, Refund, RefundId, RefundReason, RefundStatus, SettlementKind, TenantId,
 };
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::model::{
-    Abandoned, Balance, ChargePage, EventPage, Funds, PayoutPage, RefundPage, StoredEvent,
+    Abandoned, Balance, BooksSide, ChargePage, EventPage, ExceptionPage, ExceptionStatus, Funds,
+    PayoutPage, ProcessorSide, ReconciliationException, RefundPage, StoredEvent,
 };
 
 /// An `idempotency_records` row.
@@ -335,6 +336,88 @@ impl BooksRow {
             created_at: self.created_at,
         })
     }
+}
+
+/// A `reconciliation_exceptions` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ExceptionRow {
+    id: Uuid,
+    report_date: NaiveDate,
+    kind: String,
+    status: String,
+    created_at: DateTime<Utc>,
+    effect: String,
+    processor_id: String,
+    processor_key: Option<String>,
+    tenant_id: Option<String>,
+    resource_id: Option<String>,
+    processor_amount: Option<i64>,
+    processor_currency: Option<String>,
+    books_amount: Option<i64>,
+    books_currency: Option<String>,
+    record_operation: Option<String>,
+    record_key: Option<String>,
+}
+
+impl ExceptionRow {
+    pub(crate) fn into_exception(self) -> Result<ReconciliationException, StoreError> {
+        let tenant = self.tenant_id.map(TenantId::new);
+        let processor = match (
+            self.processor_key,
+            self.processor_amount,
+            self.processor_currency,
+        ) {
+            (Some(processor_key), Some(amount), Some(currency)) => Some(ProcessorSide {
+                processor_key,
+                money: money(amount, &currency)?,
+            }),
+            _ => None,
+        };
+        let books = match (self.resource_id, self.books_amount, self.books_currency) {
+            (Some(resource_id), Some(amount), Some(currency)) => Some(BooksSide {
+                resource_id,
+                money: money(amount, &currency)?,
+            }),
+            _ => None,
+        };
+        let record = match (&tenant, self.record_operation, self.record_key) {
+            (Some(tenant), Some(operation), Some(key)) => Some(HeldRecord {
+                tenant: tenant.clone(),
+                operation,
+                key,
+            }),
+            _ => None,
+        };
+        Ok(ReconciliationException {
+            id: ExceptionId::from_uuid(self.id),
+            report_date: self.report_date,
+            kind: ItemResult::parse(&self.kind)
+                .filter(|kind| kind.is_exception())
+                .ok_or_else(|| corrupt("kind", &self.kind))?,
+            status: ExceptionStatus::parse(&self.status)
+                .ok_or_else(|| corrupt("status", &self.status))?,
+            created_at: self.created_at,
+            effect: SettlementKind::parse(&self.effect)
+                .ok_or_else(|| corrupt("effect", &self.effect))?,
+            processor_id: self.processor_id,
+            tenant,
+            processor,
+            books,
+            record,
+        })
+    }
+}
+
+/// A page of exceptions, like [`charge_page`].
+pub(crate) fn exception_page(
+    rows: Vec<ExceptionRow>,
+    limit: u32,
+) -> Result<ExceptionPage, StoreError> {
+    let (exceptions, has_more) = page(rows, limit, ExceptionRow::into_exception)?;
+    Ok(ExceptionPage {
+        exceptions,
+        has_more,
+    })
 }
 
 /// An `outbox_events` row as the events feed reads it.

@@ -7,6 +7,7 @@ mod events;
 mod health;
 mod keys;
 mod ledger;
+mod ops;
 mod payouts;
 mod refunds;
 mod request_id;
@@ -153,6 +154,8 @@ pub fn app(state: AppState) -> Router {
         .route("/ledger/balances", get(ledger::balances))
         .route("/events", get(events::list))
         .route("/events/{id}", get(events::show))
+        .route("/ops/exceptions", get(ops::list_exceptions))
+        .route("/ops/exceptions/{id}", get(ops::show_exception))
         .route("/idempotency-keys/{key}", get(keys::show))
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))

@@ -45,6 +45,7 @@ mod helpers;
 mod hostile;
 mod keys;
 mod metrics;
+mod ops;
 mod payouts;
 mod reads;
 mod reconciliation;

@@ -17,7 +17,7 @@ use crate::helpers::{
 
 /// Runs `payments-api reconcile --date <today> --json` against `db` and `card_sim`; returns
 /// its exit status and its JSON.
-async fn reconcile(db: &TestDatabase, card_sim: &CardSim) -> (i32, Value) {
+pub(crate) async fn reconcile(db: &TestDatabase, card_sim: &CardSim) -> (i32, Value) {
     let today = Utc::now().date_naive().to_string();
     let output = Command::new(env!("CARGO_BIN_EXE_payments-api"))
         .args(["reconcile", "--date", &today, "--json"])

@@ -265,3 +265,32 @@ async fn a_redis_password_without_sentinels_is_refused() {
         assert_refused(&[url, (&variable, "secret")], key).await;
     }
 }
+
+#[tokio::test]
+async fn a_reconciliation_time_that_is_not_a_time_of_day_is_refused() {
+    assert_refused(
+        &[("PAYMENTS__WORKERS__RECONCILE_AT", "25:00")],
+        "workers.reconcile_at",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_operator_key_with_a_bad_name_or_a_tenants_hash_is_refused() {
+    let dir = std::env::temp_dir();
+    let tenant_hash = "0c24ce40313b1ce2b6daefa9dea10a4d3290af661123f6d499a3567b80d5ed49";
+    for (name, hash) in [
+        ("has space", &"ab".repeat(32)),
+        ("ops", &tenant_hash.to_owned()),
+    ] {
+        let path = dir.join(format!(
+            "payments-ops-{}.toml",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let toml = format!("[[auth.operator_keys]]\nkey_sha256 = \"{hash}\"\nname = \"{name}\"\n");
+        std::fs::write(&path, toml).expect("write the configuration");
+        let config = path.to_str().expect("a UTF-8 path");
+        assert_refused(&[("PAYMENTS_CONFIG", config)], "auth.operator_keys").await;
+        let _ = std::fs::remove_file(&path);
+    }
+}

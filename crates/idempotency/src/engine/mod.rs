@@ -46,6 +46,7 @@ pub use ports::{
     Abandoned, CacheCall, CacheRead, CachedReplay, Checkpoint, Claim, Claimed, Completion, Fence,
     Finish, Observer, Outcome, Owner, RecordStore, ResponseCache, Unobserved, Verdict,
 };
+pub use settle::SettleOutcome;
 
 use crate::{
     Decision, Fingerprint, IdempotencyKey, RecentDurations, RecoveryPoint, Scope, StoredResponse,
@@ -135,12 +136,20 @@ pub fn fingerprint_of<O: Operation>(body: &serde_json::Value) -> Fingerprint {
 /// An operation as the completer sees it: whatever its types, it settles a record.
 #[async_trait]
 trait Settles: Send + Sync {
-    async fn settle(&self, engine: &Engine, record: &Abandoned) -> Result<(), ProtocolError>;
+    async fn settle(
+        &self,
+        engine: &Engine,
+        record: &Abandoned,
+    ) -> Result<SettleOutcome, ProtocolError>;
 }
 
 #[async_trait]
 impl<O: Operation> Settles for Idempotent<O> {
-    async fn settle(&self, engine: &Engine, record: &Abandoned) -> Result<(), ProtocolError> {
+    async fn settle(
+        &self,
+        engine: &Engine,
+        record: &Abandoned,
+    ) -> Result<SettleOutcome, ProtocolError> {
         engine.settle(self, record).await
     }
 }
@@ -297,13 +306,18 @@ impl Engine {
     /// Settles an abandoned record with the operation it was claimed for. A record of an
     /// operation this engine does not know is left alone (released), never failed: it may
     /// hold an effect.
-    pub async fn settle_abandoned(&self, record: &Abandoned) -> Result<(), ProtocolError> {
+    pub async fn settle_abandoned(
+        &self,
+        record: &Abandoned,
+    ) -> Result<SettleOutcome, ProtocolError> {
         match self.operations.get(record.scope.operation.as_str()) {
             Some(op) => op.settle(self, record).await,
             None => {
                 tracing::error!(idempotency.key = %record.key, idempotency.operation = %record.scope.operation,
                     "completer: a record of an unknown operation; left pending");
-                self.release(record.owner()).await
+                self.release(record.owner())
+                    .await
+                    .map(|()| SettleOutcome::Released)
             }
         }
     }

@@ -20,6 +20,20 @@ use super::ports::{Abandoned, Completion, Outcome};
 use super::{Engine, Idempotent, Operation, Prepared, ProtocolError, Settled, Unmade};
 use crate::RecoveryPoint;
 
+/// How a settle ended, for its caller to count or act on; the record says the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleOutcome {
+    /// The effect exists and is recorded: the record is completed (or was, by another).
+    Finished,
+    /// Still processing, no answer, or nothing to finish it with: released, asked again later.
+    Released,
+    /// The processor reported an effect that is not the one requested: never recorded; the
+    /// record is released and stays pending until a person resolves it.
+    Mismatched,
+    /// Nothing was made and the effect key is tombstoned: the record is failed.
+    Failed,
+}
+
 /// What the completer knows of the effect of a record it took over.
 enum Found<E> {
     /// The `charged` recovery point: the processor confirmed it, and this is its id.
@@ -34,7 +48,7 @@ impl Engine {
         &self,
         op: &Idempotent<O>,
         record: &Abandoned,
-    ) -> Result<(), ProtocolError> {
+    ) -> Result<SettleOutcome, ProtocolError> {
         let owner = record.owner();
         let key = &record.key;
         let found = match (record.recovery_point, &record.effect_id) {
@@ -45,18 +59,18 @@ impl Engine {
                 Ok(Settled::Exists(effect)) => Found::Reported(effect),
                 Ok(Settled::StillProcessing) => {
                     tracing::info!(idempotency.key = %key, "completer: the processor is still processing; asking again later");
-                    return self.release(owner).await;
+                    return self.release(owner).await.map(|()| SettleOutcome::Released);
                 }
                 Ok(Settled::Tombstoned) => {
                     op.end_unmade(self.records.as_ref(), owner, Unmade::Tombstoned)
                         .await?;
                     self.observer.outcome(Outcome::FailedByCompleter);
                     tracing::info!(idempotency.key = %key, "completer: nothing was made, and the effect key is tombstoned; record failed");
-                    return Ok(());
+                    return Ok(SettleOutcome::Failed);
                 }
                 Err(error) => {
                     tracing::warn!(idempotency.key = %key, error = %error, "completer: the processor did not answer; asking again later");
-                    return self.release(owner).await;
+                    return self.release(owner).await.map(|()| SettleOutcome::Released);
                 }
             },
         };
@@ -70,20 +84,23 @@ impl Engine {
             // which carries the request and resumes from the effect.
             tracing::error!(idempotency.key = %key,
                 "completer: an effect exists but the record holds no request to finish it with");
-            return self.release(owner).await;
+            return self.release(owner).await.map(|()| SettleOutcome::Released);
         };
         // What the effect was prepared with: the attempt that made it prepared it first, so
         // this finds what that attempt prepared.
         let Prepared::Ready(plan) = op.prepare(owner, &request).await? else {
             tracing::error!(idempotency.key = %key,
                 "completer: an effect exists but what it was prepared with is not found; left pending");
-            return self.release(owner).await;
+            return self.release(owner).await.map(|()| SettleOutcome::Released);
         };
         let effect_id = match found {
             Found::Recorded(id) => id,
             Found::Reported(effect) => {
                 if !self.confirms::<O>(&effect, &plan) {
-                    return self.release(owner).await;
+                    return self
+                        .release(owner)
+                        .await
+                        .map(|()| SettleOutcome::Mismatched);
                 }
                 O::effect_id(&effect)
             }
@@ -94,6 +111,6 @@ impl Engine {
             self.observer.outcome(Outcome::CompletedByCompleter);
             tracing::info!(idempotency.key = %key, "completer: record finished");
         }
-        Ok(())
+        Ok(SettleOutcome::Finished)
     }
 }
