@@ -232,7 +232,7 @@ fn reconcile_at(setting: &str, database: &Database) -> Result<Option<NaiveTime>,
     match setting {
         "off" | "" => Ok(None),
         "auto" => Ok(match database {
-            Database::Postgres { .. } => Some(NaiveTime::from_hms_opt(1, 0, 0).unwrap_or_default()),
+            Database::Postgres { .. } => NaiveTime::from_hms_opt(1, 0, 0),
             Database::Sqlite(_) => None,
         }),
         time => NaiveTime::parse_from_str(time, "%H:%M:%S")

@@ -83,14 +83,17 @@ impl Reconciler {
             .checked_add_days(Days::new(1))
             .ok_or(ReconcileError::OutOfRange(date))?;
         let lines = self.read_report(date).await?;
-        let mut reported: HashSet<(SettlementKind, String)> = HashSet::new();
-        for day in [before, date, after] {
-            let day_lines = if day == date {
-                lines.clone()
-            } else {
-                self.read_report(day).await?
-            };
-            reported.extend(day_lines.into_iter().map(|l| (l.kind, l.processor_id)));
+        let mut reported: HashSet<(SettlementKind, String)> = lines
+            .iter()
+            .map(|line| (line.kind, line.processor_id.clone()))
+            .collect();
+        for day in [before, after] {
+            let beside = self.read_report(day).await?;
+            reported.extend(
+                beside
+                    .into_iter()
+                    .map(|line| (line.kind, line.processor_id)),
+            );
         }
         let from = before.and_time(NaiveTime::MIN).and_utc();
         let to = after
