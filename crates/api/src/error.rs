@@ -77,6 +77,34 @@ pub enum ApiError {
     /// replayed, since it depends on the balance's state.
     #[error("The balance available in this currency ({available}) does not cover this amount.")]
     InsufficientBalance { available: i64 },
+    /// 402 `charge_voided`: the processor charged other money than the request asked, and an
+    /// operator voided what it charged (`POST /ops/exceptions/{id}/resolve`); nothing is charged.
+    /// The final answer of that charge's key, stored and replayed.
+    #[error(
+        "The processor charged another amount than requested; an operator voided that charge, \
+         and nothing is charged. Send a new request under a new Idempotency-Key to charge again."
+    )]
+    ChargeVoided,
+    /// 400 `resolution_not_applicable`: the action cannot resolve an exception of this kind
+    /// (only a charge the processor holds can be recorded or voided). Refused before the
+    /// claim: the key stays free.
+    #[error("{0}")]
+    ResolutionNotApplicable(String),
+    /// 400 `exception_already_resolved`: the exception was resolved already, under another
+    /// key; nothing changed. Stored and replayed.
+    #[error("This exception has already been resolved; nothing was changed.")]
+    ExceptionAlreadyResolved,
+    /// 409 `exception_being_resolved`: another resolution, under another key, is at work on the
+    /// exception; nothing changed. Stored and replayed: read the exception to see how it ends.
+    #[error(
+        "Another resolution of this exception is in progress under another Idempotency-Key; \
+         nothing was changed. Read the exception to see how it ends."
+    )]
+    ExceptionBeingResolved,
+    /// 400 `resolution_declined`: the processor did not confirm what a `record` would post,
+    /// or refused a `void` for good; nothing was changed. Stored and replayed.
+    #[error("{0}")]
+    ResolutionDeclined(Decline),
     /// 503 `processor_unavailable`: nothing was stored; retry with the same key.
     #[error("The card processor is unavailable. Retry the request with the same Idempotency-Key.")]
     ProcessorUnavailable,
@@ -142,17 +170,21 @@ impl ApiError {
             | Self::AuthorizationRepeated
             | Self::RefundAmountTooLarge { .. }
             | Self::ChargeAlreadyRefunded
-            | Self::InsufficientBalance { .. } => StatusCode::BAD_REQUEST,
+            | Self::InsufficientBalance { .. }
+            | Self::ResolutionNotApplicable(_)
+            | Self::ExceptionAlreadyResolved
+            | Self::ResolutionDeclined(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
-            Self::CardDeclined(_) | Self::RefundDeclined(_) | Self::PayoutDeclined(_) => {
-                StatusCode::PAYMENT_REQUIRED
-            }
+            Self::CardDeclined(_)
+            | Self::RefundDeclined(_)
+            | Self::PayoutDeclined(_)
+            | Self::ChargeVoided => StatusCode::PAYMENT_REQUIRED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            Self::IdempotencyKeyInUse { .. } => StatusCode::CONFLICT,
+            Self::IdempotencyKeyInUse { .. } | Self::ExceptionBeingResolved => StatusCode::CONFLICT,
             Self::TenantInFlightLimit | Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -185,6 +217,11 @@ impl ApiError {
             Self::ChargeAlreadyRefunded => "charge_already_refunded",
             Self::PayoutDeclined(_) => "payout_declined",
             Self::InsufficientBalance { .. } => "insufficient_balance",
+            Self::ChargeVoided => "charge_voided",
+            Self::ResolutionNotApplicable(_) => "resolution_not_applicable",
+            Self::ExceptionAlreadyResolved => "exception_already_resolved",
+            Self::ExceptionBeingResolved => "exception_being_resolved",
+            Self::ResolutionDeclined(_) => "resolution_declined",
             Self::ProcessorUnavailable => "processor_unavailable",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -225,7 +262,8 @@ impl ApiError {
             decline_code: match self {
                 Self::CardDeclined(decline)
                 | Self::RefundDeclined(decline)
-                | Self::PayoutDeclined(decline) => Some(decline.code.clone()),
+                | Self::PayoutDeclined(decline)
+                | Self::ResolutionDeclined(decline) => Some(decline.code.clone()),
                 _ => None,
             },
             available: match self {

@@ -194,6 +194,64 @@ impl FromRequestParts<AppState> for IdempotentCall {
     }
 }
 
+/// What the headers of an operator's idempotent `POST` carry: the operator, its
+/// `Idempotency-Key`, and how long it would wait for a duplicate in flight. An operator's keys
+/// are its own, as a tenant's are.
+#[derive(Debug, Clone)]
+pub(crate) struct OperatorCall {
+    pub operator: OperatorName,
+    pub key: IdempotencyKey,
+    pub wait: Option<std::time::Duration>,
+}
+
+impl FromRequestParts<AppState> for OperatorCall {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let Operator(operator) = Operator::from_request_parts(parts, state).await?;
+        let IdempotencyKeyHeader(key) =
+            IdempotencyKeyHeader::from_request_parts(parts, state).await?;
+        let Ok(PreferWait(wait)) = PreferWait::from_request_parts(parts, state).await;
+        Ok(Self {
+            operator,
+            key,
+            wait,
+        })
+    }
+}
+
+/// Whose keys an idempotent call is under (a tenant's or an operator's), the key, and the
+/// wait: what the engine runs it with.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyedCall {
+    pub owner: String,
+    pub key: IdempotencyKey,
+    pub wait: Option<std::time::Duration>,
+}
+
+impl From<IdempotentCall> for KeyedCall {
+    fn from(call: IdempotentCall) -> Self {
+        Self {
+            owner: call.tenant.as_str().to_owned(),
+            key: call.key,
+            wait: call.wait,
+        }
+    }
+}
+
+impl From<OperatorCall> for KeyedCall {
+    fn from(call: OperatorCall) -> Self {
+        Self {
+            owner: call.operator.as_str().to_owned(),
+            key: call.key,
+            wait: call.wait,
+        }
+    }
+}
+
 /// `Prefer: wait=N` (RFC 7240 §4.3): how long the client is willing to wait for a duplicate's
 /// in-flight attempt instead of receiving 409 at once. Capped at [`PreferWait::MAX`]; other
 /// preferences and malformed values are ignored, as RFC 7240 asks.

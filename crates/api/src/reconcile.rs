@@ -15,7 +15,8 @@
 //! Then every entry the books made that day whose processor id is in none of the reports of
 //! the day and the days beside it (the two sides stamp an effect a moment apart, which may fall
 //! either side of midnight) is `books_only`. The last three kinds are exceptions, kept for an
-//! operator; a second run over the same day adds none it found before.
+//! operator; a second run over the same day adds none it found before, and calls a difference
+//! an operator has resolved since (`POST /ops/exceptions/{id}/resolve`) `resolved`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -120,6 +121,18 @@ impl Reconciler {
                     result: ItemResult::BooksOnly,
                     sides: Sides::Books(entry),
                 });
+            }
+        }
+
+        // A difference an operator resolved after an earlier run is not one to look at again.
+        for item in items.iter_mut().filter(|item| item.result.is_exception()) {
+            let sides = &item.sides;
+            if self
+                .store
+                .is_resolved(sides.kind(), sides.processor_id())
+                .await?
+            {
+                item.result = ItemResult::Resolved;
             }
         }
 

@@ -16,10 +16,12 @@ pub(crate) const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idem
 pub(crate) const IDEMPOTENCY_KEY_EXPIRES: HeaderName =
     HeaderName::from_static("idempotency-key-expires");
 
-/// The statuses this service stores as final answers: 201 (created), 400 (a refusal that
-/// depends on state, such as `refund_amount_too_large`) and 402 (a decline). A stored response
-/// with any other is not one this service wrote, and is never sent.
-const STORED_STATUSES: [u16; 3] = [201, 400, 402];
+/// The statuses this service stores as final answers: 200 (an exception resolved), 201
+/// (created), 400 (a refusal that depends on state, such as `refund_amount_too_large`), 402 (a
+/// decline, or `charge_voided`), 404 (an exception that vanished under a resolution) and 409
+/// (`exception_being_resolved`). A stored response with any other is not one this service
+/// wrote, and is never sent.
+const STORED_STATUSES: [u16; 6] = [200, 201, 400, 402, 404, 409];
 
 /// An HTTP date (IMF-fixdate), the format of `Date`, `Expires` and `Retry-After` dates.
 pub(crate) fn http_date(at: DateTime<Utc>) -> String {

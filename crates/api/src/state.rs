@@ -13,6 +13,7 @@ use crate::metrics::EngineMetrics;
 use crate::operations::charge::CreateCharge;
 use crate::operations::payout::CreatePayout;
 use crate::operations::refund::CreateRefund;
+use crate::operations::resolve::ResolveException;
 use crate::operations::{Ports, Processor};
 use crate::reconcile::Reconciler;
 
@@ -57,6 +58,7 @@ pub struct AppState {
     pub charges: Arc<Idempotent<CreateCharge>>,
     pub refunds: Arc<Idempotent<CreateRefund>>,
     pub payouts: Arc<Idempotent<CreatePayout>>,
+    pub resolutions: Arc<Idempotent<ResolveException>>,
 }
 
 impl AppState {
@@ -71,13 +73,15 @@ impl AppState {
         let ports = Ports::new(Arc::clone(&store), processor);
         let charges = Arc::new(Idempotent::new(CreateCharge(ports.clone())));
         let refunds = Arc::new(Idempotent::new(CreateRefund(ports.clone())));
-        let payouts = Arc::new(Idempotent::new(CreatePayout(ports)));
+        let payouts = Arc::new(Idempotent::new(CreatePayout(ports.clone())));
+        let resolutions = Arc::new(Idempotent::new(ResolveException(ports)));
         let cache = cache.map(Arc::new);
         let mut engine = Engine::new(Arc::new(Records::new(Arc::clone(&store))))
             .with_observer(Arc::new(EngineMetrics))
             .with_operation(Arc::clone(&charges))
             .with_operation(Arc::clone(&refunds))
-            .with_operation(Arc::clone(&payouts));
+            .with_operation(Arc::clone(&payouts))
+            .with_operation(Arc::clone(&resolutions));
         if let Some(cache) = &cache {
             engine = engine.with_cache(Arc::clone(cache) as Arc<dyn ResponseCache>);
         }
@@ -93,6 +97,7 @@ impl AppState {
             charges,
             refunds,
             payouts,
+            resolutions,
         }
     }
 

@@ -16,6 +16,7 @@ mod payout;
 mod processor;
 mod reconciliation;
 mod refund;
+mod resolution;
 mod settlement;
 
 pub use card_number::contains_card_number;
@@ -42,4 +43,5 @@ pub use refund::{
     ProcessorRefund, ProcessorRefundRequest, ProcessorRefundStatus, Refund, RefundReason,
     RefundRequest, RefundStatus,
 };
+pub use resolution::{NoteError, ResolutionAction, ResolutionNote, ResolutionRequest};
 pub use settlement::{ProcessorMetadata, SettlementKind, SettlementLine, SettlementReport};

@@ -41,10 +41,13 @@ pub enum ItemResult {
     /// The processor made it under a pending record's key, and its answer is not what the
     /// record asked for: never recorded, the record is held until a person resolves it.
     ProcessorMismatch,
+    /// A difference an earlier run kept as an exception, which an operator has resolved
+    /// (accepted, or voided at the processor): nobody need look at it again. Not an exception.
+    Resolved,
 }
 
 impl ItemResult {
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::Matched,
         Self::Settled,
         Self::InFlight,
@@ -52,6 +55,7 @@ impl ItemResult {
         Self::BooksOnly,
         Self::AmountMismatch,
         Self::ProcessorMismatch,
+        Self::Resolved,
     ];
 
     /// The name in output, in storage and as the `result` label of
@@ -65,6 +69,7 @@ impl ItemResult {
             Self::BooksOnly => "books_only",
             Self::AmountMismatch => "amount_mismatch",
             Self::ProcessorMismatch => "processor_mismatch",
+            Self::Resolved => "resolved",
         }
     }
 

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use payments_idempotency::StoredResponse;
+use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
 
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
@@ -110,6 +110,36 @@ fn push_completion<'a, DB: Dialect>(
     response: &'a StoredResponse,
     ttl: Duration,
 ) -> Result<(), StoreError> {
+    push_completed(sql, response, ttl)?;
+    push_touched_where_fenced(sql, owner);
+    Ok(())
+}
+
+/// Completes a pending record that no attempt will ever finish (one held by a processor
+/// mismatch that an operator voided) with `response`, whichever attempt holds it: its
+/// attempt number moves on, so an attempt still at work is fenced off and answers from the
+/// record. A record holding an effect id is left alone: its effect must reach the ledger.
+pub(crate) fn complete_held<'a, DB: Dialect>(
+    scope: &'a Scope,
+    key: &'a IdempotencyKey,
+    response: &'a StoredResponse,
+    ttl: Duration,
+) -> Result<Statement<'a, DB>, StoreError> {
+    let mut sql = Statement::new("");
+    push_completed(&mut sql, response, ttl)?;
+    sql.push(", attempts = attempts + 1, updated_at = ")
+        .push(DB::NOW);
+    crate::claiming::push_where_key(&mut sql, scope, key);
+    sql.push(" AND state = 'pending' AND effect_id IS NULL");
+    Ok(sql)
+}
+
+/// `UPDATE .. SET` a completed record with `response` and its expiry, without a `WHERE`.
+fn push_completed<'a, DB: Dialect>(
+    sql: &mut Statement<'a, DB>,
+    response: &'a StoredResponse,
+    ttl: Duration,
+) -> Result<(), StoreError> {
     sql.push(
         "UPDATE idempotency_records SET state = 'completed', recovery_point = 'finished',
              locked_until = NULL, response_status = ",
@@ -121,7 +151,6 @@ fn push_completion<'a, DB: Dialect>(
     .value(response.body.as_slice())
     .push(", expires_at = ");
     DB::push_now_plus(sql, ttl);
-    push_touched_where_fenced(sql, owner);
     Ok(())
 }
 

@@ -31,6 +31,7 @@ mod redis_link;
 mod refunding;
 mod replay_cache;
 mod repository;
+mod resolving;
 mod rows;
 mod sql_store;
 mod sqlite;
@@ -50,10 +51,11 @@ use crate::sqlite::SqliteStore;
 
 pub use error::StoreError;
 pub use model::{
-    Backlog, Balance, BooksSide, ChargePage, Durability, EventPage, EventPruning, ExceptionPage,
-    ExceptionStatus, Funds, ListCharges, ListEvents, ListExceptions, ListPayouts, ListRefunds,
-    PayoutPage, PayoutReservation, PendingEffect, ProcessorSide, ReconciliationException,
-    RefundPage, RefundRefusal, Reservation, SavedRun, StoredEvent,
+    Backlog, Balance, BooksSide, ChargePage, Durability, EventPage, EventPruning, ExceptionHold,
+    ExceptionPage, ExceptionStatus, Funds, HeldEnd, ListCharges, ListEvents, ListExceptions,
+    ListPayouts, ListRefunds, NewResolution, PayoutPage, PayoutReservation, PendingEffect, Posting,
+    ProcessorSide, ReconciliationException, RefundPage, RefundRefusal, Reservation, Resolution,
+    SavedRun, StoredEvent,
 };
 pub use records::Records;
 pub use redis_link::{RedisFailure, RedisLink, SentinelPasswords};
@@ -62,7 +64,8 @@ pub use replay_cache::{CacheSecret, CacheSecretTooShort, Rejection, ReplayCache}
 pub use repository::FloorRepository;
 pub use repository::{
     Backend, ChargeRepository, EventRepository, OutboxRepository, PayoutRepository,
-    ReconciliationRepository, RecordRepository, RefundRepository, Store, WorkerRepository,
+    ReconciliationRepository, RecordRepository, RefundRepository, ResolutionRepository, Store,
+    WorkerRepository,
 };
 pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
 

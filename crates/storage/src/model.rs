@@ -3,9 +3,10 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use payments_domain::{
     Account, Amount, Charge, ChargeId, Currency, EventId, EventType, ExceptionId, HeldRecord,
-    ItemResult, Money, Payout, PayoutId, Refund, RefundId, SettlementKind, TenantId,
+    ItemResult, Money, Payout, PayoutId, Refund, RefundId, ResolutionAction, ResolutionNote,
+    SettlementKind, TenantId,
 };
-use payments_idempotency::{Attempt, RecoveryPoint};
+use payments_idempotency::{Attempt, IdempotencyKey, RecoveryPoint, Scope, StoredResponse};
 use uuid::Uuid;
 
 pub(crate) use payments_idempotency::engine::{
@@ -132,6 +133,78 @@ pub struct ReconciliationException {
     pub books: Option<BooksSide>,
     /// The pending record a mismatch holds.
     pub record: Option<HeldRecord>,
+    /// The service's id of it (`ch_…`, `re_…`, `po_…`): the books', or the one the processor's
+    /// metadata names.
+    pub resource_id: Option<String>,
+    /// How an operator resolved it, once resolved.
+    pub resolution: Option<Resolution>,
+}
+
+/// How an operator resolved an exception.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    pub action: ResolutionAction,
+    /// The operator key's name.
+    pub operator: String,
+    pub note: String,
+    pub resolved_at: DateTime<Utc>,
+    /// `record`: the service's id of what it posted.
+    pub recorded_id: Option<String>,
+    /// `void`: the processor's id of what it gave back.
+    pub void_processor_id: Option<String>,
+}
+
+/// What holding an exception for a resolution found.
+#[derive(Debug, Clone)]
+pub enum ExceptionHold {
+    /// The exception is open and now held by the resolution's generation (or was already).
+    Held(ReconciliationException),
+    /// It was resolved already: nothing more can change it.
+    Resolved(ReconciliationException),
+    /// Another resolution, under another key, is at work on it.
+    HeldByAnother,
+    /// No exception has that id.
+    Missing,
+    /// Another attempt or generation owns the resolution's record.
+    Fenced,
+}
+
+/// A resolution to write in the transaction that completes its record.
+#[derive(Debug, Clone, Copy)]
+pub struct NewResolution<'a> {
+    pub exception: ExceptionId,
+    pub action: ResolutionAction,
+    pub operator: &'a str,
+    pub note: &'a ResolutionNote,
+    /// The service's clock, as for the exceptions, so that a list of them pages on one form.
+    pub resolved_at: DateTime<Utc>,
+    pub posts: Posting<'a>,
+}
+
+/// What a resolution writes into the books besides itself.
+#[derive(Debug, Clone, Copy)]
+pub enum Posting<'a> {
+    /// `accept`: nothing.
+    Nothing,
+    /// `record`: the charge the processor made, with its ledger transaction and its event,
+    /// written as a charge's finish writes them.
+    Charge(&'a Charge),
+    /// `void`: what the processor gave back; and the pending record the voided charge was made
+    /// for, if any, which ends with `response`.
+    Void {
+        tenant: Option<&'a TenantId>,
+        processor_id: &'a str,
+        money: Money,
+        held: Option<HeldEnd<'a>>,
+    },
+}
+
+/// A pending record that no attempt will ever finish, and the final answer it ends with.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldEnd<'a> {
+    pub scope: &'a Scope,
+    pub key: &'a IdempotencyKey,
+    pub response: &'a StoredResponse,
 }
 
 /// What the processor's line of an exception said.

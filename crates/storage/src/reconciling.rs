@@ -40,6 +40,18 @@ fn push_books<DB: Dialect>(sql: &mut Statement<'_, DB>, kind: SettlementKind) {
         .push(made);
 }
 
+/// `SELECT` of what operators' voids gave back, as [`BooksEntry`]s of refunds, up to its
+/// `WHERE` condition: the books hold a void in its resolution, so the processor's report of it
+/// matches.
+fn push_voids<DB: Dialect>(sql: &mut Statement<'_, DB>) {
+    sql.push(
+        "SELECT 'refund' AS kind, exception_id AS id, COALESCE(void_tenant_id, '') AS tenant_id, \
+         void_processor_id AS processor_id, void_amount AS amount, void_currency AS currency, \
+         resolved_at AS created_at FROM reconciliation_resolutions \
+         WHERE void_processor_id IS NOT NULL",
+    );
+}
+
 #[async_trait]
 impl<S: SqlStore> ReconciliationRepository for S {
     async fn books_between(
@@ -58,6 +70,12 @@ impl<S: SqlStore> ReconciliationRepository for S {
             sql.push(" AND created_at < ");
             S::Db::push_time(&mut sql, to);
         }
+        sql.push(" UNION ALL ");
+        push_voids(&mut sql);
+        sql.push(" AND resolved_at >= ");
+        S::Db::push_time(&mut sql, from);
+        sql.push(" AND resolved_at < ");
+        S::Db::push_time(&mut sql, to);
         let mut connection = self.pool().acquire().await?;
         let rows: Vec<BooksRow> = sql.fetch_all(&mut connection).await?;
         rows.into_iter().map(BooksRow::into_entry).collect()
@@ -75,6 +93,11 @@ impl<S: SqlStore> ReconciliationRepository for S {
             .push(column)
             .push(" = ")
             .value(processor_id);
+        if kind == SettlementKind::Refund {
+            sql.push(" UNION ALL ");
+            push_voids(&mut sql);
+            sql.push(" AND void_processor_id = ").value(processor_id);
+        }
         let mut connection = self.pool().acquire().await?;
         let row: Option<BooksRow> = sql.fetch_optional(&mut connection).await?;
         row.map(BooksRow::into_entry).transpose()
@@ -108,6 +131,22 @@ impl<S: SqlStore> ReconciliationRepository for S {
         } else {
             PendingEffect::None
         })
+    }
+
+    async fn is_resolved(
+        &self,
+        kind: SettlementKind,
+        processor_id: &str,
+    ) -> Result<bool, StoreError> {
+        let mut sql = Statement::<S::Db>::new(
+            "SELECT count(*) FROM reconciliation_exceptions WHERE status = 'resolved' AND effect = ",
+        );
+        sql.value(kind.as_str())
+            .push(" AND processor_id = ")
+            .value(processor_id);
+        let mut connection = self.pool().acquire().await?;
+        let (count,): (i64,) = sql.fetch_one(&mut connection).await?;
+        Ok(count > 0)
     }
 
     /// The run's row is replaced; its exceptions are added unless the day already holds the
@@ -199,9 +238,14 @@ impl<S: SqlStore> ReconciliationRepository for S {
     }
 }
 
-const SELECT_EXCEPTIONS: &str = "SELECT id, report_date, kind, status, created_at, effect, \
-     processor_id, processor_key, tenant_id, resource_id, processor_amount, processor_currency, \
-     books_amount, books_currency, record_operation, record_key FROM reconciliation_exceptions";
+/// An exception and its resolution, if any; the resolution's columns are named apart from the
+/// exception's, so the conditions callers add (`id`, `status`, `created_at`) are the
+/// exception's.
+pub(crate) const SELECT_EXCEPTIONS: &str = "SELECT id, report_date, kind, status, created_at, \
+     effect, processor_id, processor_key, tenant_id, resource_id, processor_amount, \
+     processor_currency, books_amount, books_currency, record_operation, record_key, action, \
+     operator, note, resolved_at, recorded_id, void_processor_id FROM reconciliation_exceptions \
+     LEFT JOIN reconciliation_resolutions ON exception_id = id";
 
 /// Inserts `item` as an exception of the run of `date`, unless the day holds it already;
 /// returns how many rows it added (0 or 1).

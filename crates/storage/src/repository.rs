@@ -35,9 +35,10 @@ use payments_idempotency::{
 use crate::StoreError;
 use crate::model::{
     Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, EventPage,
-    EventPruning, ExceptionPage, Finish, Funds, ListCharges, ListEvents, ListExceptions,
-    ListPayouts, ListRefunds, Owner, PayoutPage, PayoutReservation, PendingEffect,
-    ReconciliationException, RefundPage, Reservation, SavedRun, StoredEvent, Unmade, Verdict,
+    EventPruning, ExceptionHold, ExceptionPage, Finish, Funds, ListCharges, ListEvents,
+    ListExceptions, ListPayouts, ListRefunds, NewResolution, Owner, PayoutPage, PayoutReservation,
+    PendingEffect, ReconciliationException, RefundPage, Reservation, SavedRun, StoredEvent, Unmade,
+    Verdict,
 };
 use crate::stream::{EventSink, RelayError};
 
@@ -331,6 +332,13 @@ pub trait ReconciliationRepository: Send + Sync {
         processor_key: &str,
     ) -> Result<PendingEffect, StoreError>;
 
+    /// Whether an operator has resolved the exception kept about `processor_id` of `kind`.
+    async fn is_resolved(
+        &self,
+        kind: SettlementKind,
+        processor_id: &str,
+    ) -> Result<bool, StoreError>;
+
     /// Keeps the run of `date`: its counts, replacing an earlier run's, and its exceptions,
     /// adding none the day already holds.
     async fn save_reconciliation(
@@ -351,6 +359,37 @@ pub trait ReconciliationRepository: Send + Sync {
         &self,
         page: ListExceptions,
     ) -> Result<Option<ExceptionPage>, StoreError>;
+}
+
+/// Resolving reconciliation exceptions (`resolving.rs`): the resolution operation's hold on
+/// its exception, its finish, and its end without an effect. Like reconciliation, an
+/// operator's job across tenants.
+#[async_trait]
+pub trait ResolutionRepository: Send + Sync {
+    /// Holds the exception `id` for the generation `owner` holds, in one transaction fenced by
+    /// the record, so that resolutions under other keys find it held and change nothing.
+    /// Idempotent per generation.
+    async fn hold_exception(
+        &self,
+        owner: Owner<'_>,
+        id: ExceptionId,
+    ) -> Result<ExceptionHold, StoreError>;
+
+    /// Writes the resolution, marks its exception resolved, writes what it posts, and
+    /// completes the record with `response`, atomically, gated on the fence: all or none.
+    async fn finish_resolution(
+        &self,
+        owner: Owner<'_>,
+        resolution: &NewResolution<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError>;
+
+    /// Ends the record without a resolution, releasing the exception the generation held.
+    async fn end_resolution(
+        &self,
+        owner: Owner<'_>,
+        end: Unmade<'_>,
+    ) -> Result<Completion, StoreError>;
 }
 
 /// The outbox's upkeep: the same statements on both backends (`outbox.rs`), implemented once
@@ -422,6 +461,7 @@ pub trait Store:
     + OutboxRepository
     + EventRepository
     + ReconciliationRepository
+    + ResolutionRepository
     + Debug
 {
     fn backend(&self) -> Backend;

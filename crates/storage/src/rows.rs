@@ -4,7 +4,8 @@ use chrono::{DateTime, NaiveDate, Utc};
 use payments_domain::{
     Account, Amount, BooksEntry, Charge, ChargeId, Currency, Description, Destination, EventId,
     EventType, ExceptionId, HeldRecord, ItemResult, Money, PaymentSource, Payout, PayoutId,
-    PayoutStatus, Refund, RefundId, RefundReason, RefundStatus, SettlementKind, TenantId,
+    PayoutStatus, Refund, RefundId, RefundReason, RefundStatus, ResolutionAction, SettlementKind,
+    TenantId,
 };
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
@@ -14,7 +15,7 @@ use uuid::Uuid;
 use crate::StoreError;
 use crate::model::{
     Abandoned, Balance, BooksSide, ChargePage, EventPage, ExceptionPage, ExceptionStatus, Funds,
-    PayoutPage, ProcessorSide, ReconciliationException, RefundPage, StoredEvent,
+    PayoutPage, ProcessorSide, ReconciliationException, RefundPage, Resolution, StoredEvent,
 };
 
 /// An `idempotency_records` row.
@@ -357,6 +358,12 @@ pub(crate) struct ExceptionRow {
     books_currency: Option<String>,
     record_operation: Option<String>,
     record_key: Option<String>,
+    action: Option<String>,
+    operator: Option<String>,
+    note: Option<String>,
+    resolved_at: Option<DateTime<Utc>>,
+    recorded_id: Option<String>,
+    void_processor_id: Option<String>,
 }
 
 impl ExceptionRow {
@@ -373,9 +380,9 @@ impl ExceptionRow {
             }),
             _ => None,
         };
-        let books = match (self.resource_id, self.books_amount, self.books_currency) {
+        let books = match (&self.resource_id, self.books_amount, self.books_currency) {
             (Some(resource_id), Some(amount), Some(currency)) => Some(BooksSide {
-                resource_id,
+                resource_id: resource_id.clone(),
                 money: money(amount, &currency)?,
             }),
             _ => None,
@@ -385,6 +392,18 @@ impl ExceptionRow {
                 tenant: tenant.clone(),
                 operation,
                 key,
+            }),
+            _ => None,
+        };
+        let resolution = match (self.action, self.operator, self.note, self.resolved_at) {
+            (Some(action), Some(operator), Some(note), Some(resolved_at)) => Some(Resolution {
+                action: ResolutionAction::parse(&action)
+                    .ok_or_else(|| corrupt("action", &action))?,
+                operator,
+                note,
+                resolved_at,
+                recorded_id: self.recorded_id,
+                void_processor_id: self.void_processor_id,
             }),
             _ => None,
         };
@@ -404,6 +423,8 @@ impl ExceptionRow {
             processor,
             books,
             record,
+            resource_id: self.resource_id,
+            resolution,
         })
     }
 }

@@ -94,6 +94,14 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
     /// completion, then the inserts, in one transaction).
     async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError>;
 
+    /// A charge's inserts without its record (the charge, its ledger transaction and its
+    /// event), on the caller's transaction: the same rows as [`write_charge`](Self::write_charge)
+    /// writes, for a finish that completes another record (an operator's `record`).
+    async fn insert_charge(
+        connection: &mut <Self::Db as Database>::Connection,
+        charge: &payments_domain::Charge,
+    ) -> Result<(), StoreError>;
+
     /// Publishes up to `batch` unpublished events and marks them published, each backend its
     /// own way (`WorkerRepository::relay_outbox`).
     async fn relay(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError>;

@@ -4,6 +4,7 @@
 pub(crate) mod charge;
 pub(crate) mod payout;
 pub(crate) mod refund;
+pub(crate) mod resolve;
 
 use std::sync::Arc;
 
@@ -45,6 +46,16 @@ pub(crate) fn created<V: Serialize>(
     Ok(StoredResponse::new(
         201,
         [("content-type", "application/json"), ("location", location)],
+        body,
+    ))
+}
+
+/// A 200 with `view` as its body, serialised once like [`created`]'s.
+pub(crate) fn ok<V: Serialize>(view: &V) -> Result<StoredResponse, ProtocolError> {
+    let body = serde_json::to_vec(view).map_err(|e| ProtocolError::Internal(e.into()))?;
+    Ok(StoredResponse::new(
+        200,
+        [("content-type", "application/json")],
         body,
     ))
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::extract::{ApiQuery, Tenant};
 use crate::operations::charge::CreateCharge;
+use crate::operations::resolve::ResolveException;
 use crate::{ApiError, AppState};
 
 /// The query: which operation's key (a key is scoped to its operation); a charge's by default.
@@ -75,13 +76,22 @@ pub(super) async fn show(
     let key =
         IdempotencyKey::parse(&raw).map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
     let operation = params.operation.as_deref().unwrap_or(CreateCharge::NAME);
-    let scope = state
+    // An operator's resolutions are keyed under the operator's name, never a tenant's: a tenant
+    // whose id an operator's name happens to equal must not read them.
+    let tenants_operations: Vec<&str> = state
         .engine
-        .scope_named(operation, tenant.as_str())
+        .operation_names()
+        .into_iter()
+        .filter(|name| *name != ResolveException::NAME)
+        .collect();
+    let scope = tenants_operations
+        .contains(&operation)
+        .then(|| state.engine.scope_named(operation, tenant.as_str()))
+        .flatten()
         .ok_or_else(|| {
             ApiError::InvalidRequest(format!(
                 "operation: must be one of {}, got {operation}",
-                state.engine.operation_names().join(", ")
+                tenants_operations.join(", ")
             ))
         })?;
     let not_found = || ApiError::NotFound(format!("No such idempotency key: {key}"));

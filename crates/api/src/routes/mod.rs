@@ -33,7 +33,7 @@ use payments_idempotency::engine::{self, Idempotent, KeyedRequest, Operation};
 use payments_storage::StoreError;
 
 use crate::admission;
-use crate::extract::IdempotentCall;
+use crate::extract::KeyedCall;
 use crate::replay::respond;
 use crate::{ApiError, AppState};
 
@@ -43,13 +43,13 @@ use crate::{ApiError, AppState};
 async fn run_idempotent<O: Operation>(
     state: &AppState,
     op: &Idempotent<O>,
-    call: IdempotentCall,
+    call: impl Into<KeyedCall>,
     canonical: &serde_json::Value,
     request: O::Request,
 ) -> Result<axum::response::Response, ApiError> {
-    let IdempotentCall { tenant, key, wait } = call;
+    let KeyedCall { owner, key, wait } = call.into();
     let request = KeyedRequest {
-        tenant: tenant.as_str().to_owned(),
+        tenant: owner,
         key,
         fingerprint: engine::fingerprint_of::<O>(canonical),
         canonical_body: canonical_json(canonical).into_bytes(),
@@ -156,6 +156,10 @@ pub fn app(state: AppState) -> Router {
         .route("/events/{id}", get(events::show))
         .route("/ops/exceptions", get(ops::list_exceptions))
         .route("/ops/exceptions/{id}", get(ops::show_exception))
+        .route(
+            "/ops/exceptions/{id}/resolve",
+            axum::routing::post(ops::resolve_exception),
+        )
         .route("/idempotency-keys/{key}", get(keys::show))
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))

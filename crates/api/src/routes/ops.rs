@@ -1,16 +1,19 @@
 //! The operator endpoints: `GET /ops/exceptions` and `GET /ops/exceptions/{id}`, the
-//! reconciliation exceptions of every tenant. Only an operator key opens them; a tenant's key
-//! is refused (403), as an operator key is on every tenant endpoint.
+//! reconciliation exceptions of every tenant, and `POST /ops/exceptions/{id}/resolve`, which
+//! resolves one on the engine (`operations/resolve.rs`). Only an operator key opens them; a
+//! tenant's key is refused (403), as an operator key is on every tenant endpoint.
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
+use axum::response::Response;
 use payments_domain::ExceptionId;
-use payments_storage::{ExceptionStatus, ListExceptions};
+use payments_storage::{ExceptionStatus, ListExceptions, ReconciliationException};
+use serde_json::Value;
 
-use super::ListParams;
-use crate::extract::{ApiQuery, Operator};
-use crate::views::{ExceptionView, List};
+use super::{ListParams, run_idempotent};
+use crate::extract::{ApiQuery, JsonBytes, Operator, OperatorCall};
+use crate::views::{ExceptionView, List, ResolveBody, json_body};
 use crate::{ApiError, AppState};
 
 /// The query of `GET /ops/exceptions`: a list's page size and cursor, and the status to list.
@@ -68,13 +71,70 @@ pub(super) async fn show_exception(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ExceptionView>, ApiError> {
     tracing::info!(operator = operator.as_str(), "ops: exception read");
+    let exception = exception(&state, id).await?;
+    Ok(Json(ExceptionView::from(&exception)))
+}
+
+/// Everything that does not depend on the exception's status is checked before the claim:
+/// the exception exists, the body is valid, and the action fits the exception's kind (which
+/// never changes). A refusal stores nothing and leaves the key free.
+pub(super) async fn resolve_exception(
+    State(state): State<AppState>,
+    call: OperatorCall,
+    id: Result<Path<String>, PathRejection>,
+    JsonBytes(body): JsonBytes,
+) -> Result<Response, ApiError> {
+    let exception = exception(&state, id).await?;
+    let request = ResolveBody::parse(&body, exception.id)?;
+    let action = request.action;
+    if !action.applies_to(exception.kind, exception.effect) {
+        return Err(ApiError::ResolutionNotApplicable(format!(
+            "action: {} cannot resolve a {} of a {}; only a charge the processor holds can be \
+             recorded or voided, and anything can be accepted",
+            action.as_str(),
+            exception.kind.as_str(),
+            exception.effect.as_str()
+        )));
+    }
+    if action == payments_domain::ResolutionAction::Record && exception.tenant.is_none() {
+        return Err(ApiError::ResolutionNotApplicable(
+            "action: record needs the tenant the processor's metadata names, and this charge \
+             names none; void or accept it"
+                .into(),
+        ));
+    }
+    tracing::info!(operator = call.operator.as_str(), exception.id = %exception.id,
+        action = action.as_str(), "ops: exception resolution asked");
+    // The stored request names the exception, so that the fingerprint covers it and the
+    // completer can finish the resolution from the record alone.
+    let mut canonical: Value = json_body(&body)?;
+    if let Value::Object(fields) = &mut canonical {
+        fields.insert(
+            ResolveBody::EXCEPTION.to_owned(),
+            Value::String(exception.id.to_string()),
+        );
+    }
+    run_idempotent(
+        &state,
+        state.resolutions.as_ref(),
+        call,
+        &canonical,
+        request,
+    )
+    .await
+}
+
+/// The exception the path names, or 404.
+async fn exception(
+    state: &AppState,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<ReconciliationException, ApiError> {
     let Path(id) = id.map_err(|_| ApiError::NotFound("No such exception.".into()))?;
     let not_found = || ApiError::NotFound(format!("No such exception: {id}"));
     let parsed: ExceptionId = id.parse().map_err(|_| not_found())?;
-    let exception = state
+    state
         .store
         .get_exception(parsed)
         .await?
-        .ok_or_else(not_found)?;
-    Ok(Json(ExceptionView::from(&exception)))
+        .ok_or_else(not_found)
 }

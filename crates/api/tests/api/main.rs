@@ -37,6 +37,8 @@ mod crash;
 mod crash_payouts;
 #[cfg(feature = "failpoints")]
 mod crash_refunds;
+#[cfg(feature = "failpoints")]
+mod crash_resolutions;
 mod database;
 mod embedded;
 mod event_feed;
@@ -53,6 +55,7 @@ mod recovery;
 mod redis_server;
 mod refunds;
 mod relay;
+mod resolutions;
 mod retention;
 mod security;
 mod shutdown;

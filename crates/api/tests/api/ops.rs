@@ -11,13 +11,13 @@ use crate::card_sim::CardSim;
 use crate::helpers::{ACME, Backend, TestApp, new_key, problem, spawn_app_with, visa};
 use crate::reconciliation::reconcile;
 
-const OPERATOR: &str = "sk_test_operator_key_of_alice";
+pub(crate) const OPERATOR: &str = "sk_test_operator_key_of_alice";
 
 /// A configuration file that adds an operator key named `alice`; removed when dropped.
-struct OperatorConfig(PathBuf);
+pub(crate) struct OperatorConfig(PathBuf);
 
 impl OperatorConfig {
-    fn write() -> Self {
+    pub(crate) fn write() -> Self {
         let hash = hex::encode(Sha256::digest(OPERATOR.as_bytes()));
         let path = std::env::temp_dir().join(format!("payments-ops-{}.toml", uuid::Uuid::new_v4()));
         let toml = format!("[[auth.operator_keys]]\nkey_sha256 = \"{hash}\"\nname = \"alice\"\n");
@@ -25,7 +25,7 @@ impl OperatorConfig {
         Self(path)
     }
 
-    fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.0.to_str().expect("a UTF-8 path")
     }
 }
@@ -37,7 +37,10 @@ impl Drop for OperatorConfig {
 }
 
 /// The service with an operator key (and `extra` settings).
-async fn with_operator(backend: Backend, extra: &[(&str, &str)]) -> (OperatorConfig, TestApp) {
+pub(crate) async fn with_operator(
+    backend: Backend,
+    extra: &[(&str, &str)],
+) -> (OperatorConfig, TestApp) {
     let config = OperatorConfig::write();
     let mut env = vec![("PAYMENTS_CONFIG", config.path())];
     env.extend_from_slice(extra);

@@ -3,9 +3,10 @@
 //! is one statement.
 
 use async_trait::async_trait;
+use payments_domain::Charge;
 use payments_idempotency::IdempotencyPolicy;
 use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 
 use super::MIGRATOR;
 use super::PgStore;
@@ -105,6 +106,19 @@ impl SqlStore for PgStore {
         self.complete_one(sql).await
     }
 
+    /// The finish's very inserts (`push_charge_writes`) behind a gate that always yields its
+    /// row: one statement.
+    async fn insert_charge(
+        connection: &mut PgConnection,
+        charge: &Charge,
+    ) -> Result<(), StoreError> {
+        let mut sql = Statement::new("WITH gate AS (SELECT 1), ");
+        push_charge_writes(&mut sql, charge)?;
+        sql.push(" SELECT count(*) FROM gate");
+        let _: (i64,) = sql.fetch_one(connection).await?;
+        Ok(())
+    }
+
     async fn relay(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {
         self.relay_outbox_locked(batch, sink).await
     }
@@ -136,15 +150,11 @@ impl SqlStore for PgStore {
         Ok(Durability::of_postgres(&commit, &standbys))
     }
 
-    /// The finish's very inserts (`push_charge_writes`) behind a gate that always yields its
-    /// row: one statement, one commit, no idempotency record at all.
+    /// The finish's very inserts ([`insert_charge`](SqlStore::insert_charge)): one statement,
+    /// one commit, no idempotency record at all.
     #[cfg(feature = "bench")]
-    async fn write_charge_alone(&self, charge: &payments_domain::Charge) -> Result<(), StoreError> {
-        let mut sql = Statement::new("WITH gate AS (SELECT 1), ");
-        push_charge_writes(&mut sql, charge)?;
-        sql.push(" SELECT count(*) FROM gate");
+    async fn write_charge_alone(&self, charge: &Charge) -> Result<(), StoreError> {
         let mut connection = self.pool.acquire().await?;
-        let _: (i64,) = sql.fetch_one(&mut connection).await?;
-        Ok(())
+        Self::insert_charge(&mut connection, charge).await
     }
 }

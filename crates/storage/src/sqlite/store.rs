@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use payments_idempotency::IdempotencyPolicy;
-use sqlx::{Sqlite, SqlitePool};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 
 use super::charges::insert_charge_writes;
 use super::{MIGRATOR, SqliteStore, WriteTx};
@@ -86,6 +86,13 @@ impl SqlStore for SqliteStore {
         insert_charge_writes(&mut write, finish.charge).await?;
         write.commit().await?;
         Ok(completion)
+    }
+
+    async fn insert_charge(
+        connection: &mut SqliteConnection,
+        charge: &payments_domain::Charge,
+    ) -> Result<(), StoreError> {
+        insert_charge_writes(connection, charge).await
     }
 
     async fn relay(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {

@@ -6,10 +6,14 @@ use payments_domain::{
     DestinationError, Money, PaymentSource, Payout, PayoutRequest, PayoutStatus, Refund,
     RefundReason, RefundRequest, RefundStatus, SourceError,
 };
-use payments_storage::{Balance, Funds, ReconciliationException, StoredEvent};
+use payments_storage::{Balance, Funds, StoredEvent};
 use serde::{Deserialize, Serialize};
 
 use crate::ApiError;
+
+mod ops;
+
+pub(crate) use ops::{ExceptionView, ResolveBody};
 
 /// A request body as `T`: typed parsing from the bytes rejects duplicate fields, unknown
 /// fields (where `T` denies them), wrong types and numbers outside i64, with a message that
@@ -205,6 +209,27 @@ fn timestamp(time: DateTime<Utc>) -> String {
     time.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
+/// A request stored with its record whose path named a resource: that resource's id, stored
+/// in the body as `field`, and the body without it as `T`.
+fn split_stored<Id, T>(body: &[u8], field: &str) -> Result<(Id, T), ApiError>
+where
+    Id: std::str::FromStr,
+    T: serde::de::DeserializeOwned,
+{
+    let invalid = |e: &dyn std::fmt::Display| {
+        ApiError::InvalidRequest(format!("Invalid stored request: {e}"))
+    };
+    let mut fields: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(body).map_err(|e| invalid(&e))?;
+    let id = fields
+        .remove(field)
+        .and_then(|id| id.as_str()?.parse().ok())
+        .ok_or_else(|| invalid(&format!("no {field}")))?;
+    let typed =
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| invalid(&e))?;
+    Ok((id, typed))
+}
+
 /// The body of `POST /charges/{id}/refunds`. Unknown fields are rejected, like a charge's.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -238,17 +263,7 @@ impl CreateRefundBody {
     /// The request stored with a record, for the completer: the body with the charge of the
     /// path as its [`CHARGE`](Self::CHARGE) field.
     pub(crate) fn parse_stored(body: &[u8]) -> Result<RefundRequest, ApiError> {
-        let invalid = |e: &dyn std::fmt::Display| {
-            ApiError::InvalidRequest(format!("Invalid stored request: {e}"))
-        };
-        let mut fields: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_slice(body).map_err(|e| invalid(&e))?;
-        let charge = fields
-            .remove(Self::CHARGE)
-            .and_then(|charge| charge.as_str()?.parse().ok())
-            .ok_or_else(|| invalid(&"no charge"))?;
-        let typed: Self =
-            serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| invalid(&e))?;
+        let (charge, typed): (ChargeId, Self) = split_stored(body, Self::CHARGE)?;
         typed.into_request(charge)
     }
 
@@ -336,81 +351,6 @@ impl From<&StoredEvent> for EventView {
             event_type: event.event_type.name(),
             created_at: timestamp(event.created_at),
             payload: event.payload.clone(),
-        }
-    }
-}
-
-/// A reconciliation exception as the operator endpoints show it: what kind of difference, how
-/// old, whose, and what each side held when the run found it.
-#[derive(Debug, Serialize)]
-pub(crate) struct ExceptionView {
-    pub id: String,
-    pub object: &'static str,
-    pub kind: &'static str,
-    pub status: &'static str,
-    pub report_date: String,
-    pub created_at: String,
-    /// Seconds since the run found it.
-    pub age_secs: i64,
-    #[serde(rename = "type")]
-    pub effect: &'static str,
-    pub processor_id: String,
-    pub tenant: Option<String>,
-    pub processor: Option<ExceptionProcessorView>,
-    pub books: Option<ExceptionBooksView>,
-    pub record: Option<ExceptionRecordView>,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct ExceptionProcessorView {
-    pub processor_key: String,
-    pub amount: i64,
-    pub currency: &'static str,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct ExceptionBooksView {
-    pub resource_id: String,
-    pub amount: i64,
-    pub currency: &'static str,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct ExceptionRecordView {
-    pub operation: String,
-    pub idempotency_key: String,
-}
-
-impl From<&ReconciliationException> for ExceptionView {
-    fn from(exception: &ReconciliationException) -> Self {
-        Self {
-            id: exception.id.to_string(),
-            object: "reconciliation_exception",
-            kind: exception.kind.as_str(),
-            status: exception.status.as_str(),
-            report_date: exception.report_date.to_string(),
-            created_at: timestamp(exception.created_at),
-            age_secs: (Utc::now() - exception.created_at).num_seconds().max(0),
-            effect: exception.effect.as_str(),
-            processor_id: exception.processor_id.clone(),
-            tenant: exception.tenant.as_ref().map(|t| t.as_str().to_owned()),
-            processor: exception
-                .processor
-                .as_ref()
-                .map(|side| ExceptionProcessorView {
-                    processor_key: side.processor_key.clone(),
-                    amount: side.money.amount.minor_units(),
-                    currency: side.money.currency.code(),
-                }),
-            books: exception.books.as_ref().map(|side| ExceptionBooksView {
-                resource_id: side.resource_id.clone(),
-                amount: side.money.amount.minor_units(),
-                currency: side.money.currency.code(),
-            }),
-            record: exception.record.as_ref().map(|record| ExceptionRecordView {
-                operation: record.operation.clone(),
-                idempotency_key: record.key.clone(),
-            }),
         }
     }
 }
