@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A guided walk through the idempotency state machine with curl, against a running service.
+# A guided walk through the idempotency state machine with curl, against a running service,
+# and last through reconciliation as an operator sees it.
 #
 #   cargo run                              # in another terminal: serves on 127.0.0.1:8080
 #   scripts/demo.sh                        # talks to http://127.0.0.1:8080
@@ -16,6 +17,8 @@ set -euo pipefail
 BASE_URL="${1:-http://127.0.0.1:8080}"
 BASE_URL="${BASE_URL%/}"
 AUTH="Authorization: Bearer sk_test_acme"
+# The demo's operator key (the operator `demo`), which serves beside the demo tenant keys.
+OPS_AUTH="Authorization: Bearer sk_test_ops"
 # One prefix per run: the service remembers keys for 24 hours, so reusing one would replay an
 # earlier run's answer instead of demonstrating a first request.
 RUN="demo-$(date +%s)-$RANDOM"
@@ -398,6 +401,60 @@ show_response "$WORK/event"
 expect_status event 200
 expect_field event object '"event"'
 
+step 12 "Reconciliation" "A processor that charges another amount than asked: the run finds the held charge in its report, and an operator voids it once, under a key of their own."
+# tok_amountMismatch: the processor charges one minor unit more than asked; the service never
+# records an effect that is not the one requested, so the charge answers 503 and stays pending.
+MISMATCH_KEY="$RUN-mismatch"
+MISMATCH_BODY=$(charge_body 500 tok_amountMismatch "demo: the processor charges 5.01")
+DAY_BEFORE=$(date -u +%F)
+request mismatch POST /charges "$MISMATCH_KEY" "$MISMATCH_BODY"
+show_response "$WORK/mismatch"
+expect_status mismatch 503
+expect_problem mismatch processor_unavailable
+# The day's run, on the serving instance (the embedded simulator lives in its process); a
+# charge made just after midnight UTC is in the next day's report.
+for day in $(printf '%s\n' "$DAY_BEFORE" "$(date -u +%F)" | uniq); do
+    AUTH="$OPS_AUTH" request run POST /ops/reconciliations "" "{\"date\": \"$day\"}"
+    show_response "$WORK/run"
+    expect_status run 200
+done
+# The open exception that holds this run's charge: one line per exception, then its id.
+EXCEPTION_ID=""
+CURSOR=""
+for _ in $(seq 1 100); do
+    path="/ops/exceptions?limit=100${CURSOR:+&starting_after=$CURSOR}"
+    AUTH="$OPS_AUTH" request exceptions GET "$path"
+    [ "$(status_of exceptions)" = 200 ] || fail "GET $path: HTTP $(status_of exceptions)"
+    EXCEPTION_ID=$(sed 's/{"id":"exc_/\n&/g' "$WORK/exceptions.body" | grep "\"idempotency_key\":\"$MISMATCH_KEY\"" |
+        grep -o '"id":"exc_[^"]*"' | head -n1 | sed 's/.*"\(exc_[^"]*\)"$/\1/' || true)
+    [ -n "$EXCEPTION_ID" ] && break
+    grep -q '"has_more":true' "$WORK/exceptions.body" || break
+    CURSOR=$(grep -o '"id":"exc_[^"]*"' "$WORK/exceptions.body" | tail -n1 | sed 's/.*"\(exc_[^"]*\)"$/\1/')
+done
+[ -n "$EXCEPTION_ID" ] || fail "no open exception holds the charge under $MISMATCH_KEY"
+ok "the run keeps it as $EXCEPTION_ID, a processor_mismatch holding the charge's record"
+VOID_KEY="$RUN-void"
+VOID_BODY='{"action": "void", "note": "demo: the processor charged 5.01 for 5.00"}'
+AUTH="$OPS_AUTH" request void POST "/ops/exceptions/$EXCEPTION_ID/resolve" "$VOID_KEY" "$VOID_BODY"
+show_response "$WORK/void"
+expect_status void 200
+expect_field void status '"resolved"'
+expect_field void action '"void"'
+expect_field void operator '"demo"'
+AUTH="$OPS_AUTH" request void_again POST "/ops/exceptions/$EXCEPTION_ID/resolve" "$VOID_KEY" "$VOID_BODY"
+expect_status void_again 200
+expect_header void_again Idempotent-Replayed true
+expect_same_body void void_again
+AUTH="$OPS_AUTH" request void_other POST "/ops/exceptions/$EXCEPTION_ID/resolve" "$RUN-void-2" "$VOID_BODY"
+show_response "$WORK/void_other"
+expect_status void_other 400
+expect_problem void_other exception_already_resolved
+# The held charge has its final answer now, replayed to every retry of it.
+request mismatch_again POST /charges "$MISMATCH_KEY" "$MISMATCH_BODY"
+show_response "$WORK/mismatch_again"
+expect_status mismatch_again 402
+expect_problem mismatch_again charge_voided
+
 CURRENT_STEP="summary"
-printf '\nOK: all 11 steps passed against %s (charge %s, refund %s, payout %s; keys %s-*).\n' \
-    "$BASE_URL" "$CHARGE_ID" "$REFUND_ID" "$PAYOUT_ID" "$RUN"
+printf '\nOK: all 12 steps passed against %s (charge %s, refund %s, payout %s, exception %s; keys %s-*).\n' \
+    "$BASE_URL" "$CHARGE_ID" "$REFUND_ID" "$PAYOUT_ID" "$EXCEPTION_ID" "$RUN"

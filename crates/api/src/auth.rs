@@ -110,6 +110,14 @@ pub(crate) const DEMO_KEY_HASHES: [[u8; 32]; 2] = [
     hex_digest(b"d588a5beb7a21e90ab68a64c0db32cee0d9a75aaec9a8e4ab3f5008f56f84e91"),
 ];
 
+/// The SHA-256 of the demo operator key `sk_test_ops`, which serves (as the operator `demo`)
+/// only beside the demo tenant keys: a deployment with keys of its own never has it.
+pub(crate) const DEMO_OPERATOR_KEY_HASH: [u8; 32] =
+    hex_digest(b"72de67260e3993eadfa78c7e7adfc543e4208f3fb542f4c524ff85756abb92d7");
+
+/// The name the demo operator key's reads and resolutions are kept under.
+pub(crate) const DEMO_OPERATOR: &str = "demo";
+
 /// 64 hex digits as 32 bytes, at compile time.
 const fn hex_digest(hex: &[u8; 64]) -> [u8; 32] {
     const fn nibble(c: u8) -> u8 {
@@ -188,6 +196,7 @@ mod tests {
             DEMO_KEY_HASHES,
             [hash("sk_test_acme"), hash("sk_test_globex")]
         );
+        assert_eq!(DEMO_OPERATOR_KEY_HASH, hash("sk_test_ops"));
     }
 
     #[test]

@@ -17,7 +17,9 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use crate::admission::TenantRate;
-use crate::auth::{ApiKeys, DEMO_KEY_HASHES, OperatorName, parse_key_hash};
+use crate::auth::{
+    ApiKeys, DEMO_KEY_HASHES, DEMO_OPERATOR, DEMO_OPERATOR_KEY_HASH, OperatorName, parse_key_hash,
+};
 use crate::edge::EdgeLimits;
 use crate::state::Limits;
 use crate::workers::WorkerSettings;
@@ -504,13 +506,18 @@ impl Settings {
             reconcile_at: reconcile_at(&w.reconcile_at, &database)?,
         };
         let api_keys = api_keys(&self.auth.api_keys, &self.auth.operator_keys)?;
-        let demo_keys = self.auth.api_keys.iter().any(ApiKeySetting::is_demo_key);
+        let demo_operator = |entry: &OperatorKeySetting| {
+            parse_key_hash(&entry.key_sha256) == Some(DEMO_OPERATOR_KEY_HASH)
+        };
+        let demo_keys = self.auth.api_keys.iter().any(ApiKeySetting::is_demo_key)
+            || self.auth.operator_keys.iter().any(demo_operator);
         let demo_keys_exposed = demo_keys && !bind.ip().is_loopback();
         if demo_keys_exposed && !self.auth.allow_demo_keys {
             return Err(StartupError::Invalid {
                 key: "auth.allow_demo_keys",
                 reason: format!(
-                    "the public demo API keys (sk_test_acme, sk_test_globex) are configured and \
+                    "the public demo API keys (sk_test_acme, sk_test_globex, and the operator key \
+                     sk_test_ops beside them) are configured and \
                      server.bind {bind} is not a loopback address: configure your own \
                      auth.api_keys, bind to 127.0.0.1, or set auth.allow_demo_keys = true"
                 ),
@@ -608,6 +615,21 @@ fn api_keys(
             ));
         }
         operator_keys.push((hash, name));
+    }
+    // The demo's operator key serves where the demo's tenant keys do, and nowhere else.
+    let demo_tenants = keys.iter().any(|(hash, _)| DEMO_KEY_HASHES.contains(hash));
+    if demo_tenants
+        && !operator_keys
+            .iter()
+            .any(|(hash, _)| *hash == DEMO_OPERATOR_KEY_HASH)
+    {
+        let name = OperatorName::new(DEMO_OPERATOR).ok_or_else(|| {
+            invalid(
+                "auth.operator_keys",
+                "the demo operator's name is not valid",
+            )
+        })?;
+        operator_keys.push((DEMO_OPERATOR_KEY_HASH, name));
     }
     Ok(ApiKeys::new(keys).with_operators(operator_keys))
 }

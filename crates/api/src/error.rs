@@ -11,6 +11,7 @@ use payments_storage::StoreError;
 use serde::Serialize;
 
 use crate::error_chain;
+use crate::reconcile::ReconcileError;
 use payments_idempotency::engine::ProtocolError;
 
 /// The media type of every error body.
@@ -319,6 +320,20 @@ impl From<ProtocolError> for ApiError {
             }
             ProtocolError::Store(failure) => Self::Internal(failure.into_source()),
             ProtocolError::Internal(error) => Self::Internal(error),
+        }
+    }
+}
+
+impl From<ReconcileError> for ApiError {
+    fn from(error: ReconcileError) -> Self {
+        match error {
+            // The report is the processor's: a run waits for it as a charge waits for a charge.
+            ReconcileError::Report { .. } => {
+                tracing::warn!(error = %error, "reconciliation: no report");
+                Self::ProcessorUnavailable
+            }
+            ReconcileError::Store(error) => error.into(),
+            ReconcileError::OutOfRange(_) => Self::InvalidRequest(error.to_string()),
         }
     }
 }

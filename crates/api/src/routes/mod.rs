@@ -154,6 +154,10 @@ pub fn app(state: AppState) -> Router {
         .route("/ledger/balances", get(ledger::balances))
         .route("/events", get(events::list))
         .route("/events/{id}", get(events::show))
+        .route(
+            "/ops/reconciliations",
+            axum::routing::post(ops::run_reconciliation),
+        )
         .route("/ops/exceptions", get(ops::list_exceptions))
         .route("/ops/exceptions/{id}", get(ops::show_exception))
         .route(

@@ -1,6 +1,7 @@
-//! The operator endpoints: `GET /ops/exceptions` and `GET /ops/exceptions/{id}`, the
-//! reconciliation exceptions of every tenant, and `POST /ops/exceptions/{id}/resolve`, which
-//! resolves one on the engine (`operations/resolve.rs`). Only an operator key opens them; a
+//! The operator endpoints: `POST /ops/reconciliations`, a day's reconciliation run now,
+//! `GET /ops/exceptions` and `GET /ops/exceptions/{id}`, the reconciliation exceptions of every
+//! tenant, and `POST /ops/exceptions/{id}/resolve`, which resolves one on the engine
+//! (`operations/resolve.rs`). Only an operator key opens them; a
 //! tenant's key is refused (403), as an operator key is on every tenant endpoint.
 
 use axum::Json;
@@ -35,6 +36,30 @@ impl ExceptionParams {
             }),
         }
     }
+}
+
+/// The body of `POST /ops/reconciliations`: the UTC day to reconcile.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RunBody {
+    date: String,
+}
+
+/// Reconciles a day now, on this instance, as the daily worker and `payments-api reconcile`
+/// do, and answers with the run. No `Idempotency-Key`: runs are idempotent by day, and what a
+/// run settles goes through the engine.
+pub(super) async fn run_reconciliation(
+    State(state): State<AppState>,
+    Operator(operator): Operator,
+    JsonBytes(body): JsonBytes,
+) -> Result<Json<Value>, ApiError> {
+    let RunBody { date } = json_body(&body)?;
+    let date = chrono::NaiveDate::parse_from_str(&date, "%Y-%m-%d").map_err(|_| {
+        ApiError::InvalidRequest(format!("date: must be a day as YYYY-MM-DD, got {date}"))
+    })?;
+    tracing::info!(operator = operator.as_str(), reconcile.date = %date, "ops: reconciliation run");
+    let run = state.reconciler().run(date).await?;
+    Ok(Json(run.to_json()))
 }
 
 pub(super) async fn list_exceptions(

@@ -111,7 +111,7 @@ async fn the_demo_script_walks_the_embedded_service_through_the_state_machine() 
         "demo.sh failed:\n{stdout}\n{stderr}"
     );
     assert!(
-        stdout.contains("all 11 steps passed"),
+        stdout.contains("all 12 steps passed"),
         "demo.sh reports every step:\n{stdout}"
     );
 }

@@ -11,6 +11,9 @@ use crate::card_sim::CardSim;
 use crate::helpers::{ACME, Backend, TestApp, new_key, problem, spawn_app_with, visa};
 use crate::reconciliation::reconcile;
 
+/// The demo's public operator key (`sk_test_ops`), beside the demo tenant keys.
+const DEMO_OPERATOR: &str = "sk_test_ops";
+
 pub(crate) const OPERATOR: &str = "sk_test_operator_key_of_alice";
 
 /// A configuration file that adds an operator key named `alice`; removed when dropped.
@@ -163,7 +166,101 @@ async fn a_record_held_by_a_processor_mismatch_is_listed_for_operators(backend: 
     assert_eq!((status, body["code"].as_str()), (403, Some("forbidden")));
 }
 
+/// The demo's operator key opens `/ops/` beside the demo tenant keys, and not once the
+/// tenants' keys are a deployment's own.
+async fn the_demo_operator_key_serves_only_beside_the_demo_tenant_keys(backend: Backend) {
+    let app = spawn_app_with(backend, &[]).await;
+    let list = app.get_json(DEMO_OPERATOR, "/ops/exceptions").await;
+    assert_eq!(list["data"], json!([]));
+
+    let hash = hex::encode(Sha256::digest(b"sk_live_own_key"));
+    let path = std::env::temp_dir().join(format!("payments-own-{}.toml", uuid::Uuid::new_v4()));
+    let toml = format!("[[auth.api_keys]]\nkey_sha256 = \"{hash}\"\ntenant = \"acme\"\n");
+    std::fs::write(&path, toml).expect("write the configuration");
+    let own = spawn_app_with(
+        backend,
+        &[("PAYMENTS_CONFIG", path.to_str().expect("path"))],
+    )
+    .await;
+    let (status, body) = problem(own.get(DEMO_OPERATOR, "/ops/exceptions").await).await;
+    let _ = std::fs::remove_file(&path);
+    assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
+}
+
+/// `POST /ops/reconciliations` runs a day on the serving instance, against its processor (here
+/// the in-process simulator, which only the serving process can read), as the command does.
+async fn an_operator_runs_a_day_through_the_api(backend: Backend) {
+    let app = spawn_app_with(
+        backend,
+        &[("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "3600000")],
+    )
+    .await;
+    let charge = app.post_charge(ACME, &new_key(), &visa(400)).await;
+    assert_eq!(charge.status().as_u16(), 201);
+    let body = json!({ "amount": 500, "currency": "usd", "source": "tok_amountMismatch" });
+    let (status, _) = problem(app.post_charge(ACME, &new_key(), &body).await).await;
+    assert_eq!(status, 503);
+
+    let today = json!({ "date": chrono::Utc::now().date_naive().to_string() });
+    let run = run_day(&app, DEMO_OPERATOR, &today).await;
+    assert_eq!(run.status().as_u16(), 200);
+    let run: Value = run.json().await.expect("run");
+    assert_eq!(
+        (
+            &run["counts"]["matched"],
+            &run["counts"]["processor_mismatch"]
+        ),
+        (&json!(1), &json!(1)),
+        "{run}"
+    );
+    assert_eq!(
+        (&run["exceptions"], &run["exceptions_added"]),
+        (&json!(1), &json!(1))
+    );
+    let again: Value = run_day(&app, DEMO_OPERATOR, &today)
+        .await
+        .json()
+        .await
+        .expect("run");
+    assert_eq!(again["exceptions_added"], 0, "runs are idempotent by day");
+    let listed = app.get_json(DEMO_OPERATOR, "/ops/exceptions").await;
+    assert_eq!(listed["data"][0]["kind"], "processor_mismatch");
+
+    for (key, body, want) in [
+        (ACME, today.clone(), (403, "forbidden")),
+        (
+            DEMO_OPERATOR,
+            json!({ "date": "2026-13-01" }),
+            (400, "invalid_request"),
+        ),
+        (
+            DEMO_OPERATOR,
+            json!({ "day": "2026-12-01" }),
+            (400, "invalid_request"),
+        ),
+    ] {
+        let (status, problem) = problem(run_day(&app, key, &body).await).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (want.0, Some(want.1)),
+            "{body}"
+        );
+    }
+}
+
+async fn run_day(app: &TestApp, api_key: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(app.url("/ops/reconciliations"))
+        .bearer_auth(api_key)
+        .json(body)
+        .send()
+        .await
+        .expect("POST /ops/reconciliations")
+}
+
 on_every_backend!(
+    the_demo_operator_key_serves_only_beside_the_demo_tenant_keys,
+    an_operator_runs_a_day_through_the_api,
     each_kind_of_key_opens_only_its_own_endpoints,
     a_record_held_by_a_processor_mismatch_is_listed_for_operators,
 );
