@@ -107,7 +107,7 @@ mod tests {
                 "idempotency-key-expires"
             ]
         );
-        for status in [101, 200, 302, 500, 999] {
+        for status in [101, 204, 302, 500, 999] {
             let stored = StoredResponse::new(status, [], Vec::new());
             assert_eq!(
                 respond(stored, true, Utc::now()).status(),

@@ -1,8 +1,8 @@
 //! The operator endpoints: `POST /ops/reconciliations`, a day's reconciliation run now,
 //! `GET /ops/exceptions` and `GET /ops/exceptions/{id}`, the reconciliation exceptions of every
 //! tenant, and `POST /ops/exceptions/{id}/resolve`, which resolves one on the engine
-//! (`operations/resolve.rs`). Only an operator key opens them; a
-//! tenant's key is refused (403), as an operator key is on every tenant endpoint.
+//! (`operations/resolve.rs`). Only an operator key opens them; a tenant's key is refused (403),
+//! as an operator key is on every tenant endpoint.
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
