@@ -125,13 +125,15 @@ impl Reconciler {
         }
 
         // A difference an operator resolved after an earlier run is not one to look at again.
+        let differences: Vec<(SettlementKind, &str)> = items
+            .iter()
+            .filter(|item| item.result.is_exception())
+            .map(|item| (item.sides.kind(), item.sides.processor_id()))
+            .collect();
+        let resolved = self.store.resolved_among(&differences).await?;
         for item in items.iter_mut().filter(|item| item.result.is_exception()) {
-            let sides = &item.sides;
-            if self
-                .store
-                .is_resolved(sides.kind(), sides.processor_id())
-                .await?
-            {
+            let difference = (item.sides.kind(), item.sides.processor_id().to_owned());
+            if resolved.contains(&difference) {
                 item.result = ItemResult::Resolved;
             }
         }

@@ -77,6 +77,7 @@ pub(crate) trait Dialect:
     + Reads<(DateTime<Utc>,)>
     + Reads<(i64, Option<f64>)>
     + Reads<(Uuid, i64)>
+    + Reads<(String, String)>
     + Reads<(String, String, i64)>
     + Reads<(String, i64, i64)>
     + Reads<EventRow>

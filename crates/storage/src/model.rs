@@ -158,9 +158,9 @@ pub struct Resolution {
 #[derive(Debug, Clone)]
 pub enum ExceptionHold {
     /// The exception is open and now held by the resolution's generation (or was already).
-    Held(ReconciliationException),
+    Held(Box<ReconciliationException>),
     /// It was resolved already: nothing more can change it.
-    Resolved(ReconciliationException),
+    Resolved,
     /// Another resolution, under another key, is at work on it.
     HeldByAnother,
     /// No exception has that id.

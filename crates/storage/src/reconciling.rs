@@ -3,6 +3,8 @@
 //! tenant's), the takeover of a pending record the processor's report shows was made, and
 //! the runs and their exceptions.
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use payments_domain::{ExceptionId, ItemResult, ReconciledItem, SettlementKind};
@@ -39,6 +41,9 @@ fn push_books<DB: Dialect>(sql: &mut Statement<'_, DB>, kind: SettlementKind) {
         .push(" WHERE ")
         .push(made);
 }
+
+/// How many processor ids one read of [`ReconciliationRepository::resolved_among`] binds.
+const RESOLVED_CHUNK: usize = 500;
 
 /// `SELECT` of what operators' voids gave back, as [`BooksEntry`]s of refunds, up to its
 /// `WHERE` condition: the books hold a void in its resolution, so the processor's report of it
@@ -133,20 +138,30 @@ impl<S: SqlStore> ReconciliationRepository for S {
         })
     }
 
-    async fn is_resolved(
+    async fn resolved_among(
         &self,
-        kind: SettlementKind,
-        processor_id: &str,
-    ) -> Result<bool, StoreError> {
-        let mut sql = Statement::<S::Db>::new(
-            "SELECT count(*) FROM reconciliation_exceptions WHERE status = 'resolved' AND effect = ",
-        );
-        sql.value(kind.as_str())
-            .push(" AND processor_id = ")
-            .value(processor_id);
+        items: &[(SettlementKind, &str)],
+    ) -> Result<HashSet<(SettlementKind, String)>, StoreError> {
+        let mut resolved = HashSet::new();
+        if items.is_empty() {
+            return Ok(resolved);
+        }
         let mut connection = self.pool().acquire().await?;
-        let (count,): (i64,) = sql.fetch_one(&mut connection).await?;
-        Ok(count > 0)
+        // SQLite binds at most 32,766 values in one statement: a large run asks in chunks.
+        for chunk in items.chunks(RESOLVED_CHUNK) {
+            let mut sql = Statement::<S::Db>::new(
+                "SELECT effect, processor_id FROM reconciliation_exceptions \
+                 WHERE status = 'resolved' AND processor_id IN (",
+            );
+            sql.values(chunk.iter().map(|(_, processor_id)| *processor_id))
+                .push(")");
+            let rows: Vec<(String, String)> = sql.fetch_all(&mut connection).await?;
+            let found = rows.into_iter().filter_map(|(effect, processor_id)| {
+                Some((SettlementKind::parse(&effect)?, processor_id))
+            });
+            resolved.extend(found.filter(|(kind, id)| chunk.contains(&(*kind, id.as_str()))));
+        }
+        Ok(resolved)
     }
 
     /// The run's row is replaced; its exceptions are added unless the day already holds the

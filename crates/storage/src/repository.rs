@@ -19,6 +19,7 @@
 //!   by the record alone;
 //! - lock expiry is judged by the database's clock, never by an instance's.
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -332,12 +333,12 @@ pub trait ReconciliationRepository: Send + Sync {
         processor_key: &str,
     ) -> Result<PendingEffect, StoreError>;
 
-    /// Whether an operator has resolved the exception kept about `processor_id` of `kind`.
-    async fn is_resolved(
+    /// Which of `items` (a kind and a processor id each) an operator has resolved the kept
+    /// exception of, in as few reads as the database's limit on bound values allows.
+    async fn resolved_among(
         &self,
-        kind: SettlementKind,
-        processor_id: &str,
-    ) -> Result<bool, StoreError>;
+        items: &[(SettlementKind, &str)],
+    ) -> Result<HashSet<(SettlementKind, String)>, StoreError>;
 
     /// Keeps the run of `date`: its counts, replacing an earlier run's, and its exceptions,
     /// adding none the day already holds.

@@ -66,8 +66,8 @@ impl<S: SqlStore> ResolutionRepository for S {
             return Ok(ExceptionHold::Missing);
         };
         Ok(match (held, exception.status) {
-            (true, _) => ExceptionHold::Held(exception),
-            (false, ExceptionStatus::Resolved) => ExceptionHold::Resolved(exception),
+            (true, _) => ExceptionHold::Held(Box::new(exception)),
+            (false, ExceptionStatus::Resolved) => ExceptionHold::Resolved,
             (false, ExceptionStatus::Open) => ExceptionHold::HeldByAnother,
         })
     }

@@ -42,22 +42,24 @@ pub(crate) fn created<V: Serialize>(
     view: &V,
     location: &str,
 ) -> Result<StoredResponse, ProtocolError> {
-    let body = serde_json::to_vec(view).map_err(|e| ProtocolError::Internal(e.into()))?;
-    Ok(StoredResponse::new(
-        201,
-        [("content-type", "application/json"), ("location", location)],
-        body,
-    ))
+    stored_json(201, view, Some(location))
 }
 
-/// A 200 with `view` as its body, serialised once like [`created`]'s.
+/// A 200 with `view` as its body, serialised once, like [`created`]'s.
 pub(crate) fn ok<V: Serialize>(view: &V) -> Result<StoredResponse, ProtocolError> {
+    stored_json(200, view, None)
+}
+
+/// `view` as the JSON body of a stored response of `status`, with its `Location` if any.
+fn stored_json<V: Serialize>(
+    status: u16,
+    view: &V,
+    location: Option<&str>,
+) -> Result<StoredResponse, ProtocolError> {
     let body = serde_json::to_vec(view).map_err(|e| ProtocolError::Internal(e.into()))?;
-    Ok(StoredResponse::new(
-        200,
-        [("content-type", "application/json")],
-        body,
-    ))
+    let location = location.map(|location| ("location", location));
+    let headers = std::iter::once(("content-type", "application/json")).chain(location);
+    Ok(StoredResponse::new(status, headers, body))
 }
 
 /// The processor's refusal or silence, as the engine tells them apart.

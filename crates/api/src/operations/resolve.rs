@@ -108,9 +108,9 @@ impl Operation for ResolveException {
                 request: request.clone(),
                 // The record's scope is the operator's: its keys are the operator's own.
                 operator: owner.scope.tenant.clone(),
-                exception,
+                exception: *exception,
             })),
-            ExceptionHold::Resolved(_) => refused(ApiError::ExceptionAlreadyResolved),
+            ExceptionHold::Resolved => refused(ApiError::ExceptionAlreadyResolved),
             ExceptionHold::HeldByAnother => refused(ApiError::ExceptionBeingResolved),
             ExceptionHold::Missing => refused(ApiError::NotFound(format!(
                 "No such exception: {}",

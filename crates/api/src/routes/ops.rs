@@ -12,7 +12,7 @@ use payments_domain::ExceptionId;
 use payments_storage::{ExceptionStatus, ListExceptions, ReconciliationException};
 use serde_json::Value;
 
-use super::{ListParams, run_idempotent};
+use super::{ListParams, run_idempotent, tenants};
 use crate::extract::{ApiQuery, JsonBytes, Operator, OperatorCall};
 use crate::views::{ExceptionView, List, ResolveBody, json_body};
 use crate::{ApiError, AppState};
@@ -149,17 +149,11 @@ pub(super) async fn resolve_exception(
     .await
 }
 
-/// The exception the path names, or 404.
+/// The exception the path names, or 404, as every path's resource is found.
 async fn exception(
     state: &AppState,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<ReconciliationException, ApiError> {
-    let Path(id) = id.map_err(|_| ApiError::NotFound("No such exception.".into()))?;
-    let not_found = || ApiError::NotFound(format!("No such exception: {id}"));
-    let parsed: ExceptionId = id.parse().map_err(|_| not_found())?;
-    state
-        .store
-        .get_exception(parsed)
-        .await?
-        .ok_or_else(not_found)
+    let find = |id: ExceptionId| state.store.get_exception(id);
+    tenants(id, "exception", find).await
 }
