@@ -113,9 +113,17 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
                 "the Idempotency-Key may contain only visible ASCII characters".into(),
             )
         })?;
-        IdempotencyKey::parse(text)
-            .map(Self)
-            .map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))
+        let key = IdempotencyKey::parse(text)
+            .map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
+        // A key is stored with its record, named in the replay cache and logged: a card number
+        // used as one (an order's card, say) would sit in all three for the retention.
+        if payments_domain::contains_card_number(key.as_str()) {
+            return Err(ApiError::CardNumberNotAllowed {
+                field: "Idempotency-Key",
+                reason: "looks like a card number; use a random value such as a UUID".into(),
+            });
+        }
+        Ok(Self(key))
     }
 }
 

@@ -19,7 +19,7 @@ mod refund;
 mod resolution;
 mod settlement;
 
-pub use card_number::contains_card_number;
+pub use card_number::{contains_card_number, mask_card_numbers};
 pub use charge::{
     Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError,
 };

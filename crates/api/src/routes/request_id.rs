@@ -1,10 +1,15 @@
 //! Request ids: a client may send its own `X-Request-Id` to correlate its logs with ours, but
 //! only a UUID is kept. Anything else is replaced by one the service makes, and the client's
 //! text is logged in a field of its own, escaped, so no client can write into a log line.
+//! Neither that text nor the path (whose ids may be anything a client typed) reaches the log
+//! with a card number in it: its digits are masked.
 
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
+use std::borrow::Cow;
+
+use payments_domain::{contains_card_number, mask_card_numbers};
 use tracing::Span;
 
 use super::REQUEST_ID;
@@ -25,7 +30,13 @@ pub(super) async fn vet(mut request: Request, next: Next) -> Response {
         .filter(|value| !is_uuid(value.as_bytes()))
         .map(|value| {
             let text = String::from_utf8_lossy(value.as_bytes());
-            ClientRequestId(text.chars().take(LOGGED_CHARS).collect())
+            // Masked whole, then shortened: a number cut in two by the cut is still masked.
+            ClientRequestId(
+                mask_card_numbers(&text)
+                    .chars()
+                    .take(LOGGED_CHARS)
+                    .collect(),
+            )
         });
     if let Some(refused) = refused {
         request.headers_mut().remove(REQUEST_ID);
@@ -45,7 +56,7 @@ pub(super) fn span(request: &Request) -> Span {
     let span = tracing::info_span!(
         "request",
         http.method = %request.method(),
-        http.path = %request.uri().path(),
+        http.path = %loggable_path(request.uri().path()),
         request.id = %request_id,
         request.client_id = tracing::field::Empty,
     );
@@ -53,6 +64,42 @@ pub(super) fn span(request: &Request) -> Span {
         span.record("request.client_id", tracing::field::debug(sent));
     }
     span
+}
+
+/// The path as the log shows it: with the digits of any card number masked, whether the
+/// client wrote the number plainly or percent-encoded its separators (`4242%204242…`). An
+/// encoded one cannot be masked digit by digit in the raw path, so there every digit is.
+fn loggable_path(path: &str) -> Cow<'_, str> {
+    let masked = mask_card_numbers(path);
+    if contains_card_number(&percent_decoded(&masked)) {
+        return Cow::Owned(masked.replace(|c: char| c.is_ascii_digit(), "*"));
+    }
+    masked
+}
+
+/// `%XX` escapes decoded; anything that is not one is kept as it is.
+fn percent_decoded(path: &str) -> Cow<'_, str> {
+    if !path.contains('%') {
+        return Cow::Borrowed(path);
+    }
+    let (bytes, mut out, mut at) = (path.as_bytes(), Vec::with_capacity(path.len()), 0);
+    while at < bytes.len() {
+        let escaped = (bytes[at] == b'%')
+            .then(|| bytes.get(at + 1..at + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                at += 3;
+            }
+            None => {
+                out.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A UUID in its hyphenated form (`6f1c2e4a-0d1b-4c3e-9f7a-2b5d8e6c1a90`), any case. The
@@ -64,6 +111,28 @@ fn is_uuid(value: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_card_number_in_the_path_is_masked_however_it_is_encoded() {
+        assert_eq!(loggable_path("/charges/ch_123"), "/charges/ch_123");
+        assert_eq!(
+            loggable_path("/charges/4000056655665556"),
+            "/charges/****************"
+        );
+        assert_eq!(
+            loggable_path("/charges/4242.4242.4242.4242/refunds"),
+            "/charges/****.****.****.****/refunds"
+        );
+        let encoded = loggable_path("/charges/4242%204242%204242%204242");
+        assert!(!encoded.contains("4242"), "{encoded}");
+        let full_width = loggable_path(
+            "/charges/%EF%BC%94%EF%BC%92%EF%BC%94%EF%BC%92%EF%BC%94%EF%BC%92%EF%BC%94%EF%BC%92%EF%BC%94%EF%BC%92%EF%BC%94%EF%BC%92%EF%BC%94%EF%BC%92%EF%BC%94%EF%BC%92",
+        );
+        assert!(
+            !contains_card_number(&percent_decoded(&full_width)),
+            "{full_width}"
+        );
+    }
 
     #[test]
     fn only_a_hyphenated_uuid_is_a_request_id() {

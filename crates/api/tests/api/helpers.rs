@@ -2,14 +2,15 @@
 //! parallel; most tests run once on PostgreSQL and once on SQLite (see `on_every_backend!`).
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::{Client, RequestBuilder, Response};
 use serde_json::{Value, json};
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Connection, PgConnection};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
 
 use crate::card_sim::CardSim;
 
@@ -189,6 +190,8 @@ pub(crate) struct Service {
     /// Where its own metrics listener serves `/metrics` (`server.metrics_bind`).
     pub metrics_url: String,
     child: Child,
+    /// Its log lines, kept by `start` (other starts leave it empty).
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Service {
@@ -219,8 +222,21 @@ impl Service {
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
         let mut child = command.spawn().expect("start payments-api");
-        let (address, line) = read_listening_line(&mut child, "payments-api").await;
-        Self::listening(child, &address, &line)
+        let ((address, line), mut lines) = listening_line(&mut child, "payments-api").await;
+        let service = Self::listening(child, &address, &line);
+        let log = Arc::clone(&service.log);
+        log.lock().expect("log").push(line);
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                log.lock().expect("log").push(line);
+            }
+        });
+        service
+    }
+
+    /// Every line the service has printed on stdout (its log) so far.
+    pub(crate) fn log_lines(&self) -> Vec<String> {
+        self.log.lock().expect("log").clone()
     }
 
     /// The service's resident set size in KiB, from `/proc`.
@@ -241,6 +257,7 @@ impl Service {
             base_url: format!("http://{address}"),
             metrics_url: format!("http://{metrics}/metrics"),
             child,
+            log: Arc::default(),
         }
     }
 
@@ -358,6 +375,17 @@ pub(crate) async fn read_listening_address(child: &mut Child, what: &str) -> Str
 
 /// Like [`read_listening_address`], and also returns the whole log line.
 pub(crate) async fn read_listening_line(child: &mut Child, what: &str) -> (String, String) {
+    let (address, mut lines) = listening_line(child, what).await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    address
+}
+
+/// Reads `child`'s stdout until its listening line: the address and the line, and the lines
+/// still to come.
+async fn listening_line(
+    child: &mut Child,
+    what: &str,
+) -> ((String, String), Lines<BufReader<ChildStdout>>) {
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
     let address = tokio::time::timeout(Duration::from_secs(60), async {
@@ -374,8 +402,7 @@ pub(crate) async fn read_listening_line(child: &mut Child, what: &str) -> (Strin
     .ok()
     .flatten()
     .unwrap_or_else(|| panic!("{what} did not report a listening address (see its stderr above)"));
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    address
+    (address, lines)
 }
 
 /// The value after `name` (e.g. `address=`) in a text log line.
@@ -425,6 +452,11 @@ impl TestApp {
     /// The service's resident set size in KiB.
     pub(crate) fn resident_kib(&self) -> u64 {
         self.service.resident_kib()
+    }
+
+    /// Every line the service has logged so far.
+    pub(crate) fn log_lines(&self) -> Vec<String> {
+        self.service.log_lines()
     }
 
     /// Asserts that `key` was not consumed: a valid charge under it is made (201).

@@ -6,6 +6,7 @@
 //! its doc comment names the attack it stops.
 
 mod cache;
+mod card_numbers;
 mod connections;
 mod demo_keys;
 mod headers;
