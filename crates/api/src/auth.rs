@@ -111,7 +111,8 @@ pub(crate) const DEMO_KEY_HASHES: [[u8; 32]; 2] = [
 ];
 
 /// The SHA-256 of the demo operator key `sk_test_ops`, which serves (as the operator `demo`)
-/// only beside the demo tenant keys: a deployment with keys of its own never has it.
+/// only beside the demo tenant keys and no operator key: a deployment with keys of its own,
+/// tenant or operator, never has it.
 pub(crate) const DEMO_OPERATOR_KEY_HASH: [u8; 32] =
     hex_digest(b"72de67260e3993eadfa78c7e7adfc543e4208f3fb542f4c524ff85756abb92d7");
 

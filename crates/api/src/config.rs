@@ -182,9 +182,9 @@ pub struct ValidSettings {
     pub workers: WorkerSettings,
     /// `None` when Redis is disabled (an empty `redis.url`).
     pub redis: Option<ValidRedis>,
-    /// The demo keys are configured on a non-loopback address, as `auth.allow_demo_keys`
-    /// permits: warned about on every start.
-    pub demo_keys_exposed: bool,
+    /// The public demo keys that serve on a non-loopback address, as `auth.allow_demo_keys`
+    /// permits, named for the warning given on every start.
+    pub demo_keys_exposed: Option<&'static str>,
     pub log: LogSettings,
 }
 
@@ -259,6 +259,7 @@ impl Settings {
                     reason: format!("{path:?} is not a readable file"),
                 });
             }
+            crate::config_file::check(&path)?;
             builder = builder.add_source(File::new(&path, FileFormat::Toml).required(true));
         }
         builder = builder.add_source(
@@ -279,7 +280,7 @@ impl Settings {
         builder
             .build()
             .and_then(Config::try_deserialize)
-            .map_err(|e| StartupError::Load(e.to_string()))
+            .map_err(crate::config_file::load_error)
     }
 
     /// Checks every value and builds what the service runs with.
@@ -506,20 +507,15 @@ impl Settings {
             reconcile_at: reconcile_at(&w.reconcile_at, &database)?,
         };
         let api_keys = api_keys(&self.auth.api_keys, &self.auth.operator_keys)?;
-        let demo_operator = |entry: &OperatorKeySetting| {
-            parse_key_hash(&entry.key_sha256) == Some(DEMO_OPERATOR_KEY_HASH)
-        };
-        let demo_keys = self.auth.api_keys.iter().any(ApiKeySetting::is_demo_key)
-            || self.auth.operator_keys.iter().any(demo_operator);
-        let demo_keys_exposed = demo_keys && !bind.ip().is_loopback();
-        if demo_keys_exposed && !self.auth.allow_demo_keys {
+        let demo_keys = demo_keys(&self.auth);
+        let demo_keys_exposed = demo_keys.filter(|_| !bind.ip().is_loopback());
+        if let (Some(demo_keys), false) = (demo_keys_exposed, self.auth.allow_demo_keys) {
             return Err(StartupError::Invalid {
                 key: "auth.allow_demo_keys",
                 reason: format!(
-                    "the public demo API keys (sk_test_acme, sk_test_globex, and the operator key \
-                     sk_test_ops beside them) are configured and \
-                     server.bind {bind} is not a loopback address: configure your own \
-                     auth.api_keys, bind to 127.0.0.1, or set auth.allow_demo_keys = true"
+                    "the public demo keys ({demo_keys}) are configured and server.bind {bind} \
+                     is not a loopback address: configure your own auth.api_keys, bind to \
+                     127.0.0.1, or set auth.allow_demo_keys = true"
                 ),
             });
         }
@@ -560,6 +556,35 @@ impl Settings {
             log: self.log,
         })
     }
+}
+
+/// The public demo keys these settings serve, named for a warning or an error; `None` when
+/// there are none.
+fn demo_keys(auth: &AuthSettings) -> Option<&'static str> {
+    let tenants = auth.api_keys.iter().any(ApiKeySetting::is_demo_key);
+    let operator = auth
+        .operator_keys
+        .iter()
+        .any(|entry| parse_key_hash(&entry.key_sha256) == Some(DEMO_OPERATOR_KEY_HASH))
+        || serves_demo_operator(tenants, &auth.operator_keys);
+    match (tenants, operator) {
+        (false, false) => None,
+        (true, false) => Some("sk_test_acme, sk_test_globex"),
+        (false, true) => {
+            Some("the operator key sk_test_ops, which reads and resolves every tenant's exceptions")
+        }
+        (true, true) => Some(
+            "sk_test_acme, sk_test_globex, and the operator key sk_test_ops, which reads and \
+             resolves every tenant's exceptions",
+        ),
+    }
+}
+
+/// Whether the demo operator key serves of itself: beside the demo tenant keys, in a
+/// configuration that names no operator key of its own. A deployment that configures any key
+/// of its own, tenant or operator, never has it.
+fn serves_demo_operator(demo_tenants: bool, operators: &[OperatorKeySetting]) -> bool {
+    demo_tenants && operators.is_empty()
 }
 
 impl ApiKeySetting {
@@ -616,13 +641,8 @@ fn api_keys(
         }
         operator_keys.push((hash, name));
     }
-    // The demo's operator key serves where the demo's tenant keys do, and nowhere else.
     let demo_tenants = keys.iter().any(|(hash, _)| DEMO_KEY_HASHES.contains(hash));
-    if demo_tenants
-        && !operator_keys
-            .iter()
-            .any(|(hash, _)| *hash == DEMO_OPERATOR_KEY_HASH)
-    {
+    if serves_demo_operator(demo_tenants, operators) {
         let name = OperatorName::new(DEMO_OPERATOR).ok_or_else(|| {
             invalid(
                 "auth.operator_keys",

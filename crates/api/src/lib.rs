@@ -11,6 +11,7 @@
 mod admission;
 mod auth;
 pub mod config;
+mod config_file;
 mod edge;
 mod error;
 mod events_tail;
@@ -49,12 +50,11 @@ use crate::operations::Processor;
 pub async fn run() -> Result<(), StartupError> {
     let settings = Settings::load()?.validate()?;
     telemetry::init(&settings.log, telemetry::LogTo::Stdout);
-    if settings.demo_keys_exposed {
+    if let Some(demo_keys) = settings.demo_keys_exposed {
         tracing::warn!(
             bind = %settings.bind,
-            "the public demo API keys (sk_test_acme, sk_test_globex) are accepted on a \
-             non-loopback address (auth.allow_demo_keys = true): anyone who can reach it can \
-             charge and refund as their tenants"
+            "the public demo keys ({demo_keys}) are accepted on a non-loopback address \
+             (auth.allow_demo_keys = true): anyone who can reach it can act with them"
         );
     }
 

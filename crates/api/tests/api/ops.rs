@@ -167,8 +167,20 @@ async fn a_record_held_by_a_processor_mismatch_is_listed_for_operators(backend: 
 }
 
 /// The demo's operator key opens `/ops/` beside the demo tenant keys, and not once the
-/// tenants' keys are a deployment's own.
+/// tenants' keys are a deployment's own, nor once the deployment names an operator key of its
+/// own: the second security review found `sk_test_ops` still reading every tenant's
+/// exceptions beside an operator key of one's own.
 async fn the_demo_operator_key_serves_only_beside_the_demo_tenant_keys(backend: Backend) {
+    let (_config, own_operator) = with_operator(backend, &[]).await;
+    let (status, body) = problem(own_operator.get(DEMO_OPERATOR, "/ops/exceptions").await).await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
+    let list = own_operator.get_json(OPERATOR, "/ops/exceptions").await;
+    assert_eq!(list["data"], json!([]));
+    assert_eq!(
+        own_operator.get(ACME, "/charges").await.status().as_u16(),
+        200
+    );
+
     let app = spawn_app_with(backend, &[]).await;
     let list = app.get_json(DEMO_OPERATOR, "/ops/exceptions").await;
     assert_eq!(list["data"], json!([]));

@@ -135,6 +135,59 @@ async fn a_plain_api_key_in_the_configuration_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A configuration file with a syntax error used to stop start-up with the TOML parser's
+/// message, which quotes the line at fault: a database password or the cache secret went to
+/// the terminal and the deployment's log. The line names the file, the line and the key, never
+/// the value, for a string left open and for a line that is no key at all.
+#[tokio::test]
+async fn a_config_file_with_a_syntax_error_is_named_by_line_and_key_without_its_value() {
+    let dir = temp_dir("payments-broken-config");
+    let secret = "SuperSecret-0123456789abcdef0123456789";
+    for (text, line, key) in [
+        (
+            format!(
+                "[database]\nmax_connections = 5\nurl = \"postgres://postgres:{secret}@db/payments\n"
+            ),
+            3,
+            Some("database.url"),
+        ),
+        (
+            format!("[redis]\nurl = \"\"\ncache_secret = \"{secret}\n"),
+            3,
+            Some("redis.cache_secret"),
+        ),
+        (format!("[redis]\n{secret} secret\n"), 2, None),
+    ] {
+        let config = dir.join("payments.toml");
+        std::fs::write(&config, &text).expect("write");
+        let path = config.to_str().unwrap_or_default();
+        let output = start_with(&[("PAYMENTS_CONFIG", path)]).await;
+        assert!(!output.status.success(), "{text} must stop start-up");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {stderr}");
+        assert!(lines[0].contains("PAYMENTS_CONFIG: "), "{stderr}");
+        assert!(lines[0].contains(path), "names the file: {stderr}");
+        assert!(
+            lines[0].contains(&format!("line {line}")),
+            "names line {line}: {stderr}"
+        );
+        if let Some(key) = key {
+            assert!(lines[0].contains(key), "names {key}: {stderr}");
+        }
+        assert!(
+            !stderr.contains("SuperSecret"),
+            "prints the value: {stderr}"
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            !stdout.contains("SuperSecret"),
+            "prints the value: {stdout}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_database_url_without_a_scheme_names_database_url() {
     assert_refused(&[("DATABASE_URL", "payments.db")], "database.url").await;
