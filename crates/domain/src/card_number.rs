@@ -93,11 +93,12 @@ enum Read {
 fn runs(text: &str) -> Vec<Vec<Group>> {
     let mut runs = Runs::default();
     let mut word: Vec<Char> = Vec::new();
+    // One character's compatibility decomposition (`⒈` is `1` and `.`), reused for each.
+    let mut reads = Vec::new();
     for (at, c) in text.char_indices() {
         let span = at..at + c.len_utf8();
-        let mut reads = Vec::with_capacity(1);
         unicode_normalization::char::decompose_compatible(c, |d| reads.push(read(d)));
-        for r in reads {
+        for r in reads.drain(..) {
             match r {
                 Read::Separator => runs.end_word(&mut word),
                 r => word.push((r, span.clone(), c)),
