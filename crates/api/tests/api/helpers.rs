@@ -45,7 +45,13 @@ pub(crate) enum Backend {
 
 /// The event stream of the services started on `database_url`.
 pub(crate) fn stream_for(database_url: &str) -> String {
-    format!("test:{}:events", database_name(database_url))
+    format!("{}:events", redis_key_prefix(database_url))
+}
+
+/// The prefix of the Redis keys of the services started on `database_url`
+/// (`redis.key_prefix`): the replay cache's entries and the event stream are under it.
+pub(crate) fn redis_key_prefix(database_url: &str) -> String {
+    format!("test:{}", database_name(database_url))
 }
 
 fn database_url(name: &str) -> String {
@@ -211,7 +217,7 @@ impl Service {
             .env("PAYMENTS__REDIS__STREAM", stream_for(database_url))
             .env(
                 "PAYMENTS__REDIS__KEY_PREFIX",
-                format!("test:{}", database_name(database_url)),
+                redis_key_prefix(database_url),
             )
             .env("PAYMENTS__REDIS__CACHE_SECRET", CACHE_SECRET)
             // No test runs into the daily reconciliation at 01:00 by chance; the one that

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use super::header;
 use crate::events::sample;
 use crate::helpers::{
-    ACME, Backend, CACHE_SECRET, Footprint, TestApp, metrics_text, new_key, problem, snapshot,
-    spawn_app, test_redis_url, visa,
+    ACME, Backend, CACHE_SECRET, Footprint, TestApp, metrics_text, new_key, problem,
+    redis_key_prefix, snapshot, spawn_app, test_redis_url, visa,
 };
 
 /// A secret that is not the service's: what an attacker with write access to Redis, but not
@@ -27,14 +27,9 @@ const REPLAY_HEADERS: [&str; 3] = ["content-type", "location", "idempotency-key-
 /// A response's status, [`REPLAY_HEADERS`] and body bytes.
 type Snapshot = (u16, Vec<Option<String>>, Vec<u8>);
 
-/// The last path segment of a database URL, as the helpers name a test's Redis keys by it.
-fn database_name(database_url: &str) -> &str {
-    database_url.rsplit('/').next().unwrap_or("payments")
-}
-
 /// The prefix of the service's Redis keys (`redis.key_prefix` as the helpers set it).
 fn key_prefix(app: &TestApp) -> String {
-    format!("test:{}", database_name(&app.database.url))
+    redis_key_prefix(&app.database.url)
 }
 
 /// The operation `POST /charges` is stored under.

@@ -9,7 +9,10 @@ use serde_json::{Value, json};
 use sqlx::Row;
 
 use super::header;
-use crate::helpers::{ACME, Backend, TestApp, new_key, problem, spawn_app_with, visa};
+use crate::helpers::{
+    ACME, Backend, TestApp, new_key, problem, redis_key_prefix, spawn_app_with, test_redis_url,
+    visa,
+};
 
 /// The card number every spelling below writes.
 const NUMBER: &str = "4242424242424242";
@@ -127,6 +130,68 @@ async fn every_cell(app: &TestApp) -> Vec<(String, String, String)> {
         }
     }
     cells
+}
+
+/// Every name and value the service keeps in Redis: the replay cache's keys and entries and
+/// the event stream's entries, as text.
+async fn everything_in_redis(app: &TestApp) -> Vec<String> {
+    let mut redis = redis::Client::open(test_redis_url())
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to redis");
+    let pattern = format!("{}:*", redis_key_prefix(&app.database.url));
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut redis)
+        .await
+        .expect("KEYS");
+    assert!(
+        !keys.is_empty(),
+        "nothing under {pattern}: the scan would prove nothing"
+    );
+    let mut found = Vec::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut redis)
+            .await
+            .expect("TYPE");
+        let command = if kind == "stream" { "XRANGE" } else { "GET" };
+        let mut value = redis::cmd(command);
+        value.arg(&key);
+        if kind == "stream" {
+            value.arg("-").arg("+");
+        }
+        let value: redis::Value = value.query_async(&mut redis).await.expect(command);
+        let mut text = key.clone();
+        text_of(&value, &mut text);
+        found.push(text);
+    }
+    found
+}
+
+/// The bytes and strings of a Redis reply, appended to `out` as text.
+fn text_of(value: &redis::Value, out: &mut String) {
+    match value {
+        redis::Value::BulkString(bytes) => out.push_str(&String::from_utf8_lossy(bytes)),
+        redis::Value::SimpleString(text) => out.push_str(text),
+        redis::Value::Array(values) | redis::Value::Set(values) => {
+            for value in values {
+                out.push('\n');
+                text_of(value, out);
+            }
+        }
+        redis::Value::Map(pairs) => {
+            for (key, value) in pairs {
+                out.push('\n');
+                text_of(key, out);
+                out.push('\n');
+                text_of(value, out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A POST of `body` to `path` as `api_key` under `key`.
@@ -299,6 +364,16 @@ async fn no_spelling_of_a_card_number_is_stored_or_logged(backend: Backend) {
         .filter(|(_, _, text)| digits(text).contains(NUMBER))
         .collect();
     assert!(holding.is_empty(), "cells holding the number: {holding:?}");
+    // The replay cache (whose key names held the Idempotency-Key) and the event stream.
+    let cached: Vec<_> = everything_in_redis(&app)
+        .await
+        .into_iter()
+        .filter(|text| digits(text).contains(NUMBER))
+        .collect();
+    assert!(
+        cached.is_empty(),
+        "Redis entries holding the number: {cached:?}"
+    );
 
     // Every line is in once a request sent after all the others has been logged.
     let marker = format!("/after-everything-{}", uuid::Uuid::new_v4().simple());
