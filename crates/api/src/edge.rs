@@ -23,6 +23,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -35,6 +36,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
 use tower::ServiceExt;
 
 /// The limits of one listener.
@@ -133,9 +135,8 @@ async fn serve_connection(
     limits: EdgeLimits,
     mut stop_watch: watch::Receiver<bool>,
 ) {
-    let (in_flight, _) = watch::channel(0_usize);
-    let in_flight = Arc::new(in_flight);
-    let counted = Arc::clone(&in_flight);
+    let activity = Arc::new(Activity::new());
+    let counted = Arc::clone(&activity);
     let service = tower::service_fn(move |request: Request<Incoming>| {
         let request_in_flight = InFlight::start(&counted);
         let app = app.clone();
@@ -156,29 +157,31 @@ async fn serve_connection(
     tokio::select! {
         // A connection's own errors (a reset, a head that timed out) end only it.
         _ = connection.as_mut() => return,
-        () = idle_for(&in_flight, limits.header_read_timeout) => {}
+        () = idle_for(&activity, limits.header_read_timeout) => {}
         () = stopped(&mut stop_watch) => {}
     }
     connection.as_mut().graceful_shutdown();
     tokio::select! {
         _ = connection.as_mut() => {}
         // Requests in flight finish; a peer that then stalls the close is dropped.
-        () = idle_for(&in_flight, CLOSE_GRACE) => {}
+        () = idle_for(&activity, CLOSE_GRACE) => {}
     }
 }
 
 /// Resolves once no request has been in flight on the connection for `timeout` in a row.
-async fn idle_for(in_flight: &watch::Sender<usize>, timeout: Duration) {
-    let mut count = in_flight.subscribe();
+///
+/// It looks only when a deadline comes due, never at each request: a request costs the
+/// connection two atomic updates and no wake-up.
+async fn idle_for(activity: &Activity, timeout: Duration) {
     loop {
-        // The sender lives as long as this future's caller, so neither wait can fail.
-        let _ = count.wait_for(|requests| *requests == 0).await;
-        if tokio::time::timeout(timeout, count.changed())
-            .await
-            .is_err()
-        {
-            return;
-        }
+        let now = Instant::now();
+        let deadline = match activity.idle_since() {
+            // Busy: nothing can be due before a timeout from now.
+            None => now + timeout,
+            Some(since) if now >= since + timeout => return,
+            Some(since) => since + timeout,
+        };
+        tokio::time::sleep_until(deadline).await;
     }
 }
 
@@ -188,19 +191,50 @@ async fn stopped(stop_watch: &mut watch::Receiver<bool>) {
     let _ = stop_watch.wait_for(|stopping| *stopping).await;
 }
 
+/// What a connection's requests are doing: how many are in flight, and when the last one
+/// ended (or the connection opened), in milliseconds since it opened.
+struct Activity {
+    opened: Instant,
+    in_flight: AtomicUsize,
+    last_ended_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            opened: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_ended_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Since when nothing has been in flight; `None` while a request is.
+    fn idle_since(&self) -> Option<Instant> {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let ended = Duration::from_millis(self.last_ended_ms.load(Ordering::SeqCst));
+        Some(self.opened + ended)
+    }
+}
+
 /// One request in flight on a connection, counted until dropped.
-struct InFlight(Arc<watch::Sender<usize>>);
+struct InFlight(Arc<Activity>);
 
 impl InFlight {
-    fn start(count: &Arc<watch::Sender<usize>>) -> Self {
-        count.send_modify(|requests| *requests += 1);
-        Self(Arc::clone(count))
+    fn start(activity: &Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(activity))
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.send_modify(|requests| *requests -= 1);
+        let activity = &self.0;
+        // The time first: whoever sees the count reach zero sees when it did.
+        let ended = u64::try_from(activity.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        activity.last_ended_ms.fetch_max(ended, Ordering::SeqCst);
+        activity.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -220,14 +254,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_connection_is_idle_only_once_nothing_is_in_flight_for_the_whole_timeout() {
-        let (count, _) = watch::channel(0_usize);
-        let count = Arc::new(count);
+        let activity = Arc::new(Activity::new());
         let timeout = Duration::from_secs(10);
-        let request = InFlight::start(&count);
-        let started = tokio::time::Instant::now();
+        let request = InFlight::start(&activity);
+        let started = Instant::now();
         let idle = tokio::spawn({
-            let count = Arc::clone(&count);
-            async move { idle_for(&count, timeout).await }
+            let activity = Arc::clone(&activity);
+            async move { idle_for(&activity, timeout).await }
         });
         // A request in flight for 30 s keeps the connection busy throughout.
         tokio::time::sleep(Duration::from_secs(30)).await;
@@ -235,8 +268,16 @@ mod tests {
         drop(request);
         // A second request 5 s later starts the count again when it ends.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        drop(InFlight::start(&count));
+        drop(InFlight::start(&activity));
         idle.await.expect("idle");
         assert_eq!(started.elapsed(), Duration::from_secs(45));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_sends_a_request_is_idle_after_the_timeout() {
+        let activity = Activity::new();
+        let started = Instant::now();
+        idle_for(&activity, Duration::from_secs(10)).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
     }
 }
