@@ -729,7 +729,7 @@ setup_scenarios() {
     fi
     CACHE_KEY="replay-$RUN-cache"
     prepare_replay_key "$CACHE_KEY"
-    REDIS_REPLAY_KEY="$SVC_PREFIX:replay:{acme:charges.create.v1:$CACHE_KEY}"
+    REDIS_REPLAY_KEY="$SVC_PREFIX:replay:{acme:charges.create:$CACHE_KEY}"
     REDIS_BYTES="$(redis memory usage "$REDIS_REPLAY_KEY")"
     REDIS_VALUE_BYTES="$(redis strlen "$REDIS_REPLAY_KEY")"
 

@@ -18,8 +18,9 @@
 INSERT INTO idempotency_records
     (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point, locked_until,
      attempts, resource_id, processor_key, effect_id, response_status,
-     response_headers, response_body, created_at, expires_at, updated_at, request_body)
-SELECT 'acme', 'charges.create.v1', v.idem_key, sha256(convert_to(v.idem_key, 'UTF8')),
+     response_headers, response_body, response_schema_version, created_at, expires_at,
+     updated_at, request_body)
+SELECT 'acme', 'charges.create', v.idem_key, sha256(convert_to(v.idem_key, 'UTF8')),
        'completed', 'finished', NULL,
        1, v.resource_id, 'pay_' || replace(v.resource_id::text, '-', ''), v.processor_charge_id,
        201,
@@ -31,7 +32,7 @@ SELECT 'acme', 'charges.create.v1', v.idem_key, sha256(convert_to(v.idem_key, 'U
            || '"processor_charge_id":"' || v.processor_charge_id || '","created_at":"'
            || to_char(v.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}',
            'UTF8'),
-       v.created_at, v.created_at + interval '24 hours', v.created_at,
+       1, v.created_at, v.created_at + interval '24 hours', v.created_at,
        convert_to('{"amount":100,"currency":"usd","source":"tok_visa"}', 'UTF8')
 FROM generate_series(1, :rows) AS n,
      LATERAL (

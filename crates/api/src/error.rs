@@ -277,6 +277,7 @@ impl ApiError {
     /// The response as it is stored under an idempotency key (a decline or a refusal).
     pub fn to_stored_response(&self) -> StoredResponse {
         StoredResponse::new(
+            crate::operations::SCHEMA_VERSION,
             self.status().as_u16(),
             [("content-type", PROBLEM_JSON)],
             self.problem().to_json_bytes(),

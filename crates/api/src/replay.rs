@@ -4,7 +4,8 @@ use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use payments_idempotency::{REPLAYED_HEADERS, StoredResponse};
+use payments_idempotency::REPLAYED_HEADERS;
+use payments_idempotency::engine::Answer;
 
 use crate::ApiError;
 
@@ -15,6 +16,12 @@ pub(crate) const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idem
 /// key's retention, counted from the record's completion, as an HTTP date (RFC 9110).
 pub(crate) const IDEMPOTENCY_KEY_EXPIRES: HeaderName =
     HeaderName::from_static("idempotency-key-expires");
+
+/// The header that names the schema version of the operation that wrote the answer (fresh or
+/// replayed): in a fleet mid-deploy, a retry answered by another version says whose answer it
+/// carries.
+pub(crate) const IDEMPOTENT_SCHEMA_VERSION: HeaderName =
+    HeaderName::from_static("idempotent-schema-version");
 
 /// The statuses this service stores as final answers: 200 (an exception resolved), 201
 /// (created), 400 (a refusal that depends on state, such as `refund_amount_too_large`), 402 (a
@@ -35,11 +42,13 @@ pub(crate) fn http_date(at: DateTime<Utc>) -> String {
 /// Whatever the stored response came from, only a status of [`STORED_STATUSES`] and only the
 /// [`REPLAYED_HEADERS`] are sent: a stored `Set-Cookie`, `Content-Length` or status 101 could
 /// otherwise speak for the service.
-pub(crate) fn respond(
-    stored: StoredResponse,
-    replayed: bool,
-    expires_at: DateTime<Utc>,
-) -> Response {
+pub(crate) fn respond(answer: Answer) -> Response {
+    let Answer {
+        response: stored,
+        replayed,
+        written_by,
+        expires_at,
+    } = answer;
     let status = STORED_STATUSES
         .contains(&stored.status)
         .then(|| StatusCode::from_u16(stored.status).ok())
@@ -73,6 +82,10 @@ pub(crate) fn respond(
     if replayed {
         headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
+    headers.insert(
+        IDEMPOTENT_SCHEMA_VERSION,
+        HeaderValue::from(written_by.get()),
+    );
     if let Ok(value) = HeaderValue::try_from(http_date(expires_at)) {
         headers.insert(IDEMPOTENCY_KEY_EXPIRES, value);
     }
@@ -82,12 +95,23 @@ pub(crate) fn respond(
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
+    use payments_idempotency::{SchemaVersion, StoredResponse};
 
     use super::*;
+
+    fn replayed(response: StoredResponse) -> Answer {
+        Answer {
+            written_by: response.schema_version,
+            response,
+            replayed: true,
+            expires_at: Utc::now(),
+        }
+    }
 
     #[test]
     fn only_allow_listed_headers_and_stored_statuses_are_sent() {
         let forged = StoredResponse {
+            schema_version: SchemaVersion::new(3),
             status: 201,
             headers: vec![
                 ("content-type".into(), "application/json".into()),
@@ -97,20 +121,22 @@ mod tests {
             ],
             body: b"{}".to_vec(),
         };
-        let response = respond(forged, true, Utc::now());
+        let response = respond(replayed(forged));
         let names: Vec<&str> = response.headers().keys().map(|n| n.as_str()).collect();
         assert_eq!(
             names,
             [
                 "content-type",
                 "idempotent-replayed",
+                "idempotent-schema-version",
                 "idempotency-key-expires"
             ]
         );
+        assert_eq!(response.headers()["idempotent-schema-version"], "3");
         for status in [101, 204, 302, 500, 999] {
-            let stored = StoredResponse::new(status, [], Vec::new());
+            let stored = StoredResponse::new(SchemaVersion::new(1), status, [], Vec::new());
             assert_eq!(
-                respond(stored, true, Utc::now()).status(),
+                respond(replayed(stored)).status(),
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "status {status}"
             );

@@ -13,7 +13,9 @@ use payments_idempotency::engine::{
     Completion, EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner, Prepared,
     ProtocolError, Settled, fingerprint_of,
 };
-use payments_idempotency::{IdempotencyKey, IdempotencyPolicy, StoredResponse, canonical_json};
+use payments_idempotency::{
+    IdempotencyKey, IdempotencyPolicy, SchemaVersion, StoredResponse, canonical_json,
+};
 use serde_json::{Value, json};
 
 /// The effect port: an SMS gateway that, like a card processor, deduplicates by key.
@@ -44,7 +46,8 @@ impl Operation for SendMessage {
     type Plan = String;
     type Effect = String;
 
-    const NAME: &'static str = "messages.send.v1";
+    const FAMILY: &'static str = "messages.send";
+    const VERSION: SchemaVersion = SchemaVersion::new(1);
     const EFFECT: &'static str = "sms";
     const ROUTE: (&'static str, &'static str) = ("POST", "/messages");
 
@@ -82,7 +85,7 @@ impl Operation for SendMessage {
     }
 
     fn declined(&self, code: String, _: String) -> StoredResponse {
-        StoredResponse::new(402, [], code.into_bytes())
+        StoredResponse::new(Self::VERSION, 402, [], code.into_bytes())
     }
 
     /// The message's row and the completed record, in one step of the store.
@@ -94,6 +97,7 @@ impl Operation for SendMessage {
     ) -> Result<(Completion, StoredResponse), ProtocolError> {
         let body = json!({ "id": message_id, "status": "sent" }).to_string();
         let response = StoredResponse::new(
+            Self::VERSION,
             201,
             [("content-type", "application/json")],
             body.into_bytes(),

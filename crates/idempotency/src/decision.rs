@@ -100,6 +100,7 @@ mod tests {
 
     fn response() -> StoredResponse {
         StoredResponse::new(
+            crate::SchemaVersion::new(1),
             201,
             [("content-type", "application/json")],
             b"{\"id\":1}".to_vec(),
@@ -114,7 +115,7 @@ mod tests {
         IdempotencyRecord {
             scope: Scope {
                 tenant: "acme".into(),
-                operation: "charges.create.v1".into(),
+                operation: "charges.create".into(),
             },
             key: IdempotencyKey::parse("k1").unwrap_or_else(|e| panic!("{e}")),
             fingerprint: fingerprint(100),

@@ -23,7 +23,7 @@ pub use fingerprint::{Fingerprint, FingerprintError, canonical_json};
 pub use key::{IdempotencyKey, KeyError};
 pub use policy::{IdempotencyPolicy, PolicyError};
 pub use record::{
-    Attempt, IdempotencyRecord, REPLAYED_HEADERS, RecordState, RecoveryPoint, Scope,
+    Attempt, IdempotencyRecord, REPLAYED_HEADERS, RecordState, RecoveryPoint, SchemaVersion, Scope,
     StoredResponse, UnknownValue,
 };
 pub use retry_after::RecentDurations;

@@ -12,9 +12,40 @@ use crate::{Fingerprint, IdempotencyKey};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Scope {
     pub tenant: String,
-    /// The operation and its response schema version, e.g. `charges.create.v1`
-    /// ([`engine::Operation::NAME`](crate::engine::Operation::NAME)).
+    /// The operation's family, without its schema version (`charges.create`,
+    /// [`engine::Operation::FAMILY`](crate::engine::Operation::FAMILY)): every version of an
+    /// operation shares its keys, so whether the effect already happened never depends on the
+    /// build that answers.
     pub operation: String,
+}
+
+/// The version of an operation's schema (the shape of its answers), counting from 1. It is
+/// kept with every stored response and decides how a replay is rendered, never whether the
+/// effect already happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SchemaVersion(u32);
+
+impl SchemaVersion {
+    /// Version `version`; 0 is no version (a compile-time error in a `const`).
+    pub const fn new(version: u32) -> Self {
+        assert!(version >= 1, "schema versions count from 1");
+        Self(version)
+    }
+
+    /// Version `version` as read back from a store: `None` for 0.
+    pub fn from_stored(version: u32) -> Option<Self> {
+        (version >= 1).then_some(Self(version))
+    }
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl fmt::Display for SchemaVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
 }
 
 /// The record's lifecycle state.
@@ -90,6 +121,8 @@ pub const REPLAYED_HEADERS: [&str; 2] = ["content-type", "location"];
 /// A response as it is stored and replayed: plain data, no framework types.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredResponse {
+    /// The schema version of the operation that wrote it: the shape of its body.
+    pub schema_version: SchemaVersion,
     pub status: u16,
     /// Allow-listed headers only, names in lower case.
     pub headers: Vec<(String, String)>,
@@ -104,8 +137,10 @@ impl StoredResponse {
         matches!(status, 200..=299 | 400..=499)
     }
 
-    /// Keeps only the [`REPLAYED_HEADERS`] of `headers`.
+    /// A response of schema version `schema_version`, keeping only the [`REPLAYED_HEADERS`] of
+    /// `headers`.
     pub fn new<'a>(
+        schema_version: SchemaVersion,
         status: u16,
         headers: impl IntoIterator<Item = (&'a str, &'a str)>,
         body: Vec<u8>,
@@ -116,6 +151,7 @@ impl StoredResponse {
             .filter(|(name, _)| REPLAYED_HEADERS.contains(&name.as_str()))
             .collect();
         Self {
+            schema_version,
             status,
             headers,
             body,
@@ -193,6 +229,7 @@ mod tests {
     #[test]
     fn only_allow_listed_headers_are_stored() {
         let stored = StoredResponse::new(
+            SchemaVersion::new(1),
             201,
             [
                 ("Content-Type", "application/json"),

@@ -1,6 +1,7 @@
 //! The engine under every interleaving a seed can draw: client attempts of one request under
 //! one key, duplicates among them, and the completer, polled in a random order one port call
-//! at a time, with attempts crashed (their future dropped) at any await point, the clock moved
+//! at a time, each run by one of two builds of a fleet mid-deploy (schema versions 1 and 2 of
+//! the operation, over one store and one cache), with attempts crashed (their future dropped) at any await point, the clock moved
 //! past their locks, and a processor that declines, times out before or after making the
 //! effect, or cannot be reached, and a record store and cache whose calls fail now and then
 //! (before they do anything, or after they did it all and the answer was lost). After each
@@ -9,7 +10,8 @@
 //! are checked:
 //! - at most one effect is made for the request, whatever its generations;
 //! - every effect made has exactly one row, and every row is an effect made;
-//! - every final answer a client received is the stored response, byte for byte;
+//! - every final answer a client received is the stored response, byte for byte, and names
+//!   the version that wrote it, whichever version answered;
 //! - a failed record's effect key is tombstoned at the processor;
 //! - nothing a generation held outlives its record's end.
 //!
@@ -32,8 +34,8 @@ use payments_idempotency::engine::{
     ResponseCache, Settled, StoreFailure, fingerprint_of, scope_of,
 };
 use payments_idempotency::{
-    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState, Scope,
-    StoredResponse, canonical_json,
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState, SchemaVersion,
+    Scope, StoredResponse, canonical_json,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -473,21 +475,30 @@ impl ResponseCache for FlakyCache {
     }
 }
 
-/// A payment of an amount: it holds something for its generation when prepared (as a
-/// refund reserves its amount), and its finish writes the effect's row with the record.
+/// A payment of an amount, in schema version `VERSION`, whose answers name their version: it
+/// holds something for its generation when prepared (as a refund reserves its amount), and
+/// its finish writes the effect's row with the record. `SCOPED_BY_VERSION` is the identity
+/// before versions left it (`payments.create.v1`), for the test that shows the checks catch it.
 #[derive(Debug)]
-struct Pay {
+struct Pay<const VERSION: u32, const SCOPED_BY_VERSION: bool> {
     records: Arc<FlakyRecords>,
     processor: Arc<FakeProcessor>,
 }
 
 #[async_trait]
-impl Operation for Pay {
+impl<const VERSION: u32, const SCOPED_BY_VERSION: bool> Operation
+    for Pay<VERSION, SCOPED_BY_VERSION>
+{
     type Request = u64;
     type Plan = u64;
     type Effect = Payment;
 
-    const NAME: &'static str = "payments.create.v1";
+    const FAMILY: &'static str = match (SCOPED_BY_VERSION, VERSION) {
+        (false, _) => "payments.create",
+        (true, 1) => "payments.create.v1",
+        (true, _) => "payments.create.v2",
+    };
+    const VERSION: SchemaVersion = SchemaVersion::new(VERSION);
     const EFFECT: &'static str = "pay";
     const ROUTE: (&'static str, &'static str) = ("POST", "/payments");
 
@@ -526,8 +537,11 @@ impl Operation for Pay {
     }
 
     fn declined(&self, code: String, _message: String) -> StoredResponse {
-        let body = json!({ "code": code }).to_string().into_bytes();
-        StoredResponse::new(402, [("content-type", "application/json")], body)
+        let body = json!({ "code": code, "version": VERSION })
+            .to_string()
+            .into_bytes();
+        let headers = [("content-type", "application/json")];
+        StoredResponse::new(Self::VERSION, 402, headers, body)
     }
 
     async fn finish(
@@ -536,8 +550,10 @@ impl Operation for Pay {
         _amount: &u64,
         effect_id: String,
     ) -> Result<(Completion, StoredResponse), ProtocolError> {
-        let body = json!({ "id": owner.fence.resource_id.to_string(), "effect": effect_id });
+        let id = owner.fence.resource_id.to_string();
+        let body = json!({ "id": id, "effect": effect_id, "version": VERSION });
         let response = StoredResponse::new(
+            Self::VERSION,
             201,
             [("content-type", "application/json")],
             body.to_string().into_bytes(),
@@ -567,10 +583,20 @@ fn run_to_end<T>(mut future: Pin<Box<dyn Future<Output = T> + '_>>) -> T {
 struct Breakage {
     store_without_fence: bool,
     cancel_without_tombstone: bool,
+    keys_scoped_by_version: bool,
 }
 
 /// One schedule from `seed`: `Err` names the guarantee it broke, with the steps taken.
 fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
+    if breakage.keys_scoped_by_version {
+        schedule_of::<true>(seed, breakage)
+    } else {
+        schedule_of::<false>(seed, breakage)
+    }
+}
+
+/// [`schedule`], with the operation's keys scoped by its version or not.
+fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> Result<(), String> {
     let mut rng = Rng(seed);
     let start = Utc::now();
     let policy = IdempotencyPolicy {
@@ -590,37 +616,52 @@ fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
         rng.next(),
         !breakage.cancel_without_tombstone,
     ));
-    let pay = Arc::new(Idempotent::new(Pay {
+    // Two builds of a fleet mid-deploy: each instance's engine knows its own version.
+    let pay_v1 = Arc::new(Idempotent::new(Pay::<1, SCOPED_BY_VERSION> {
         records: Arc::clone(&flaky),
         processor: Arc::clone(&processor),
     }));
-    let mut engine = Engine::new(Arc::clone(&flaky) as _).with_operation(Arc::clone(&pay));
+    let pay_v2 = Arc::new(Idempotent::new(Pay::<2, SCOPED_BY_VERSION> {
+        records: Arc::clone(&flaky),
+        processor: Arc::clone(&processor),
+    }));
+    let mut engine_v1 = Engine::new(Arc::clone(&flaky) as _).with_operation(Arc::clone(&pay_v1));
+    let mut engine_v2 = Engine::new(Arc::clone(&flaky) as _).with_operation(Arc::clone(&pay_v2));
     let cache = Arc::new(FlakyCache {
         cache: MemoryCache::default(),
         faults: Faults::new(rng.next(), 10),
     });
     if rng.chance(50) {
-        engine = engine.with_cache(Arc::clone(&cache) as _);
+        engine_v1 = engine_v1.with_cache(Arc::clone(&cache) as _);
+        engine_v2 = engine_v2.with_cache(Arc::clone(&cache) as _);
     }
     let body = json!({ "amount": 500 });
     let key = IdempotencyKey::parse("order-1").map_err(|e| e.to_string())?;
     let attempt = || KeyedRequest {
         tenant: "acme".into(),
         key: key.clone(),
-        fingerprint: fingerprint_of::<Pay>(&body),
+        fingerprint: fingerprint_of::<Pay<1, SCOPED_BY_VERSION>>(&body),
         canonical_body: canonical_json(&body).into_bytes(),
         request: 500,
         wait: None,
     };
-    let client = || -> Step<'_> { Box::pin(async { Some(engine.run(&pay, attempt()).await) }) };
-    let completer = || -> Step<'_> {
-        Box::pin(async {
+    let client = |version: u32| -> Step<'_> {
+        if version == 1 {
+            Box::pin(async { Some(engine_v1.run(&pay_v1, attempt()).await) })
+        } else {
+            Box::pin(async { Some(engine_v2.run(&pay_v2, attempt()).await) })
+        }
+    };
+    let completer = |version: u32| -> Step<'_> {
+        let engine = if version == 1 { &engine_v1 } else { &engine_v2 };
+        Box::pin(async move {
             if let Ok(Some(record)) = engine.take_over_abandoned(SETTLE_AFTER).await {
                 let _ = engine.settle_abandoned(&record).await;
             }
             None
         })
     };
+    let engines = [&engine_v1, &engine_v2];
 
     let mut trace = Vec::new();
     let mut answers = Vec::new();
@@ -631,13 +672,16 @@ fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
         match rng.below(100) {
             0..=9 if clients < 4 => {
                 clients += 1;
-                live.push((format!("client {clients}"), client()));
-                trace.push(format!("start client {clients}"));
+                let version = 1 + rng.below(2) as u32;
+                live.push((format!("client {clients} (v{version})"), client(version)));
+                trace.push(format!("start client {clients} on v{version}"));
             }
             10..=15 if completers < 3 => {
                 completers += 1;
-                live.push((format!("completer {completers}"), completer()));
-                trace.push(format!("start completer {completers}"));
+                let version = 1 + rng.below(2) as u32;
+                let name = format!("completer {completers} (v{version})");
+                live.push((name, completer(version)));
+                trace.push(format!("start completer {completers} on v{version}"));
             }
             16..=20 => {
                 records.advance(LOCK + SETTLE_AFTER + Duration::from_secs(1));
@@ -669,8 +713,9 @@ fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
     *processor.reliable.lock().unwrap_or_else(|p| p.into_inner()) = true;
     flaky.faults.off();
     cache.faults.off();
-    for _ in 0..4 {
+    for round in 0..4 {
         records.advance(LOCK + SETTLE_AFTER + Duration::from_secs(1));
+        let engine = engines[round % 2];
         while run_to_end(Box::pin(engine.take_over_abandoned(SETTLE_AFTER)))
             .map_err(|e| e.to_string())?
             .is_some_and(|record| {
@@ -679,9 +724,11 @@ fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
             })
         {}
     }
-    let last = run_to_end(client());
-    trace.push(format!("the last retry: {}", describe(&last)));
-    answers.extend(last);
+    for version in [1, 2] {
+        let last = run_to_end(client(version));
+        trace.push(format!("the last retry on v{version}: {}", describe(&last)));
+        answers.extend(last);
+    }
 
     check(&records, &processor, &answers).map_err(|broken| {
         format!(
@@ -696,10 +743,11 @@ fn describe(answer: &Option<Result<Answer, ProtocolError>>) -> String {
     match answer {
         None => "settled one record, or none".into(),
         Some(Ok(answer)) => format!(
-            "{} {}{}",
+            "{} {}{}, written by v{}",
             answer.response.status,
             String::from_utf8_lossy(&answer.response.body),
-            if answer.replayed { " (replayed)" } else { "" }
+            if answer.replayed { " (replayed)" } else { "" },
+            answer.written_by
         ),
         Some(Err(error)) => format!("error: {error}"),
     }
@@ -714,12 +762,12 @@ fn check(
     let state = processor.state();
     let rows = records.rows();
     let all = records.records();
-    let [record] = all.as_slice() else {
-        return Err(format!("one record expected, found {}", all.len()));
-    };
     if state.made.len() > 1 {
         return Err(format!("more than one effect made: {:?}", state.made));
     }
+    let [record] = all.as_slice() else {
+        return Err(format!("one record expected, found {}", all.len()));
+    };
     for payment in &state.made {
         let recorded = rows
             .iter()
@@ -747,7 +795,7 @@ fn check(
         return Err("the completed record has no row of its effect".into());
     }
     for answer in answers.iter().flatten() {
-        if answer.response != *stored {
+        if answer.response != *stored || answer.written_by != stored.schema_version {
             return Err(format!(
                 "a client received {} {}, the record holds {} {}",
                 answer.response.status,
@@ -832,10 +880,22 @@ fn the_checks_catch_a_settle_that_fails_a_record_without_a_tombstone() {
     });
 }
 
-/// Operations are found by name through the engine's one registry: a registered name gives its
-/// scope, any other none, so a caller never compares operation names itself.
+/// Nor are they if the operation's keys were scoped by its schema version, as they once were:
+/// a retry answered by the other build of the fleet is then a new record, and its effect a
+/// second one.
 #[test]
-fn the_registry_finds_an_operation_by_its_name_and_by_no_other() {
+fn the_checks_catch_keys_scoped_by_the_schema_version() {
+    assert_caught(Breakage {
+        keys_scoped_by_version: true,
+        ..Breakage::default()
+    });
+}
+
+/// Operations are found by family through the engine's one registry: a registered family
+/// gives its scope, whatever the version, any other none, so a caller never compares
+/// operation names itself.
+#[test]
+fn the_registry_finds_an_operation_by_its_family_and_by_no_other() {
     let records = Arc::new(FlakyRecords {
         records: Arc::new(MemoryRecords::new(
             IdempotencyPolicy {
@@ -846,14 +906,15 @@ fn the_registry_finds_an_operation_by_its_name_and_by_no_other() {
         )),
         faults: Faults::new(1, 0),
     });
-    let pay = Arc::new(Idempotent::new(Pay {
+    let pay = Arc::new(Idempotent::new(Pay::<1, false> {
         records: Arc::clone(&records),
         processor: Arc::new(FakeProcessor::new(1, true)),
     }));
     let engine = Engine::new(records as _).with_operation(pay);
 
-    assert_eq!(engine.operation_names(), [Pay::NAME]);
-    let scope = engine.scope_named(Pay::NAME, "acme");
-    assert_eq!(scope, Some(scope_of::<Pay>("acme")));
-    assert_eq!(engine.scope_named("refunds.create.v1", "acme"), None);
+    assert_eq!(engine.operation_names(), [Pay::<1, false>::FAMILY]);
+    let scope = engine.scope_named(Pay::<1, false>::FAMILY, "acme");
+    assert_eq!(scope, Some(scope_of::<Pay<1, false>>("acme")));
+    assert_eq!(scope, Some(scope_of::<Pay<2, false>>("acme")));
+    assert_eq!(engine.scope_named("refunds.create", "acme"), None);
 }

@@ -129,7 +129,7 @@ pub(crate) fn replace<'a, DB: Dialect>(
         .value(generation.processor_key.as_str())
         .push(
             ", effect_id = NULL, response_status = NULL, response_headers = NULL,
-             response_body = NULL, created_at = ",
+             response_body = NULL, response_schema_version = NULL, created_at = ",
         )
         .push(DB::NOW)
         .push(", expires_at = ");

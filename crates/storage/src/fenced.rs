@@ -149,6 +149,8 @@ fn push_completed<'a, DB: Dialect>(
     .value(headers_to_json(&response.headers))
     .push(", response_body = ")
     .value(response.body.as_slice())
+    .push(", response_schema_version = ")
+    .value(i64::from(response.schema_version.get()))
     .push(", expires_at = ");
     DB::push_now_plus(sql, ttl);
     Ok(())
@@ -187,7 +189,7 @@ mod tests {
     fn scope(tenant: &str) -> Scope {
         Scope {
             tenant: tenant.into(),
-            operation: "charges.create.v1".into(),
+            operation: "charges.create".into(),
         }
     }
 
@@ -203,7 +205,13 @@ mod tests {
     }
 
     fn response(body: &[u8]) -> StoredResponse {
-        StoredResponse::new(201, [("content-type", "application/json")], body.to_vec())
+        let version = payments_idempotency::SchemaVersion::new(1);
+        StoredResponse::new(
+            version,
+            201,
+            [("content-type", "application/json")],
+            body.to_vec(),
+        )
     }
 
     /// Every statement of a backend, for two different sets of values.

@@ -4,15 +4,16 @@
 //! Redis is not trusted. Anyone who can write to it could otherwise plant an answer for any
 //! key, a made-up success for a charge that never happened included. So every entry carries an
 //! HMAC-SHA256, under a secret that never goes to Redis, over where it belongs (the prefix, the
-//! tenant, the operation and the key) and over everything it says (the record's generation,
-//! the fingerprint, the expiry, the status, the headers and the body). An entry that fails the
+//! tenant, the operation's family and the key: the record's identity, whichever schema version
+//! answers) and over everything it says (the record's generation, the fingerprint, the expiry,
+//! the status, the schema version that wrote it, the headers and the body). An entry that fails the
 //! check, or that does not parse, is a miss, and the request goes on to the database.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use hmac::{Hmac, Mac};
 use payments_idempotency::engine::{CacheFailure, CacheRead, CachedReplay, ResponseCache};
-use payments_idempotency::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use payments_idempotency::{Fingerprint, IdempotencyKey, SchemaVersion, Scope, StoredResponse};
 use sha2::Sha256;
 use uuid::Uuid;
 
@@ -203,15 +204,16 @@ impl ResponseCache for ReplayCache {
     }
 }
 
-// Layout, version 3: [3][generation: 16][fingerprint: 32][expires_at: i64 BE, ms since the
-// epoch][status: u16 BE][headers length: u32 BE][headers JSON][body][HMAC-SHA256: 32]. Binary
-// rather than JSON so the body is stored as the exact bytes that were sent. An entry of
-// another version is a miss (version 2 had no MAC).
-const VERSION: u8 = 3;
-const FIXED: usize = 16 + 32 + 8 + 2 + 4;
+// Layout, version 4: [4][generation: 16][fingerprint: 32][expires_at: i64 BE, ms since the
+// epoch][status: u16 BE][schema version: u32 BE][headers length: u32 BE][headers JSON][body]
+// [HMAC-SHA256: 32]. Binary rather than JSON so the body is stored as the exact bytes that
+// were sent. An entry of another version is a miss (version 2 had no MAC; version 3 was keyed
+// by the operation with its schema version, and did not say which version wrote it).
+const VERSION: u8 = 4;
+const FIXED: usize = 16 + 32 + 8 + 2 + 4 + 4;
 const MAC_LEN: usize = 32;
 /// Names what the MAC is for, so the same secret can never authenticate anything else.
-const MAC_CONTEXT: &str = "payments replay cache v3";
+const MAC_CONTEXT: &str = "payments replay cache v4";
 
 fn encode(entry: &CachedReplay) -> Vec<u8> {
     let response = &entry.response;
@@ -222,6 +224,7 @@ fn encode(entry: &CachedReplay) -> Vec<u8> {
     out.extend_from_slice(entry.fingerprint.as_bytes());
     out.extend_from_slice(&entry.expires_at.timestamp_millis().to_be_bytes());
     out.extend_from_slice(&response.status.to_be_bytes());
+    out.extend_from_slice(&response.schema_version.get().to_be_bytes());
     out.extend_from_slice(&u32::try_from(headers.len()).unwrap_or(0).to_be_bytes());
     out.extend_from_slice(&headers);
     out.extend_from_slice(&response.body);
@@ -238,7 +241,9 @@ fn decode(content: &[u8]) -> Option<CachedReplay> {
     let expires_at =
         DateTime::from_timestamp_millis(i64::from_be_bytes(rest.get(48..56)?.try_into().ok()?))?;
     let status = u16::from_be_bytes(rest.get(56..58)?.try_into().ok()?);
-    let headers_len = u32::from_be_bytes(rest.get(58..62)?.try_into().ok()?) as usize;
+    let schema_version =
+        SchemaVersion::from_stored(u32::from_be_bytes(rest.get(58..62)?.try_into().ok()?))?;
+    let headers_len = u32::from_be_bytes(rest.get(62..66)?.try_into().ok()?) as usize;
     let rest = rest.get(FIXED..)?;
     let headers: Vec<(String, String)> = serde_json::from_slice(rest.get(..headers_len)?).ok()?;
     let body = rest.get(headers_len..)?.to_vec();
@@ -246,6 +251,7 @@ fn decode(content: &[u8]) -> Option<CachedReplay> {
         return None;
     }
     let response = StoredResponse::new(
+        schema_version,
         status,
         headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
         body,
@@ -274,7 +280,7 @@ mod tests {
     fn scope(tenant: &str) -> Scope {
         Scope {
             tenant: tenant.into(),
-            operation: "charges.create.v1".into(),
+            operation: "charges.create".into(),
         }
     }
 
@@ -287,6 +293,7 @@ mod tests {
             generation: Uuid::from_u128(7),
             fingerprint: Fingerprint::of_json_request("POST", "/charges", &json!({"amount": 1})),
             response: StoredResponse::new(
+                SchemaVersion::new(2),
                 201,
                 [
                     ("content-type", "application/json"),
@@ -325,7 +332,7 @@ mod tests {
             Err(Rejection::Mac)
         );
         let mut refunds = scope("acme");
-        refunds.operation = "refunds.create.v1".into();
+        refunds.operation = "refunds.create".into();
         assert_eq!(
             cache.open(&refunds, &key("k"), &sealed),
             Err(Rejection::Mac)
@@ -356,9 +363,11 @@ mod tests {
         assert_eq!(open(&sealed[..20]), Err(Rejection::Format));
         assert_eq!(open(b"{\"status\":201}"), Err(Rejection::Format));
         assert_eq!(open(&[]), Err(Rejection::Format));
-        let mut version_2 = sealed.clone();
-        version_2[0] = 2;
-        assert_eq!(open(&version_2), Err(Rejection::Format));
+        for older in [2, 3] {
+            let mut older_format = sealed.clone();
+            older_format[0] = older;
+            assert_eq!(open(&older_format), Err(Rejection::Format));
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use payments_domain::{
     TenantId,
 };
 use payments_idempotency::{
-    Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse,
+    Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, SchemaVersion, Scope, StoredResponse,
 };
 use uuid::Uuid;
 
@@ -35,6 +35,7 @@ pub(crate) struct RecordRow {
     pub response_status: Option<i16>,
     pub response_headers: Option<serde_json::Value>,
     pub response_body: Option<Vec<u8>>,
+    pub response_schema_version: Option<i32>,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
 }
@@ -43,6 +44,7 @@ impl RecordRow {
     pub(crate) fn into_record(self) -> Result<IdempotencyRecord, StoreError> {
         let response = match (self.response_status, self.response_body) {
             (Some(status), Some(body)) => Some(StoredResponse {
+                schema_version: schema_version(self.response_schema_version)?,
                 status: u16::try_from(status).map_err(|_| corrupt("response_status", status))?,
                 headers: headers_from_json(self.response_headers)?,
                 body,
@@ -76,6 +78,14 @@ impl RecordRow {
             expires_at: self.expires_at,
         })
     }
+}
+
+/// A stored response's schema version: present, and at least 1.
+fn schema_version(stored: Option<i32>) -> Result<SchemaVersion, StoreError> {
+    stored
+        .and_then(|version| u32::try_from(version).ok())
+        .and_then(SchemaVersion::from_stored)
+        .ok_or_else(|| corrupt("response_schema_version", stored))
 }
 
 /// Headers are stored as a JSON array of `[name, value]` pairs, keeping their order.

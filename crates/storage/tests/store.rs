@@ -13,7 +13,8 @@ use payments_domain::{
 };
 use payments_idempotency::engine::{Claim, Claimed, Completion, Fence, Finish, Owner, Unmade};
 use payments_idempotency::{
-    Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, Scope, StoredResponse,
+    Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, SchemaVersion, Scope,
+    StoredResponse,
 };
 use payments_storage::{
     Backend, Database, EventPruning, ListEvents, PoolSettings, RefundRefusal, Reservation, Store,
@@ -23,8 +24,8 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Connection, PgConnection};
 
 /// The operation names the service's charges and refunds are stored under.
-const CHARGES_CREATE_V1: &str = "charges.create.v1";
-const REFUNDS_CREATE_V1: &str = "refunds.create.v1";
+const CHARGES_CREATE: &str = "charges.create";
+const REFUNDS_CREATE: &str = "refunds.create";
 
 /// Runs each named test once per backend: `postgres::<name>` and `sqlite::<name>`.
 macro_rules! on_every_backend {
@@ -202,7 +203,7 @@ impl TestDb {
 fn scope() -> Scope {
     Scope {
         tenant: "acme".into(),
-        operation: CHARGES_CREATE_V1.into(),
+        operation: CHARGES_CREATE.into(),
     }
 }
 
@@ -236,6 +237,7 @@ fn charge_for(claimed: &Claimed) -> Charge {
 
 fn response(body: &str) -> StoredResponse {
     StoredResponse::new(
+        SchemaVersion::new(1),
         201,
         [("content-type", "application/json")],
         body.as_bytes().to_vec(),
@@ -602,7 +604,7 @@ async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_ch
         Completion::Fenced
     );
     // Nor completed with an answer that made nothing: its effect must reach the ledger.
-    let declined = StoredResponse::new(402, [], b"declined".to_vec());
+    let declined = StoredResponse::new(SchemaVersion::new(1), 402, [], b"declined".to_vec());
     assert_eq!(
         db.store
             .complete_without_effect(Owner::new(&s, &k, claimed.fence()), &declined)
@@ -675,7 +677,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backen
             .await
             .expect("claim"),
     );
-    let declined = StoredResponse::new(402, [], b"declined".to_vec());
+    let declined = StoredResponse::new(SchemaVersion::new(1), 402, [], b"declined".to_vec());
     db.store
         .complete_without_effect(Owner::new(&scope(), &key("k"), first.fence()), &declined)
         .await
@@ -742,11 +744,11 @@ async fn keys_are_scoped_by_tenant_and_operation(backend: Backend) {
     let db = test_db(backend).await;
     let other_tenant = Scope {
         tenant: "globex".into(),
-        operation: CHARGES_CREATE_V1.into(),
+        operation: CHARGES_CREATE.into(),
     };
     let other_operation = Scope {
         tenant: "acme".into(),
-        operation: "charges.create.v2".into(),
+        operation: REFUNDS_CREATE.into(),
     };
     for scope in [scope(), other_tenant, other_operation] {
         let claim = db
@@ -1042,7 +1044,7 @@ async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) 
 fn refund_scope() -> Scope {
     Scope {
         tenant: "acme".into(),
-        operation: REFUNDS_CREATE_V1.into(),
+        operation: REFUNDS_CREATE.into(),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `charges.create.v1`: charge a card. The request is [`ChargeRequest`], the effect a
+//! `charges.create`: charge a card. The request is [`ChargeRequest`], the effect a
 //! [`ProcessorCharge`], and the finish writes the charge, its balanced ledger transaction and
 //! its `payment.completed` event with the completed record.
 
@@ -8,13 +8,13 @@ use payments_domain::{
     Charge, ChargeId, ChargeRequest, ProcessorCharge, ProcessorChargeRequest, ProcessorMetadata,
     TenantId,
 };
-use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
     Completion, EffectError, Operation, Owner, Prepared, ProtocolError, Settled,
 };
+use payments_idempotency::{SchemaVersion, StoredResponse};
 use payments_storage::StoreError;
 
-use super::{Ports, created, effect_error, settled};
+use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::failpoint::{self, Failure};
 use crate::views::{ChargeView, CreateChargeBody};
 use crate::{ApiError, Decline};
@@ -40,7 +40,8 @@ impl Operation for CreateCharge {
     type Plan = PlannedCharge;
     type Effect = ProcessorCharge;
 
-    const NAME: &'static str = "charges.create.v1";
+    const FAMILY: &'static str = "charges.create";
+    const VERSION: SchemaVersion = SCHEMA_VERSION;
     const EFFECT: &'static str = "charge";
     const ROUTE: (&'static str, &'static str) = ("POST", "/charges");
 

@@ -11,10 +11,21 @@ use std::sync::Arc;
 use payments_domain::{
     CancelOutcome, CardProcessor, PayoutProcessor, ProcessorError, SettlementReport,
 };
-use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{EffectError, ProtocolError, Settled};
+use payments_idempotency::{SchemaVersion, StoredResponse};
 use payments_storage::Store;
 use serde::Serialize;
+
+/// The schema version every operation of this build answers in (its [`Operation::VERSION`]).
+/// The `next-version` build is one up, with the same shapes: it is the other half of a fleet
+/// mid-deploy in the rolling-deploy tests, and changes nothing else.
+///
+/// [`Operation::VERSION`]: payments_idempotency::engine::Operation::VERSION
+pub(crate) const SCHEMA_VERSION: SchemaVersion = if cfg!(feature = "next-version") {
+    SchemaVersion::new(2)
+} else {
+    SchemaVersion::new(1)
+};
 
 /// The processor of this service: it charges and refunds cards, pays out, and reports what it
 /// made each day.
@@ -59,7 +70,7 @@ fn stored_json<V: Serialize>(
     let body = serde_json::to_vec(view).map_err(|e| ProtocolError::Internal(e.into()))?;
     let location = location.map(|location| ("location", location));
     let headers = std::iter::once(("content-type", "application/json")).chain(location);
-    Ok(StoredResponse::new(status, headers, body))
+    Ok(StoredResponse::new(SCHEMA_VERSION, status, headers, body))
 }
 
 /// The processor's refusal or silence, as the engine tells them apart.

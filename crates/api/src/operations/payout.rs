@@ -1,4 +1,4 @@
-//! `payouts.create.v1`: pay part of the tenant's balance out to one of its bank accounts. The
+//! `payouts.create`: pay part of the tenant's balance out to one of its bank accounts. The
 //! request is a [`PayoutRequest`]; [`prepare`](Operation::prepare) reserves its amount on the
 //! tenant's balance, so payouts and refunds under different keys never take it below zero
 //! together; the effect is a [`ProcessorPayout`]; the finish writes the paid payout, its ledger
@@ -10,15 +10,15 @@ use async_trait::async_trait;
 use payments_domain::{
     Payout, PayoutRequest, ProcessorMetadata, ProcessorPayout, ProcessorPayoutRequest,
 };
-use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
     Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
     Settled, Unmade,
 };
+use payments_idempotency::{SchemaVersion, StoredResponse};
 use payments_storage::PayoutReservation;
 
 use super::charge::now_to_the_microsecond;
-use super::{Ports, created, effect_error, settled};
+use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::views::{CreatePayoutBody, PayoutView};
 use crate::{ApiError, Decline};
 
@@ -34,7 +34,8 @@ impl Operation for CreatePayout {
     type Plan = Payout;
     type Effect = ProcessorPayout;
 
-    const NAME: &'static str = "payouts.create.v1";
+    const FAMILY: &'static str = "payouts.create";
+    const VERSION: SchemaVersion = SCHEMA_VERSION;
     const EFFECT: &'static str = "payout";
     const ROUTE: (&'static str, &'static str) = ("POST", "/payouts");
 

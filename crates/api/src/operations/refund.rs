@@ -1,4 +1,4 @@
-//! `refunds.create.v1`: refund part or all of a charge. The request is a [`RefundRequest`];
+//! `refunds.create`: refund part or all of a charge. The request is a [`RefundRequest`];
 //! [`prepare`](Operation::prepare) reserves its amount on the charge, so refunds of one charge
 //! under different keys never exceed it together; the effect is a [`ProcessorRefund`]; the
 //! finish writes the succeeded refund, the charge's refunded amount, the reversing ledger
@@ -10,15 +10,15 @@ use async_trait::async_trait;
 use payments_domain::{
     ProcessorMetadata, ProcessorRefund, ProcessorRefundRequest, Refund, RefundRequest,
 };
-use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{
     Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
     Settled, Unmade,
 };
+use payments_idempotency::{SchemaVersion, StoredResponse};
 use payments_storage::{RefundRefusal, Reservation};
 
 use super::charge::now_to_the_microsecond;
-use super::{Ports, created, effect_error, settled};
+use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::views::{CreateRefundBody, RefundView};
 use crate::{ApiError, Decline};
 
@@ -42,7 +42,8 @@ impl Operation for CreateRefund {
     type Plan = ReservedRefund;
     type Effect = ProcessorRefund;
 
-    const NAME: &'static str = "refunds.create.v1";
+    const FAMILY: &'static str = "refunds.create";
+    const VERSION: SchemaVersion = SCHEMA_VERSION;
     const EFFECT: &'static str = "refund";
     const ROUTE: (&'static str, &'static str) = ("POST", "/charges/{id}/refunds");
 

@@ -1,4 +1,4 @@
-//! `exceptions.resolve.v1`: an operator resolves a reconciliation exception. The request is a
+//! `exceptions.resolve`: an operator resolves a reconciliation exception. The request is a
 //! [`ResolutionRequest`]; [`prepare`](Operation::prepare) holds the exception for the record's
 //! generation, so resolutions under other keys change nothing; the effect is the action's at
 //! the processor:
@@ -27,14 +27,14 @@ use payments_idempotency::engine::{
     Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
     Settled, Unmade,
 };
-use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
+use payments_idempotency::{IdempotencyKey, SchemaVersion, Scope, StoredResponse};
 use payments_storage::{
     ExceptionHold, ExceptionStatus, HeldEnd, NewResolution, Posting, ReconciliationException,
     Resolution,
 };
 
 use super::charge::now_to_the_microsecond;
-use super::{Ports, effect_error, ok, settled};
+use super::{Ports, SCHEMA_VERSION, effect_error, ok, settled};
 use crate::views::{ExceptionView, ResolveBody};
 use crate::{ApiError, Decline};
 
@@ -83,7 +83,8 @@ impl Operation for ResolveException {
     type Plan = PlannedResolution;
     type Effect = ResolutionEffect;
 
-    const NAME: &'static str = "exceptions.resolve.v1";
+    const FAMILY: &'static str = "exceptions.resolve";
+    const VERSION: SchemaVersion = SCHEMA_VERSION;
     const EFFECT: &'static str = "resolution";
     const ROUTE: (&'static str, &'static str) = ("POST", "/ops/exceptions/{id}/resolve");
 

@@ -16,7 +16,8 @@ use crate::operations::charge::CreateCharge;
 use crate::operations::resolve::ResolveException;
 use crate::{ApiError, AppState};
 
-/// The query: which operation's key (a key is scoped to its operation); a charge's by default.
+/// The query: which operation's key (a key is scoped to its operation's family, whatever its
+/// schema version); a charge's by default.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct KeyParams {
@@ -34,6 +35,8 @@ pub(super) struct KeyView {
     attempts: i32,
     /// The status of the stored response once completed (201, 402), else null.
     response_status: Option<u16>,
+    /// The schema version of the operation that wrote the stored response, else null.
+    response_schema_version: Option<u32>,
     /// SHA-256 of the request, so a client can check which payload the key belongs to.
     fingerprint: String,
     locked_until: Option<String>,
@@ -56,6 +59,7 @@ impl From<&IdempotencyRecord> for KeyView {
             recovery_point: record.recovery_point.as_str(),
             attempts: record.attempts.0,
             response_status: record.response.as_ref().map(|r| r.status),
+            response_schema_version: record.response.as_ref().map(|r| r.schema_version.get()),
             fingerprint: record.fingerprint.to_hex(),
             locked_until: record.locked_until.map(time),
             created_at: time(record.created_at),
@@ -75,14 +79,17 @@ pub(super) async fn show(
     })?;
     let key =
         IdempotencyKey::parse(&raw).map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
-    let operation = params.operation.as_deref().unwrap_or(CreateCharge::NAME);
+    let operation = params
+        .operation
+        .as_deref()
+        .map_or(CreateCharge::FAMILY, family_of);
     // An operator's resolutions are keyed under the operator's name, never a tenant's: a tenant
     // whose id an operator's name happens to equal must not read them.
     let tenants_operations: Vec<&str> = state
         .engine
         .operation_names()
         .into_iter()
-        .filter(|name| *name != ResolveException::NAME)
+        .filter(|name| *name != ResolveException::FAMILY)
         .collect();
     let scope = tenants_operations
         .contains(&operation)
@@ -106,4 +113,31 @@ pub(super) async fn show(
         return Err(not_found());
     }
     Ok(Json(KeyView::from(&record)))
+}
+
+/// The family an `operation` parameter names: `charges.create`, or the versioned name keys
+/// were scoped by before (`charges.create.v1`), which is still accepted.
+fn family_of(operation: &str) -> &str {
+    match operation.rsplit_once(".v") {
+        Some((family, version))
+            if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            family
+        }
+        _ => operation,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::family_of;
+
+    #[test]
+    fn a_versioned_operation_name_names_its_family() {
+        assert_eq!(family_of("charges.create"), "charges.create");
+        assert_eq!(family_of("charges.create.v1"), "charges.create");
+        assert_eq!(family_of("refunds.create.v12"), "refunds.create");
+        assert_eq!(family_of("charges.create.v"), "charges.create.v");
+        assert_eq!(family_of("charges.create.vx"), "charges.create.vx");
+    }
 }

@@ -57,7 +57,7 @@ async fn run_idempotent<O: Operation>(
         wait,
     };
     let answer = state.engine.run(op, request).await?;
-    Ok(respond(answer.response, answer.replayed, answer.expires_at))
+    Ok(respond(answer))
 }
 
 /// The tenant's object the path names (`find` looks it up by its id), or 404: for another

@@ -41,9 +41,19 @@ pub(crate) async fn start(
     settings: &[(&'static str, String)],
     extra: &[(&'static str, &str)],
 ) -> Service {
+    start_program(env!("CARGO_BIN_EXE_payments-api"), db, settings, extra).await
+}
+
+/// [`start`] with another build of the service: the program at `program`.
+pub(crate) async fn start_program(
+    program: impl AsRef<std::ffi::OsStr>,
+    db: &TestDatabase,
+    settings: &[(&'static str, String)],
+    extra: &[(&'static str, &str)],
+) -> Service {
     let mut env: Vec<(&str, &str)> = settings.iter().map(|(k, v)| (*k, v.as_str())).collect();
     env.extend_from_slice(extra);
-    Service::start(&db.url, &env).await
+    Service::start_program(program, &db.url, &env).await
 }
 
 async fn post(service: &Service, key: &str, body: &Value) -> reqwest::Result<Response> {
@@ -203,7 +213,7 @@ async fn a_record_of_an_operation_this_build_does_not_know_is_never_failed(backe
     assert!(post(&crashing, &key, &visa(5_555)).await.is_err());
     assert!(!crashing.wait_exit().await);
     sqlx::query(
-        "UPDATE idempotency_records SET operation = 'subscriptions.create.v1'
+        "UPDATE idempotency_records SET operation = 'subscriptions.create'
          WHERE idempotency_key = $1",
     )
     .bind(&key)
@@ -241,16 +251,19 @@ async fn a_record_of_an_operation_this_build_does_not_know_is_never_failed(backe
     assert_eq!(card_sim.charges_created().await, 0);
 }
 
+/// The state of `key`'s record, if it has one.
+pub(crate) async fn record_state(db: &TestDatabase, key: &str) -> Option<String> {
+    sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
+        .bind(key)
+        .fetch_optional(&db.pool)
+        .await
+        .expect("read record")
+}
+
 /// Waits (bounded) until the completer has settled the record (no longer pending).
 pub(crate) async fn wait_until_settled(db: &TestDatabase, key: &str) -> String {
     for _ in 0..100 {
-        let state: Option<String> =
-            sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
-                .bind(key)
-                .fetch_optional(&db.pool)
-                .await
-                .expect("read record");
-        match state.as_deref() {
+        match record_state(db, key).await.as_deref() {
             Some("pending") | None => tokio::time::sleep(Duration::from_millis(100)).await,
             Some(state) => return state.to_owned(),
         }

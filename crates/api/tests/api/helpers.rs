@@ -203,7 +203,16 @@ pub(crate) struct Service {
 impl Service {
     /// Starts the service on a free port against `database_url`, with extra environment.
     pub(crate) async fn start(database_url: &str, env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_payments-api"));
+        Self::start_program(env!("CARGO_BIN_EXE_payments-api"), database_url, env).await
+    }
+
+    /// [`start`](Self::start) with another build of the service: the program at `program`.
+    pub(crate) async fn start_program(
+        program: impl AsRef<std::ffi::OsStr>,
+        database_url: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut command = Command::new(program);
         command
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -22,7 +22,8 @@ async fn a_completed_key_shows_its_state_but_never_the_stored_response(backend: 
     let view: Value = serde_json::from_str(&text).expect("json");
     assert_eq!(view["object"], "idempotency_key");
     assert_eq!(view["key"], key.as_str());
-    assert_eq!(view["operation"], "charges.create.v1");
+    assert_eq!(view["operation"], "charges.create");
+    assert_eq!(view["response_schema_version"], 1);
     assert_eq!(
         (view["state"].as_str(), view["recovery_point"].as_str()),
         (Some("completed"), Some("finished"))

@@ -57,6 +57,9 @@ mod refunds;
 mod relay;
 mod resolutions;
 mod retention;
+// Two builds of a fleet mid-deploy, one of them killed at a failpoint's pause.
+#[cfg(feature = "failpoints")]
+mod rolling_deploy;
 mod security;
 mod shutdown;
 mod soak;

@@ -139,7 +139,7 @@ async fn a_record_held_by_a_processor_mismatch_is_listed_for_operators(backend: 
     assert_eq!(mismatch["books"], Value::Null);
     assert_eq!(
         mismatch["record"],
-        json!({ "operation": "charges.create.v1", "idempotency_key": key })
+        json!({ "operation": "charges.create", "idempotency_key": key })
     );
     let id = mismatch["id"].as_str().expect("id");
     let mut one = app

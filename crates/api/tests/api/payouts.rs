@@ -1,4 +1,4 @@
-//! Payouts (`payouts.create.v1`) on the same exactly-once protocol as charges and refunds: a
+//! Payouts (`payouts.create`) on the same exactly-once protocol as charges and refunds: a
 //! replay is the same bytes, a payout is judged against the tenant's balance and reserves its
 //! amount before the processor is called, so that payouts and refunds under any keys never
 //! take the balance below zero, and every paid payout is posted to the ledger and the outbox

@@ -322,7 +322,7 @@ async fn accept_closes_an_exception_and_a_misfit_action_leaves_the_key_free(back
         "an accept posts nothing"
     );
     // An operator's keys are not a tenant's to inspect, whoever's name matches.
-    let inspect = format!("/idempotency-keys/{key}?operation=exceptions.resolve.v1");
+    let inspect = format!("/idempotency-keys/{key}?operation=exceptions.resolve");
     let (status, body) = problem(app.get(ACME, &inspect).await).await;
     assert_eq!(
         (status, body["code"].as_str()),

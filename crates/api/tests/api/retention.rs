@@ -87,7 +87,7 @@ async fn a_cached_replay_never_outlives_its_record(backend: Backend) {
         .await
         .expect("redis");
     let prefix = format!("test:{}", db.url.rsplit('/').next().unwrap_or_default());
-    let entry_of = |key: &str| format!("{prefix}:replay:{{acme:charges.create.v1:{key}}}");
+    let entry_of = |key: &str| format!("{prefix}:replay:{{acme:charges.create:{key}}}");
 
     let (replayed_key, forgotten_key) = (new_key(), new_key());
     let mut stale = Vec::new();

@@ -6,15 +6,16 @@ use uuid::Uuid;
 
 use super::error::error_chain;
 use super::ports::{CacheCall, CacheRead, Outcome};
-use super::{Answer, Engine, KeyedRequest, ProtocolError};
+use super::{Answer, Engine, Idempotent, KeyedRequest, Operation, ProtocolError};
 use crate::{IdempotencyKey, Scope, StoredResponse};
 
 impl Engine {
     /// Serves a replay from the cache when it has one.
-    pub(super) async fn cached_replay<R>(
+    pub(super) async fn cached_replay<O: Operation>(
         &self,
+        op: &Idempotent<O>,
         scope: &Scope,
-        request: &KeyedRequest<R>,
+        request: &KeyedRequest<O::Request>,
     ) -> Option<Result<Answer, ProtocolError>> {
         let cache = self.cache.as_deref()?;
         match cache.get(scope, &request.key).await {
@@ -23,7 +24,10 @@ impl Engine {
             Ok(CacheRead::Hit(hit)) if hit.expires_at <= Utc::now() => None,
             Ok(CacheRead::Hit(hit)) if hit.fingerprint == request.fingerprint => {
                 self.observer.outcome(Outcome::ReplayedCache);
-                Some(Ok(Answer::replayed(hit.response, hit.expires_at)))
+                Some(
+                    self.replay(op, hit.generation, hit.response, hit.expires_at)
+                        .await,
+                )
             }
             Ok(CacheRead::Hit(_)) => {
                 self.observer.outcome(Outcome::Mismatch);

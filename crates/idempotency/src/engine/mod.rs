@@ -49,8 +49,8 @@ pub use ports::{
 pub use settle::SettleOutcome;
 
 use crate::{
-    Decision, Fingerprint, IdempotencyKey, RecentDurations, RecoveryPoint, Scope, StoredResponse,
-    decide,
+    Decision, Fingerprint, IdempotencyKey, RecentDurations, RecoveryPoint, SchemaVersion, Scope,
+    StoredResponse, decide,
 };
 
 /// A validated request under its key, ready for the engine.
@@ -67,28 +67,24 @@ pub struct KeyedRequest<R> {
     pub wait: Option<Duration>,
 }
 
-/// What to send back: a response produced now or stored earlier, and when the key's
-/// retention ends (counted from the record's completion).
+/// What to send back: a response produced now or stored earlier, which schema version wrote
+/// the record, and when the key's retention ends (counted from the record's completion).
 #[derive(Debug)]
 pub struct Answer {
     pub response: StoredResponse,
     pub replayed: bool,
+    /// The schema version of the operation that wrote the record's response; a replay by
+    /// another version may render it in its own shape ([`Operation::replay_other_version`]).
+    pub written_by: SchemaVersion,
     pub expires_at: DateTime<Utc>,
 }
 
 impl Answer {
     fn fresh(response: StoredResponse, expires_at: DateTime<Utc>) -> Self {
         Self {
+            written_by: response.schema_version,
             response,
             replayed: false,
-            expires_at,
-        }
-    }
-
-    fn replayed(response: StoredResponse, expires_at: DateTime<Utc>) -> Self {
-        Self {
-            response,
-            replayed: true,
             expires_at,
         }
     }
@@ -119,11 +115,12 @@ impl<O> std::ops::Deref for Idempotent<O> {
     }
 }
 
-/// The scope of a key of `O`: the same key under another tenant or operation is another key.
+/// The scope of a key of `O`: the same key under another tenant or operation is another key,
+/// and under another version of `O` the same key.
 pub fn scope_of<O: Operation>(tenant: &str) -> Scope {
     Scope {
         tenant: tenant.to_owned(),
-        operation: O::NAME.to_owned(),
+        operation: O::FAMILY.to_owned(),
     }
 }
 
@@ -155,7 +152,7 @@ impl<O: Operation> Settles for Idempotent<O> {
 }
 
 /// The engine: the records, the cache, the observer, the in-process completion channel, and
-/// the operations it settles by name.
+/// the operations it settles, by family.
 pub struct Engine {
     records: Arc<dyn RecordStore>,
     cache: Option<Arc<dyn ResponseCache>>,
@@ -196,22 +193,22 @@ impl Engine {
         self
     }
 
-    /// Registers `op`, so that the completer settles its abandoned records
-    /// ([`settle_abandoned`](Self::settle_abandoned)).
+    /// Registers `op`, so that the completer settles its abandoned records, whichever
+    /// version of its family claimed them ([`settle_abandoned`](Self::settle_abandoned)).
     pub fn with_operation<O: Operation>(mut self, op: Arc<Idempotent<O>>) -> Self {
-        self.operations.insert(O::NAME, op);
+        self.operations.insert(O::FAMILY, op);
         self
     }
 
-    /// The names of the registered operations, in order.
+    /// The families of the registered operations, in order.
     pub fn operation_names(&self) -> Vec<&'static str> {
         let mut names: Vec<_> = self.operations.keys().copied().collect();
         names.sort_unstable();
         names
     }
 
-    /// The scope of `tenant`'s keys of the registered operation named `operation`; `None` for
-    /// a name no registered operation has.
+    /// The scope of `tenant`'s keys of the registered operation family `operation`; `None`
+    /// for a family no registered operation has.
     pub fn scope_named(&self, operation: &str, tenant: &str) -> Option<Scope> {
         self.operations.contains_key(operation).then(|| Scope {
             tenant: tenant.to_owned(),
@@ -226,7 +223,7 @@ impl Engine {
         request: KeyedRequest<O::Request>,
     ) -> Result<Answer, ProtocolError> {
         let scope = scope_of::<O>(&request.tenant);
-        if let Some(answer) = self.cached_replay(&scope, &request).await {
+        if let Some(answer) = self.cached_replay(op, &scope, &request).await {
             return answer;
         }
         let deadline = request.wait.map(|wait| tokio::time::Instant::now() + wait);
@@ -251,7 +248,7 @@ impl Engine {
                     self.observer.outcome(Outcome::ReplayedDb);
                     self.remember(&scope, &request, generation, &response, expires_at)
                         .await;
-                    Ok(Answer::replayed(response, expires_at))
+                    self.replay(op, generation, response, expires_at).await
                 }
                 Claim::InFlight { retry_after_secs } => match deadline {
                     Some(deadline) if tokio::time::Instant::now() < deadline => {
@@ -277,7 +274,8 @@ impl Engine {
                         self.forget(&scope, &request.key).await;
                     }
                     tracing::info!(
-                        idempotency.operation = O::NAME,
+                        idempotency.operation = O::FAMILY,
+                        idempotency.schema_version = O::VERSION.get(),
                         idempotency.attempt = claimed.attempt.0,
                         idempotency.resume_from = %claimed.resume_from,
                         idempotency.took_over = claimed.took_over,
@@ -303,9 +301,9 @@ impl Engine {
         Ok(self.records.take_over_abandoned(settle_after).await?)
     }
 
-    /// Settles an abandoned record with the operation it was claimed for. A record of an
-    /// operation this engine does not know is left alone (released), never failed: it may
-    /// hold an effect.
+    /// Settles an abandoned record with the registered operation of its family, whichever
+    /// version claimed it. A record of a family this engine does not know is left alone
+    /// (released), never failed: it may hold an effect.
     pub async fn settle_abandoned(
         &self,
         record: &Abandoned,
@@ -483,7 +481,10 @@ impl Engine {
             return Err(in_use(op, 1));
         };
         match decide(Some(&record), &request.fingerprint, now) {
-            Decision::Replay(response) => Ok(Answer::replayed(response, record.expires_at)),
+            Decision::Replay(response) => {
+                self.replay(op, record.generation, response, record.expires_at)
+                    .await
+            }
             Decision::InFlight { retry_after_secs } => Err(in_use(op, retry_after_secs)),
             Decision::Mismatch => Err(ProtocolError::KeyReused),
             Decision::Execute
@@ -491,6 +492,31 @@ impl Engine {
             | Decision::RetryFailed
             | Decision::ReplaceExpired => Err(in_use(op, 1)),
         }
+    }
+}
+
+impl Engine {
+    /// The answer of a replay of `stored`, the final response of `generation`: as stored
+    /// when this version wrote it, and as the operation renders another version's otherwise.
+    async fn replay<O: Operation>(
+        &self,
+        op: &Idempotent<O>,
+        generation: uuid::Uuid,
+        stored: StoredResponse,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Answer, ProtocolError> {
+        let written_by = stored.schema_version;
+        let response = if written_by == O::VERSION {
+            stored
+        } else {
+            op.replay_other_version(generation, stored).await?
+        };
+        Ok(Answer {
+            response,
+            replayed: true,
+            written_by,
+            expires_at,
+        })
     }
 }
 

@@ -5,10 +5,11 @@
 use std::fmt;
 
 use async_trait::async_trait;
+use uuid::Uuid;
 
 use super::ProtocolError;
 use super::ports::{Completion, Owner, RecordStore};
-use crate::StoredResponse;
+use crate::{SchemaVersion, StoredResponse};
 
 /// What [`Operation::prepare`] decided.
 #[derive(Debug)]
@@ -86,8 +87,15 @@ pub trait Operation: Send + Sync + 'static {
     /// What the processor reports the effect to be.
     type Effect: Send + Sync;
 
-    /// The scope's operation, with its schema version (`charges.create.v1`).
-    const NAME: &'static str;
+    /// The operation's family (`charges.create`): what its keys are scoped by. Every version
+    /// of the operation shares it, and with it the records, so that a retry answered by
+    /// another build of a fleet mid-deploy finds the effect the first one made. What the
+    /// effect means must never change under one family.
+    const FAMILY: &'static str;
+
+    /// The version of the operation's schema (the shape of its answers), kept with every
+    /// response it stores. Changing the shape bumps it; the family stays.
+    const VERSION: SchemaVersion;
 
     /// The effect's name, as metrics and logs call its calls (`charge`).
     const EFFECT: &'static str;
@@ -129,6 +137,20 @@ pub trait Operation: Send + Sync + 'static {
 
     /// The stored answer to a definitive refusal by the processor (a decline).
     fn declined(&self, code: String, message: String) -> StoredResponse;
+
+    /// The answer to a retry that meets a final response stored by another schema version
+    /// of this operation (older during a deploy, newer during a rollback): never a second
+    /// effect, only a choice of shape. The default replays `stored` as it was stored. An
+    /// operation may instead render what the record created (its resource is `generation`)
+    /// in its own shape; the answer still names the version that wrote the record.
+    async fn replay_other_version(
+        &self,
+        generation: Uuid,
+        stored: StoredResponse,
+    ) -> Result<StoredResponse, ProtocolError> {
+        let _ = generation;
+        Ok(stored)
+    }
 
     /// Writes what the operation created, with the completed record and its response, in one
     /// transaction fenced by `owner`; returns the response it stored.

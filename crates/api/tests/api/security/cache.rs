@@ -5,7 +5,7 @@ use payments_idempotency::engine::ResponseCache;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use payments_idempotency::{Fingerprint, IdempotencyKey, Scope, StoredResponse};
+use payments_idempotency::{Fingerprint, IdempotencyKey, SchemaVersion, Scope, StoredResponse};
 use payments_storage::{CacheSecret, RedisLink, ReplayCache};
 use reqwest::Response;
 use serde_json::{Value, json};
@@ -33,13 +33,13 @@ fn key_prefix(app: &TestApp) -> String {
 }
 
 /// The operation `POST /charges` is stored under.
-const CHARGES_CREATE_V1: &str = "charges.create.v1";
+const CHARGES_CREATE: &str = "charges.create";
 
 /// The scope of acme's charges.
 fn acme_charges() -> Scope {
     Scope {
         tenant: "acme".into(),
-        operation: CHARGES_CREATE_V1.into(),
+        operation: CHARGES_CREATE.into(),
     }
 }
 
@@ -48,7 +48,7 @@ fn replay_key(app: &TestApp, key: &str) -> String {
     format!(
         "{}:replay:{{acme:{}:{key}}}",
         key_prefix(app),
-        CHARGES_CREATE_V1
+        CHARGES_CREATE
     )
 }
 
@@ -105,14 +105,15 @@ async fn genuine_entry(app: &TestApp, key: &str) -> Vec<u8> {
     panic!("the service never cached {redis_key}");
 }
 
-/// A replay-cache entry, version 3, split into its fields: `[3][generation: 16]
-/// [fingerprint: 32][expires_at: i64 BE ms][status: u16 BE][headers_len: u32 BE]
-/// [headers JSON][body][mac: 32]`.
+/// A replay-cache entry, version 4, split into its fields: `[4][generation: 16]
+/// [fingerprint: 32][expires_at: i64 BE ms][status: u16 BE][schema version: u32 BE]
+/// [headers_len: u32 BE][headers JSON][body][mac: 32]`.
 #[derive(Debug, Clone)]
 struct Entry {
     /// Version, generation, fingerprint and expiry: everything before the status.
     head: Vec<u8>,
     status: u16,
+    schema_version: u32,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
     mac: Vec<u8>,
@@ -124,16 +125,22 @@ const MAC: usize = 32;
 
 impl Entry {
     fn parse(bytes: &[u8]) -> Self {
-        assert_eq!(bytes.first(), Some(&3), "a version 3 entry");
-        assert!(bytes.len() >= HEAD + 2 + 4 + MAC, "{} bytes", bytes.len());
+        assert_eq!(bytes.first(), Some(&4), "a version 4 entry");
+        assert!(
+            bytes.len() >= HEAD + 2 + 4 + 4 + MAC,
+            "{} bytes",
+            bytes.len()
+        );
         let status = u16::from_be_bytes([bytes[HEAD], bytes[HEAD + 1]]);
-        let length: [u8; 4] = bytes[HEAD + 2..HEAD + 6].try_into().expect("4 bytes");
-        let headers_end = HEAD + 6 + u32::from_be_bytes(length) as usize;
+        let version: [u8; 4] = bytes[HEAD + 2..HEAD + 6].try_into().expect("4 bytes");
+        let length: [u8; 4] = bytes[HEAD + 6..HEAD + 10].try_into().expect("4 bytes");
+        let headers_end = HEAD + 10 + u32::from_be_bytes(length) as usize;
         let mac_start = bytes.len() - MAC;
         Self {
             head: bytes[..HEAD].to_vec(),
             status,
-            headers: serde_json::from_slice(&bytes[HEAD + 6..headers_end]).expect("headers JSON"),
+            schema_version: u32::from_be_bytes(version),
+            headers: serde_json::from_slice(&bytes[HEAD + 10..headers_end]).expect("headers JSON"),
             body: bytes[headers_end..mac_start].to_vec(),
             mac: bytes[mac_start..].to_vec(),
         }
@@ -144,6 +151,7 @@ impl Entry {
         let headers = serde_json::to_vec(&self.headers).expect("headers JSON");
         let mut out = self.head.clone();
         out.extend_from_slice(&self.status.to_be_bytes());
+        out.extend_from_slice(&self.schema_version.to_be_bytes());
         out.extend_from_slice(&u32::try_from(headers.len()).expect("short").to_be_bytes());
         out.extend_from_slice(&headers);
         out.extend_from_slice(&self.body);
@@ -162,6 +170,7 @@ impl Entry {
 
     fn response(&self) -> StoredResponse {
         StoredResponse {
+            schema_version: SchemaVersion::from_stored(self.schema_version).expect("a version"),
             status: self.status,
             headers: self.headers.clone(),
             body: self.body.clone(),
@@ -173,6 +182,7 @@ impl Entry {
 /// client, and a redirect to their own site.
 fn hostile_response() -> StoredResponse {
     StoredResponse {
+        schema_version: SchemaVersion::new(1),
         status: 201,
         headers: vec![
             ("content-type".into(), "text/html".into()),
@@ -360,6 +370,7 @@ async fn a_forged_success_for_an_unused_key_is_refused_and_the_charge_runs(backe
             uuid::Uuid::new_v4(),
             &charge_fingerprint(&declining),
             &StoredResponse {
+                schema_version: SchemaVersion::new(1),
                 status: 201,
                 headers: vec![
                     ("content-type".into(), "application/json".into()),
@@ -417,6 +428,7 @@ async fn a_genuine_cache_entry_edited_in_redis_is_refused(backend: Backend) {
     assert_eq!(
         genuine.response(),
         StoredResponse {
+            schema_version: SchemaVersion::new(1),
             status: first.0,
             headers: vec![
                 (

@@ -1,0 +1,26 @@
+-- A key's identity is its tenant, its operation's family and the key: no schema version. Every
+-- version of an operation shares its records, so a retry answered by another build of a fleet
+-- mid-deploy (or after a rollback) finds the effect the first one made. The schema version
+-- moves to the stored response it describes, and decides only how a replay is rendered.
+--
+-- Records written under `<family>.v<N>` scopes keep their data: the family is what precedes the
+-- suffix, and a completed record's response keeps N. Only `.v1` scopes were ever written, so
+-- no two rows of one key meet under the primary key.
+ALTER TABLE idempotency_records ADD COLUMN response_schema_version integer
+    CHECK (response_schema_version >= 1);
+
+UPDATE idempotency_records
+SET response_schema_version = COALESCE(substring(operation FROM '\.v([0-9]+)$')::integer, 1)
+WHERE state = 'completed';
+
+UPDATE idempotency_records
+SET operation = substring(operation FROM '^(.*)\.v[0-9]+$')
+WHERE operation ~ '\.v[0-9]+$';
+
+-- A completed record's response always says which version wrote it.
+ALTER TABLE idempotency_records ADD CONSTRAINT completed_has_schema_version
+    CHECK ((state = 'completed') = (response_schema_version IS NOT NULL));
+
+UPDATE reconciliation_exceptions
+SET record_operation = substring(record_operation FROM '^(.*)\.v[0-9]+$')
+WHERE record_operation ~ '\.v[0-9]+$';
