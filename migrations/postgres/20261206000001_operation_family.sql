@@ -24,3 +24,10 @@ ALTER TABLE idempotency_records ADD CONSTRAINT completed_has_schema_version
 UPDATE reconciliation_exceptions
 SET record_operation = substring(record_operation FROM '^(.*)\.v[0-9]+$')
 WHERE record_operation ~ '\.v[0-9]+$';
+
+-- What a record's fingerprint covers: the request in the form every version of its operation
+-- shares, under this request version (bumped only when a field changes meaning; records of
+-- another are never compared). 0: the body as the client sent it, as every record before this
+-- migration was fingerprinted, which a request still carries to compare with them.
+ALTER TABLE idempotency_records ADD COLUMN request_version integer NOT NULL DEFAULT 0
+    CHECK (request_version >= 0);

@@ -21,3 +21,10 @@ WHERE operation GLOB '*.v[1-9]';
 UPDATE reconciliation_exceptions
 SET record_operation = substr(record_operation, 1, length(record_operation) - 3)
 WHERE record_operation GLOB '*.v[1-9]';
+
+-- What a record's fingerprint covers: the request in the form every version of its operation
+-- shares, under this request version (bumped only when a field changes meaning; records of
+-- another are never compared). 0: the body as the client sent it, as every record before this
+-- migration was fingerprinted, which a request still carries to compare with them.
+ALTER TABLE idempotency_records ADD COLUMN request_version INTEGER NOT NULL DEFAULT 0
+    CHECK (request_version >= 0);

@@ -30,6 +30,15 @@ pub enum ApiError {
         "This Idempotency-Key was already used with a different request. Use a new key for a new request."
     )]
     IdempotencyKeyReused,
+    /// 409 `idempotency_key_incomparable`: the key was first used with a request of another
+    /// request version of the operation (a field changed meaning), which cannot be compared.
+    #[error(
+        "This Idempotency-Key was used with a request of another version of this operation, \
+         whose fields meant something else, so the two cannot be compared and nothing was \
+         executed. See GET /idempotency-keys/{{key}} for what the key holds; use a new key for \
+         a new request."
+    )]
+    IdempotencyKeyIncomparable,
     /// 409 `idempotency_key_in_use`: a request with this key is still being processed.
     #[error(
         "A request with this Idempotency-Key is still being processed. Retry after the indicated \
@@ -185,7 +194,9 @@ impl ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            Self::IdempotencyKeyInUse { .. } | Self::ExceptionBeingResolved => StatusCode::CONFLICT,
+            Self::IdempotencyKeyInUse { .. }
+            | Self::IdempotencyKeyIncomparable
+            | Self::ExceptionBeingResolved => StatusCode::CONFLICT,
             Self::TenantInFlightLimit | Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -205,6 +216,7 @@ impl ApiError {
             Self::IdempotencyKeyInvalid(_) => "idempotency_key_invalid",
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::IdempotencyKeyInUse { .. } => "idempotency_key_in_use",
+            Self::IdempotencyKeyIncomparable => "idempotency_key_incomparable",
             Self::InvalidRequest(_) => "invalid_request",
             Self::CardNumberNotAllowed { .. } => "card_number_not_allowed",
             Self::AuthorizationRepeated => "invalid_authorization",
@@ -312,6 +324,7 @@ impl From<ProtocolError> for ApiError {
     fn from(error: ProtocolError) -> Self {
         match error {
             ProtocolError::KeyReused => Self::IdempotencyKeyReused,
+            ProtocolError::KeyIncomparable => Self::IdempotencyKeyIncomparable,
             ProtocolError::KeyInUse { retry_after_secs } => {
                 Self::IdempotencyKeyInUse { retry_after_secs }
             }

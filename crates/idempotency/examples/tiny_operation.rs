@@ -11,11 +11,9 @@ use chrono::Utc;
 use payments_idempotency::engine::memory::MemoryRecords;
 use payments_idempotency::engine::{
     Completion, EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner, Prepared,
-    ProtocolError, Settled, fingerprint_of,
+    ProtocolError, Settled,
 };
-use payments_idempotency::{
-    IdempotencyKey, IdempotencyPolicy, SchemaVersion, StoredResponse, canonical_json,
-};
+use payments_idempotency::{IdempotencyKey, IdempotencyPolicy, SchemaVersion, StoredResponse};
 use serde_json::{Value, json};
 
 /// The effect port: an SMS gateway that, like a card processor, deduplicates by key.
@@ -50,6 +48,11 @@ impl Operation for SendMessage {
     const VERSION: SchemaVersion = SchemaVersion::new(1);
     const EFFECT: &'static str = "sms";
     const ROUTE: (&'static str, &'static str) = ("POST", "/messages");
+
+    /// The request as every version of the operation spells it: what the fingerprint covers.
+    fn canonical_request(text: &String) -> Value {
+        json!({ "text": text })
+    }
 
     fn stored_request(&self, body: &[u8]) -> Option<String> {
         let body: Value = serde_json::from_slice(body).ok()?;
@@ -121,15 +124,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Engine::new(Arc::clone(&records) as _).with_operation(Arc::clone(&send));
 
     let request = |text: &str| {
-        let body = json!({ "text": text });
-        KeyedRequest {
-            tenant: "acme".to_owned(),
-            key: IdempotencyKey::parse("welcome-42").expect("a valid key"),
-            fingerprint: fingerprint_of::<SendMessage>(&body),
-            canonical_body: canonical_json(&body).into_bytes(),
-            request: text.to_owned(),
-            wait: None,
-        }
+        let key = IdempotencyKey::parse("welcome-42").expect("a valid key");
+        let sent = json!({ "text": text });
+        KeyedRequest::of::<SendMessage>("acme".to_owned(), key, text.to_owned(), &sent, None)
     };
 
     for attempt in 1..=3 {

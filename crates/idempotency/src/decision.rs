@@ -2,7 +2,9 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::{Fingerprint, IdempotencyRecord, RecordState, RecoveryPoint, StoredResponse};
+use crate::{
+    Comparison, Fingerprint, IdempotencyRecord, RecordState, RecoveryPoint, StoredResponse,
+};
 
 /// What a request must do, given the record stored under its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +17,9 @@ pub enum Decision {
     InFlight { retry_after_secs: u64 },
     /// The key was used for a different request: answer 422, never execute.
     Mismatch,
+    /// The key was used for a request of another request version of the operation, which
+    /// this request cannot be compared with: answer 409, never execute.
+    Incomparable,
     /// The previous attempt was abandoned (stale lock, or released after an unknown outcome):
     /// take the record over and continue from where it got to. The processor key is kept, so
     /// a charge the earlier attempt made is found, not repeated.
@@ -44,8 +49,10 @@ pub fn decide(
     if record.is_expired(now) {
         return Decision::ReplaceExpired;
     }
-    if record.fingerprint != *fingerprint {
-        return Decision::Mismatch;
+    match fingerprint.compare(&record.fingerprint) {
+        Comparison::Same => {}
+        Comparison::Different => return Decision::Mismatch,
+        Comparison::Incomparable => return Decision::Incomparable,
     }
     match record.state {
         RecordState::Completed => match &record.response {
@@ -179,6 +186,28 @@ mod tests {
             assert_eq!(
                 decide(Some(&rec), &fingerprint(999), t0()),
                 Decision::Mismatch,
+                "{state}"
+            );
+        }
+    }
+
+    /// A request of another request version is never compared with the record's, whatever
+    /// its state: neither replayed, resumed nor called a mismatch.
+    #[test]
+    fn a_request_of_another_request_version_is_incomparable_in_every_live_state() {
+        let body = json!({ "amount": 100 });
+        let next_version = Fingerprint::of_request(2, "POST", "/charges", &body, &body);
+        for state in [
+            RecordState::Pending,
+            RecordState::Completed,
+            RecordState::Failed,
+        ] {
+            let mut rec = record(state, RecoveryPoint::Started, Some(t0()));
+            rec.fingerprint =
+                Fingerprint::of_request(1, "POST", "/charges", &body, &body).to_stored();
+            assert_eq!(
+                decide(Some(&rec), &next_version, t0()),
+                Decision::Incomparable,
                 "{state}"
             );
         }

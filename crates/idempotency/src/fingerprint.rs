@@ -1,8 +1,17 @@
 //! What makes two requests "the same request": a SHA-256 over the method, the route and the
-//! body as canonical JSON.
+//! validated request as canonical JSON, in the form every version of its operation shares
+//! ([`Operation::canonical_request`](crate::engine::Operation::canonical_request)).
 //!
 //! Hashing the raw bytes would be wrong: `{"a":1,"b":2}` and `{ "b": 2, "a": 1 }` are the same
 //! request, and a client library that reorders keys on a retry must get its replay, not a 422.
+//! Hashing the body as sent would be wrong too: the same request spelled by another version
+//! of the operation (a field renamed) must be the same request.
+//!
+//! A fingerprint says which request version it was made under. Requests of two versions are
+//! never compared (a field changed meaning between them): the answer is
+//! [`Comparison::Incomparable`], never a guess. Records made before requests had versions
+//! (version 0) hold the fingerprint of the body as it was sent, which a request being judged
+//! carries too, so those records still replay.
 
 use std::fmt;
 use std::fmt::Write as _;
@@ -10,44 +19,143 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// The SHA-256 of a request's method, route and canonical JSON body.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fingerprint([u8; 32]);
+/// The request version of records made before requests had versions: their fingerprint is
+/// that of the body as it was sent.
+pub const AS_SENT: u32 = 0;
+
+/// The SHA-256 of a request's method, route and canonical JSON, under its request version.
+/// Two fingerprints are equal when they have the same version and digest: the digest of the
+/// body as sent is only a request's means of comparing itself with older records.
+#[derive(Clone, Copy)]
+pub struct Fingerprint {
+    request_version: u32,
+    digest: [u8; 32],
+    /// On a request being judged only (never stored): the digest of its body as it was sent,
+    /// which records of version [`AS_SENT`] are compared with.
+    as_sent: Option<[u8; 32]>,
+}
+
+impl PartialEq for Fingerprint {
+    fn eq(&self, other: &Self) -> bool {
+        (self.request_version, self.digest) == (other.request_version, other.digest)
+    }
+}
+
+impl Eq for Fingerprint {}
+
+impl std::hash::Hash for Fingerprint {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.request_version, self.digest).hash(state);
+    }
+}
+
+/// How a request being judged compares with the request a record was made from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    Same,
+    Different,
+    /// Made under another request version: the two cannot be compared.
+    Incomparable,
+}
+
+/// SHA-256 over the method, the route and `body` in canonical JSON. Newlines separate the
+/// parts: neither a method nor a route can contain one, so no two different requests can
+/// produce the same hashed bytes.
+fn digest(method: &str, route: &str, body: &Value) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(method.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(route.as_bytes());
+    hasher.update(b"\n");
+    hasher.update(canonical_json(body).as_bytes());
+    hasher.finalize().into()
+}
 
 impl Fingerprint {
-    /// Fingerprints a JSON request. `route` is the route template (`/charges`), not the raw URI.
-    pub fn of_json_request(method: &str, route: &str, body: &Value) -> Self {
-        let mut hasher = Sha256::new();
-        // Newlines separate the parts: neither a method nor a route can contain one, so no two
-        // different requests can produce the same hashed bytes.
-        hasher.update(method.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(route.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(canonical_json(body).as_bytes());
-        Self(hasher.finalize().into())
+    /// Fingerprints a request of request version `request_version` (at least 1): `request`
+    /// is its validated form, `as_sent` the body the client sent. `route` is the route
+    /// template (`/charges`), not the raw URI.
+    pub fn of_request(
+        request_version: u32,
+        method: &str,
+        route: &str,
+        request: &Value,
+        as_sent: &Value,
+    ) -> Self {
+        Self {
+            request_version: request_version.max(1),
+            digest: digest(method, route, request),
+            as_sent: Some(digest(method, route, as_sent)),
+        }
     }
 
-    pub fn from_bytes(bytes: &[u8]) -> Result<Self, FingerprintError> {
-        Ok(Self(
-            bytes
+    /// Fingerprints a JSON body as it was sent, as records were before request versions
+    /// ([`AS_SENT`]).
+    pub fn of_json_request(method: &str, route: &str, body: &Value) -> Self {
+        let digest = digest(method, route, body);
+        Self {
+            request_version: AS_SENT,
+            digest,
+            as_sent: Some(digest),
+        }
+    }
+
+    /// A fingerprint as a store keeps it: its request version and its 32 bytes.
+    pub fn stored(request_version: u32, bytes: &[u8]) -> Result<Self, FingerprintError> {
+        Ok(Self {
+            request_version,
+            digest: bytes
                 .try_into()
                 .map_err(|_| FingerprintError(bytes.len()))?,
-        ))
+            as_sent: None,
+        })
+    }
+
+    /// What a store keeps of it: without the digest of the body as sent.
+    pub fn to_stored(self) -> Self {
+        Self {
+            as_sent: None,
+            ..self
+        }
+    }
+
+    /// How this request compares with the request whose fingerprint a record keeps.
+    pub fn compare(&self, stored: &Fingerprint) -> Comparison {
+        let same = |digest: &[u8; 32]| {
+            if *digest == stored.digest {
+                Comparison::Same
+            } else {
+                Comparison::Different
+            }
+        };
+        match (stored.request_version, self.as_sent) {
+            (version, _) if version == self.request_version => same(&self.digest),
+            (AS_SENT, Some(as_sent)) => same(&as_sent),
+            _ => Comparison::Incomparable,
+        }
+    }
+
+    pub fn request_version(&self) -> u32 {
+        self.request_version
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {
-        &self.0
+        &self.digest
     }
 
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        hex::encode(self.digest)
     }
 }
 
 impl fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Fingerprint({})", self.to_hex())
+        write!(
+            f,
+            "Fingerprint(v{}, {})",
+            self.request_version,
+            self.to_hex()
+        )
     }
 }
 
@@ -175,9 +283,40 @@ mod tests {
     }
 
     #[test]
-    fn fingerprint_round_trips_through_bytes() {
-        let fp = Fingerprint::of_json_request("POST", "/charges", &json!({}));
-        assert_eq!(Fingerprint::from_bytes(fp.as_bytes()), Ok(fp));
-        assert!(Fingerprint::from_bytes(&[0; 31]).is_err());
+    fn fingerprint_round_trips_through_a_store() {
+        let fp = Fingerprint::of_request(2, "POST", "/charges", &json!({"a": 1}), &json!({}));
+        let stored = Fingerprint::stored(fp.request_version(), fp.as_bytes());
+        assert_eq!(stored, Ok(fp.to_stored()));
+        assert!(Fingerprint::stored(1, &[0; 31]).is_err());
+    }
+
+    /// A request is compared with a record of its own request version by its validated form,
+    /// with a record from before request versions by its body as sent, and with a record of
+    /// another request version not at all.
+    #[test]
+    fn a_request_compares_by_its_version_or_as_sent() {
+        let (request, sent) = (
+            json!({"amount": 100, "currency": "usd"}),
+            json!({"amount": 100, "currency": "USD"}),
+        );
+        let judged = Fingerprint::of_request(1, "POST", "/charges", &request, &sent);
+        let respelled = Fingerprint::of_request(1, "POST", "/charges", &request, &json!({}));
+        assert_eq!(judged.compare(&respelled.to_stored()), Comparison::Same);
+        let other = Fingerprint::of_request(1, "POST", "/charges", &json!({"amount": 1}), &sent);
+        assert_eq!(judged.compare(&other.to_stored()), Comparison::Different);
+
+        let before_versions = Fingerprint::of_json_request("POST", "/charges", &sent).to_stored();
+        assert_eq!(judged.compare(&before_versions), Comparison::Same);
+        let before_other = Fingerprint::of_json_request("POST", "/charges", &request).to_stored();
+        assert_eq!(judged.compare(&before_other), Comparison::Different);
+
+        let next = Fingerprint::of_request(2, "POST", "/charges", &request, &sent);
+        assert_eq!(judged.compare(&next.to_stored()), Comparison::Incomparable);
+        assert_eq!(next.compare(&judged.to_stored()), Comparison::Incomparable);
+        let without_sent = judged.to_stored();
+        assert_eq!(
+            without_sent.compare(&before_versions),
+            Comparison::Incomparable
+        );
     }
 }

@@ -502,6 +502,10 @@ impl<const VERSION: u32, const SCOPED_BY_VERSION: bool> Operation
     const EFFECT: &'static str = "pay";
     const ROUTE: (&'static str, &'static str) = ("POST", "/payments");
 
+    fn canonical_request(amount: &u64) -> serde_json::Value {
+        json!({ "amount": amount })
+    }
+
     fn stored_request(&self, body: &[u8]) -> Option<u64> {
         let body: serde_json::Value = serde_json::from_slice(body).ok()?;
         body["amount"].as_u64()
@@ -640,7 +644,7 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
     let attempt = || KeyedRequest {
         tenant: "acme".into(),
         key: key.clone(),
-        fingerprint: fingerprint_of::<Pay<1, SCOPED_BY_VERSION>>(&body),
+        fingerprint: fingerprint_of::<Pay<1, SCOPED_BY_VERSION>>(&500, &body),
         canonical_body: canonical_json(&body).into_bytes(),
         request: 500,
         wait: None,

@@ -15,11 +15,9 @@ use chrono::Utc;
 use payments_idempotency::engine::memory::MemoryRecords;
 use payments_idempotency::engine::{
     Answer, Checkpoint, Completion, EffectError, Engine, Idempotent, KeyedRequest, Observer,
-    Operation, Owner, Prepared, ProtocolError, SettleOutcome, Settled, fingerprint_of,
+    Operation, Owner, Prepared, ProtocolError, SettleOutcome, Settled,
 };
-use payments_idempotency::{
-    IdempotencyKey, IdempotencyPolicy, SchemaVersion, StoredResponse, canonical_json,
-};
+use payments_idempotency::{IdempotencyKey, IdempotencyPolicy, SchemaVersion, StoredResponse};
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 use uuid::Uuid;
@@ -69,24 +67,29 @@ impl Gateway {
     }
 }
 
-/// `POST /messages`, schema version `V`: its answer names its version in its body, so that an
-/// answer of one version can never pass for the other's.
+/// `POST /messages`, schema version `V`, request version `R`: its answer names its version in
+/// its body, so that an answer of one version can never pass for the other's.
 #[derive(Debug)]
-struct SendMessage<const V: u32> {
+struct SendMessage<const V: u32, const R: u32 = 1> {
     records: Arc<MemoryRecords>,
     gateway: Arc<Gateway>,
 }
 
 #[async_trait]
-impl<const V: u32> Operation for SendMessage<V> {
+impl<const V: u32, const R: u32> Operation for SendMessage<V, R> {
     type Request = String;
     type Plan = String;
     type Effect = String;
 
     const FAMILY: &'static str = "messages.send";
     const VERSION: SchemaVersion = SchemaVersion::new(V);
+    const REQUEST_VERSION: u32 = R;
     const EFFECT: &'static str = "message";
     const ROUTE: (&'static str, &'static str) = ("POST", "/messages");
+
+    fn canonical_request(text: &String) -> serde_json::Value {
+        json!({ "text": text })
+    }
 
     fn stored_request(&self, body: &[u8]) -> Option<String> {
         let body: serde_json::Value = serde_json::from_slice(body).ok()?;
@@ -157,18 +160,18 @@ impl Observer for DiesAfterEffect {
 }
 
 /// One build of the fleet: its engine over the shared store, with its version of the operation.
-struct Instance<const V: u32> {
+struct Instance<const V: u32, const R: u32 = 1> {
     engine: Engine,
-    op: Arc<Idempotent<SendMessage<V>>>,
+    op: Arc<Idempotent<SendMessage<V, R>>>,
 }
 
-impl<const V: u32> Instance<V> {
+impl<const V: u32, const R: u32> Instance<V, R> {
     fn new(fleet: &Fleet) -> Self {
         Self::observed(fleet, Arc::new(payments_idempotency::engine::Unobserved))
     }
 
     fn observed(fleet: &Fleet, observer: Arc<dyn Observer>) -> Self {
-        let op = Arc::new(Idempotent::new(SendMessage::<V> {
+        let op = Arc::new(Idempotent::new(SendMessage::<V, R> {
             records: Arc::clone(&fleet.records),
             gateway: Arc::clone(&fleet.gateway),
         }));
@@ -179,15 +182,13 @@ impl<const V: u32> Instance<V> {
     }
 
     async fn send(&self, text: &str) -> Result<Answer, ProtocolError> {
-        let body = json!({ "text": text });
-        let request = KeyedRequest {
-            tenant: "acme".to_owned(),
-            key: IdempotencyKey::parse("welcome-42").unwrap_or_else(|e| panic!("{e}")),
-            fingerprint: fingerprint_of::<SendMessage<V>>(&body),
-            canonical_body: canonical_json(&body).into_bytes(),
-            request: text.to_owned(),
-            wait: None,
-        };
+        let request = KeyedRequest::of::<SendMessage<V, R>>(
+            "acme".to_owned(),
+            IdempotencyKey::parse("welcome-42").unwrap_or_else(|e| panic!("{e}")),
+            text.to_owned(),
+            &json!({ "text": text }),
+            None,
+        );
         self.engine.run(&self.op, request).await
     }
 
@@ -414,6 +415,10 @@ impl Operation for RendersInItsOwnShape {
     const EFFECT: &'static str = SendMessage::<2>::EFFECT;
     const ROUTE: (&'static str, &'static str) = SendMessage::<2>::ROUTE;
 
+    fn canonical_request(text: &String) -> serde_json::Value {
+        SendMessage::<2>::canonical_request(text)
+    }
+
     fn stored_request(&self, body: &[u8]) -> Option<String> {
         self.0.stored_request(body)
     }
@@ -480,15 +485,13 @@ async fn an_operation_may_render_another_versions_record_in_its_own_shape() {
         gateway: Arc::clone(&fleet.gateway),
     })));
     let engine = Engine::new(Arc::clone(&fleet.records) as _).with_operation(Arc::clone(&renders));
-    let body = json!({ "text": "Welcome!" });
-    let request = KeyedRequest {
-        tenant: "acme".to_owned(),
-        key: IdempotencyKey::parse("welcome-42").unwrap_or_else(|e| panic!("{e}")),
-        fingerprint: fingerprint_of::<RendersInItsOwnShape>(&body),
-        canonical_body: canonical_json(&body).into_bytes(),
-        request: "Welcome!".to_owned(),
-        wait: None,
-    };
+    let request = KeyedRequest::of::<RendersInItsOwnShape>(
+        "acme".to_owned(),
+        IdempotencyKey::parse("welcome-42").unwrap_or_else(|e| panic!("{e}")),
+        "Welcome!".to_owned(),
+        &json!({ "text": "Welcome!" }),
+        None,
+    );
 
     let rendered = answered(engine.run(&renders, request).await);
 
@@ -499,4 +502,35 @@ async fn an_operation_may_render_another_versions_record_in_its_own_shape() {
         "in version 2's shape"
     );
     fleet.assert_one_effect();
+}
+
+/// A request of another request version (a field changed meaning between the versions) is
+/// never compared with the record's: 409 incomparable, never an effect nor a replay, whichever
+/// came first; the record's own version still replays it.
+async fn a_request_of_another_request_version_is_never_compared<const FROM: u32, const TO: u32>() {
+    let fleet = Fleet::new();
+    let from = Instance::<FROM, FROM>::new(&fleet);
+    let to = Instance::<TO, TO>::new(&fleet);
+
+    let first = answered(from.send("Welcome!").await);
+    let other = to.send("Welcome!").await;
+
+    assert!(
+        matches!(other, Err(ProtocolError::KeyIncomparable)),
+        "{other:?}"
+    );
+    let replay = answered(from.send("Welcome!").await);
+    assert!(replay.replayed);
+    assert_eq!(replay.response, first.response);
+    fleet.assert_one_effect();
+}
+
+#[tokio::test]
+async fn a_request_of_request_version_2_is_never_compared_with_a_record_of_1() {
+    a_request_of_another_request_version_is_never_compared::<1, 2>().await;
+}
+
+#[tokio::test]
+async fn a_request_of_request_version_1_is_never_compared_with_a_record_of_2() {
+    a_request_of_another_request_version_is_never_compared::<2, 1>().await;
 }

@@ -42,9 +42,9 @@ pub(crate) fn insert_record<'a, DB: Dialect>(
 ) -> Statement<'a, DB> {
     let mut sql = Statement::new(
         "INSERT INTO idempotency_records
-             (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
-              locked_until, attempts, resource_id, processor_key, created_at, expires_at,
-              updated_at, request_body)
+             (tenant_id, operation, idempotency_key, fingerprint, request_version, state,
+              recovery_point, locked_until, attempts, resource_id, processor_key, created_at,
+              expires_at, updated_at, request_body)
          VALUES (",
     );
     sql.value(claim.scope.tenant.as_str())
@@ -54,6 +54,8 @@ pub(crate) fn insert_record<'a, DB: Dialect>(
         .value(claim.key.as_str())
         .push(", ")
         .value(claim.fingerprint.as_bytes().as_slice())
+        .push(", ")
+        .value(request_version(claim.fingerprint))
         .push(", 'pending', 'started', ");
     DB::push_now_plus(&mut sql, policy.lock_timeout);
     sql.push(", 1, ")
@@ -118,10 +120,13 @@ pub(crate) fn replace<'a, DB: Dialect>(
     policy: IdempotencyPolicy,
 ) -> Statement<'a, DB> {
     let mut sql = Statement::new("UPDATE idempotency_records SET fingerprint = ");
-    sql.value(claim.fingerprint.as_bytes().as_slice()).push(
-        ", state = 'pending', recovery_point = 'started', attempts = attempts + 1,
+    sql.value(claim.fingerprint.as_bytes().as_slice())
+        .push(", request_version = ")
+        .value(request_version(claim.fingerprint))
+        .push(
+            ", state = 'pending', recovery_point = 'started', attempts = attempts + 1,
              locked_until = ",
-    );
+        );
     DB::push_now_plus(&mut sql, policy.lock_timeout);
     sql.push(", resource_id = ")
         .value(generation.resource_id)
@@ -141,6 +146,11 @@ pub(crate) fn replace<'a, DB: Dialect>(
     push_where_key(&mut sql, claim.scope, claim.key);
     sql.push(" RETURNING attempts");
     sql
+}
+
+/// The request version a fingerprint was made under, as the column holds it.
+fn request_version(fingerprint: &Fingerprint) -> i64 {
+    i64::from(fingerprint.request_version())
 }
 
 /// ` WHERE <the record's primary key>`.

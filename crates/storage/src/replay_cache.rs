@@ -178,7 +178,7 @@ impl ResponseCache for ReplayCache {
         };
         let entry = CachedReplay {
             generation,
-            fingerprint: *fingerprint,
+            fingerprint: fingerprint.to_stored(),
             response: response.clone(),
             expires_at,
         };
@@ -204,13 +204,13 @@ impl ResponseCache for ReplayCache {
     }
 }
 
-// Layout, version 4: [4][generation: 16][fingerprint: 32][expires_at: i64 BE, ms since the
-// epoch][status: u16 BE][schema version: u32 BE][headers length: u32 BE][headers JSON][body]
-// [HMAC-SHA256: 32]. Binary rather than JSON so the body is stored as the exact bytes that
+// Layout, version 4: [4][generation: 16][request version: u32 BE][fingerprint: 32][expires_at:
+// i64 BE, ms since the epoch][status: u16 BE][schema version: u32 BE][headers length: u32 BE]
+// [headers JSON][body][HMAC-SHA256: 32]. Binary rather than JSON so the body is stored as the exact bytes that
 // were sent. An entry of another version is a miss (version 2 had no MAC; version 3 was keyed
 // by the operation with its schema version, and did not say which version wrote it).
 const VERSION: u8 = 4;
-const FIXED: usize = 16 + 32 + 8 + 2 + 4 + 4;
+const FIXED: usize = 16 + 4 + 32 + 8 + 2 + 4 + 4;
 const MAC_LEN: usize = 32;
 /// Names what the MAC is for, so the same secret can never authenticate anything else.
 const MAC_CONTEXT: &str = "payments replay cache v4";
@@ -221,6 +221,7 @@ fn encode(entry: &CachedReplay) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + FIXED + headers.len() + response.body.len() + MAC_LEN);
     out.push(VERSION);
     out.extend_from_slice(entry.generation.as_bytes());
+    out.extend_from_slice(&entry.fingerprint.request_version().to_be_bytes());
     out.extend_from_slice(entry.fingerprint.as_bytes());
     out.extend_from_slice(&entry.expires_at.timestamp_millis().to_be_bytes());
     out.extend_from_slice(&response.status.to_be_bytes());
@@ -237,13 +238,14 @@ fn encode(entry: &CachedReplay) -> Vec<u8> {
 fn decode(content: &[u8]) -> Option<CachedReplay> {
     let rest = content.get(1..)?;
     let generation = Uuid::from_slice(rest.get(..16)?).ok()?;
-    let fingerprint = Fingerprint::from_bytes(rest.get(16..48)?).ok()?;
+    let request_version = u32::from_be_bytes(rest.get(16..20)?.try_into().ok()?);
+    let fingerprint = Fingerprint::stored(request_version, rest.get(20..52)?).ok()?;
     let expires_at =
-        DateTime::from_timestamp_millis(i64::from_be_bytes(rest.get(48..56)?.try_into().ok()?))?;
-    let status = u16::from_be_bytes(rest.get(56..58)?.try_into().ok()?);
+        DateTime::from_timestamp_millis(i64::from_be_bytes(rest.get(52..60)?.try_into().ok()?))?;
+    let status = u16::from_be_bytes(rest.get(60..62)?.try_into().ok()?);
     let schema_version =
-        SchemaVersion::from_stored(u32::from_be_bytes(rest.get(58..62)?.try_into().ok()?))?;
-    let headers_len = u32::from_be_bytes(rest.get(62..66)?.try_into().ok()?) as usize;
+        SchemaVersion::from_stored(u32::from_be_bytes(rest.get(62..66)?.try_into().ok()?))?;
+    let headers_len = u32::from_be_bytes(rest.get(66..70)?.try_into().ok()?) as usize;
     let rest = rest.get(FIXED..)?;
     let headers: Vec<(String, String)> = serde_json::from_slice(rest.get(..headers_len)?).ok()?;
     let body = rest.get(headers_len..)?.to_vec();
@@ -291,7 +293,14 @@ mod tests {
     fn entry() -> CachedReplay {
         CachedReplay {
             generation: Uuid::from_u128(7),
-            fingerprint: Fingerprint::of_json_request("POST", "/charges", &json!({"amount": 1})),
+            fingerprint: Fingerprint::of_request(
+                3,
+                "POST",
+                "/charges",
+                &json!({"amount": 1}),
+                &json!({}),
+            )
+            .to_stored(),
             response: StoredResponse::new(
                 SchemaVersion::new(2),
                 201,

@@ -25,6 +25,7 @@ pub(crate) struct RecordRow {
     pub operation: String,
     pub idempotency_key: String,
     pub fingerprint: Vec<u8>,
+    pub request_version: i32,
     pub state: String,
     pub resource_id: Uuid,
     pub recovery_point: String,
@@ -58,8 +59,10 @@ impl RecordRow {
             },
             key: IdempotencyKey::parse(&self.idempotency_key)
                 .map_err(|e| StoreError::Corrupt(format!("idempotency_key: {e}")))?,
-            fingerprint: Fingerprint::from_bytes(&self.fingerprint)
-                .map_err(|e| StoreError::Corrupt(format!("fingerprint: {e}")))?,
+            fingerprint: u32::try_from(self.request_version)
+                .ok()
+                .and_then(|version| Fingerprint::stored(version, &self.fingerprint).ok())
+                .ok_or_else(|| corrupt("fingerprint", (self.request_version, &self.fingerprint)))?,
             state: self
                 .state
                 .parse()
@@ -268,6 +271,7 @@ pub(crate) struct AbandonedRow {
     recovery_point: String,
     effect_id: Option<String>,
     request_body: Option<Vec<u8>>,
+    request_version: i32,
 }
 
 impl AbandonedRow {
@@ -288,6 +292,8 @@ impl AbandonedRow {
                 .map_err(|_| corrupt("recovery_point", &self.recovery_point))?,
             effect_id: self.effect_id,
             request_body: self.request_body,
+            request_version: u32::try_from(self.request_version)
+                .map_err(|_| corrupt("request_version", self.request_version))?,
         })
     }
 }

@@ -35,7 +35,7 @@ pub(crate) fn take_over<'a, DB: Dialect>(
     condition(&mut sql);
     sql.push(" LIMIT 1").push(DB::SKIP_LOCKED).push(
         ") RETURNING tenant_id, operation, idempotency_key, attempts, resource_id,
-               processor_key, recovery_point, effect_id, request_body",
+               processor_key, recovery_point, effect_id, request_body, request_version",
     );
     sql
 }

@@ -45,6 +45,10 @@ impl Operation for CreateCharge {
     const EFFECT: &'static str = "charge";
     const ROUTE: (&'static str, &'static str) = ("POST", "/charges");
 
+    fn canonical_request(request: &ChargeRequest) -> serde_json::Value {
+        CreateChargeBody::canonical(request)
+    }
+
     fn stored_request(&self, body: &[u8]) -> Option<ChargeRequest> {
         CreateChargeBody::parse(body).ok()
     }

@@ -39,6 +39,10 @@ impl Operation for CreatePayout {
     const EFFECT: &'static str = "payout";
     const ROUTE: (&'static str, &'static str) = ("POST", "/payouts");
 
+    fn canonical_request(request: &PayoutRequest) -> serde_json::Value {
+        CreatePayoutBody::canonical(request)
+    }
+
     fn stored_request(&self, body: &[u8]) -> Option<PayoutRequest> {
         CreatePayoutBody::parse(body).ok()
     }

@@ -47,6 +47,10 @@ impl Operation for CreateRefund {
     const EFFECT: &'static str = "refund";
     const ROUTE: (&'static str, &'static str) = ("POST", "/charges/{id}/refunds");
 
+    fn canonical_request(request: &RefundRequest) -> serde_json::Value {
+        CreateRefundBody::canonical(request)
+    }
+
     fn stored_request(&self, body: &[u8]) -> Option<RefundRequest> {
         CreateRefundBody::parse_stored(body).ok()
     }

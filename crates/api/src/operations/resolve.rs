@@ -88,6 +88,10 @@ impl Operation for ResolveException {
     const EFFECT: &'static str = "resolution";
     const ROUTE: (&'static str, &'static str) = ("POST", "/ops/exceptions/{id}/resolve");
 
+    fn canonical_request(request: &ResolutionRequest) -> serde_json::Value {
+        ResolveBody::canonical(request)
+    }
+
     fn stored_request(&self, body: &[u8]) -> Option<ResolutionRequest> {
         ResolveBody::parse_stored(body).ok()
     }

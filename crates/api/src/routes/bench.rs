@@ -91,8 +91,8 @@ pub(super) async fn charge_in_two_commits(
     let key = IdempotencyKey::parse(&format!("bench-{}", charge.id.as_uuid().simple()))
         .map_err(|e| ApiError::Internal(e.into()))?;
     // The fingerprint's 32 bytes, without the canonical JSON the service hashes.
-    let fingerprint = Fingerprint::from_bytes(&Sha256::digest(&body))
-        .map_err(|e| ApiError::Internal(e.into()))?;
+    let fingerprint =
+        Fingerprint::stored(1, &Sha256::digest(&body)).map_err(|e| ApiError::Internal(e.into()))?;
     let fence = state
         .store
         .floors()

@@ -28,8 +28,7 @@ use tower_http::trace::TraceLayer;
 
 use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
-use payments_idempotency::canonical_json;
-use payments_idempotency::engine::{self, Idempotent, KeyedRequest, Operation};
+use payments_idempotency::engine::{Idempotent, KeyedRequest, Operation};
 use payments_storage::StoreError;
 
 use crate::admission;
@@ -38,24 +37,18 @@ use crate::replay::respond;
 use crate::{ApiError, AppState};
 
 /// Runs `request` of `op`, validated, through the engine under the call's key and answers with what
-/// it gives. `canonical` is the request as JSON: the fingerprint covers it (with the
-/// operation's route), and it is stored with the record for the completer.
+/// it gives. The fingerprint covers the operation's canonical form of the request (with its
+/// route), which is stored with the record for the completer; `as_sent` is the body as the
+/// client sent it, which records from before request versions were fingerprinted over.
 async fn run_idempotent<O: Operation>(
     state: &AppState,
     op: &Idempotent<O>,
     call: impl Into<KeyedCall>,
-    canonical: &serde_json::Value,
+    as_sent: &serde_json::Value,
     request: O::Request,
 ) -> Result<axum::response::Response, ApiError> {
     let KeyedCall { owner, key, wait } = call.into();
-    let request = KeyedRequest {
-        tenant: owner,
-        key,
-        fingerprint: engine::fingerprint_of::<O>(canonical),
-        canonical_body: canonical_json(canonical).into_bytes(),
-        request,
-        wait,
-    };
+    let request = KeyedRequest::of::<O>(owner, key, request, as_sent, wait);
     let answer = state.engine.run(op, request).await?;
     Ok(respond(answer))
 }

@@ -8,6 +8,7 @@ use payments_domain::{
 };
 use payments_storage::{Balance, Funds, StoredEvent};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::ApiError;
 
@@ -49,6 +50,38 @@ impl CreateChargeBody {
     pub fn parse(body: &[u8]) -> Result<ChargeRequest, ApiError> {
         let typed: Self = json_body(body)?;
         ChargeRequest::try_from(typed)
+    }
+
+    /// `request` as the body every version of `charges.create` shares, whatever the client's
+    /// spelling (`"USD"` or `"usd"`, `"description": null` or none): what its fingerprint
+    /// covers, and what is stored for the completer, which [`parse`](Self::parse) reads back.
+    pub(crate) fn canonical(request: &ChargeRequest) -> Value {
+        let mut body = money_json(&request.money);
+        body.insert("source".into(), request.source.as_str().into());
+        insert_description(&mut body, request.description.as_ref());
+        Value::Object(body)
+    }
+}
+
+/// `amount` and `currency` as the canonical bodies spell them: minor units, and the currency's
+/// code in lower case, as clients send it.
+fn money_json(money: &Money) -> serde_json::Map<String, Value> {
+    let mut body = serde_json::Map::new();
+    body.insert("amount".into(), money.amount.minor_units().into());
+    body.insert(
+        "currency".into(),
+        money.currency.code().to_ascii_lowercase().into(),
+    );
+    body
+}
+
+/// Adds `description` to a canonical body when there is one; none is no field.
+fn insert_description(
+    body: &mut serde_json::Map<String, Value>,
+    description: Option<&Description>,
+) {
+    if let Some(description) = description {
+        body.insert("description".into(), description.as_str().into());
     }
 }
 
@@ -119,6 +152,15 @@ impl CreatePayoutBody {
             destination,
             description: description_field(typed.description)?,
         })
+    }
+
+    /// `request` as the body every version of `payouts.create` shares (see
+    /// [`CreateChargeBody::canonical`]); [`parse`](Self::parse) reads it back.
+    pub(crate) fn canonical(request: &PayoutRequest) -> Value {
+        let mut body = money_json(&request.money);
+        body.insert("destination".into(), request.destination.as_str().into());
+        insert_description(&mut body, request.description.as_ref());
+        Value::Object(body)
     }
 }
 
@@ -265,6 +307,21 @@ impl CreateRefundBody {
     pub(crate) fn parse_stored(body: &[u8]) -> Result<RefundRequest, ApiError> {
         let (charge, typed): (ChargeId, Self) = split_stored(body, Self::CHARGE)?;
         typed.into_request(charge)
+    }
+
+    /// `request` as the body every version of `refunds.create` shares, the charge of the path
+    /// included (see [`CreateChargeBody::canonical`]); [`parse_stored`](Self::parse_stored)
+    /// reads it back.
+    pub(crate) fn canonical(request: &RefundRequest) -> Value {
+        let mut body = serde_json::Map::new();
+        body.insert(Self::CHARGE.into(), request.charge.to_string().into());
+        if let Some(amount) = request.amount {
+            body.insert("amount".into(), amount.minor_units().into());
+        }
+        if let Some(reason) = request.reason {
+            body.insert("reason".into(), reason.name().into());
+        }
+        Value::Object(body)
     }
 
     fn into_request(self, charge: ChargeId) -> Result<RefundRequest, ApiError> {

@@ -143,6 +143,16 @@ impl ResolveBody {
         typed.into_request(exception)
     }
 
+    /// `request` as the body every version of `exceptions.resolve` shares, the exception of the
+    /// path included; [`parse_stored`](Self::parse_stored) reads it back.
+    pub(crate) fn canonical(request: &ResolutionRequest) -> serde_json::Value {
+        serde_json::json!({
+            Self::EXCEPTION: request.exception.to_string(),
+            "action": request.action.as_str(),
+            "note": request.note.as_str(),
+        })
+    }
+
     fn into_request(self, exception: ExceptionId) -> Result<ResolutionRequest, ApiError> {
         let action = ResolutionAction::parse(&self.action).ok_or_else(|| {
             let names: Vec<_> = ResolutionAction::ALL.iter().map(|a| a.as_str()).collect();

@@ -77,6 +77,38 @@ async fn the_same_json_with_keys_in_another_order_and_spacing_replays(backend: B
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
+/// A request is compared by what it asks, not by how it is spelled: the currency in either case
+/// and a description of `null` or none are the same charge, as they would be from another
+/// schema version of the operation spelling its request its own way.
+async fn the_same_charge_spelled_otherwise_replays(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = new_key();
+    let first = app
+        .post_charge(
+            ACME,
+            &key,
+            &json!({ "amount": 700, "currency": "EUR", "source": "tok_visa", "description": null }),
+        )
+        .await;
+    assert_eq!(first.status().as_u16(), 201);
+    let respelled = app
+        .post_charge(
+            ACME,
+            &key,
+            &json!({ "amount": 700, "currency": "eur", "source": "tok_visa" }),
+        )
+        .await;
+    assert_eq!(respelled.status().as_u16(), 201);
+    assert_eq!(respelled.headers()["idempotent-replayed"], "true");
+    let (status, body) = problem(app.post_charge(ACME, &key, &visa(700)).await).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("idempotency_key_reused")),
+        "another currency"
+    );
+    assert_eq!(app.footprint().await, Footprint::charged(1));
+}
+
 async fn a_quoted_structured_field_key_is_the_same_key_as_the_bare_token(backend: Backend) {
     let app = spawn_app(backend).await;
     let key = new_key();
@@ -304,6 +336,7 @@ on_every_backend!(
     first_request_creates_one_charge_with_its_ledger_transaction_and_event,
     replay_returns_byte_identical_status_body_and_headers,
     the_same_json_with_keys_in_another_order_and_spacing_replays,
+    the_same_charge_spelled_otherwise_replays,
     a_quoted_structured_field_key_is_the_same_key_as_the_bare_token,
     a_different_payload_under_a_used_key_is_422_and_executes_nothing,
     the_same_key_under_two_tenants_gives_two_independent_charges,

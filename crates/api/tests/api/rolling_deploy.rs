@@ -409,15 +409,17 @@ async fn write_a_completed_v1_record(db: &TestDatabase, key: &str, body: &Value,
         .expect("write the record as the old build did");
 }
 
-/// A database that holds records written before the upgrade (`charges.create.v1`) is
-/// migrated by the new build, and a retry of such a record replays it: its answer as stored,
-/// named version 1, and no charge at the processor.
+/// A database that holds records written before the upgrade (`charges.create.v1`, fingerprinted
+/// over the body as it was sent) is migrated by the new build, and a retry of such a record
+/// replays it: its answer as stored, named version 1, and no charge at the processor, even for
+/// a body spelled unlike the request's canonical form (`"USD"`, `"description": null`).
 async fn records_written_before_the_upgrade_replay_after_it(backend: Backend) {
     let card_sim = CardSim::start().await;
     let db = TestDatabase::create(backend).await;
     migrate_to_before_the_family(&db).await;
     let key = new_key();
-    let body = visa(4_200);
+    let body =
+        json!({ "amount": 4_200, "currency": "USD", "source": "tok_visa", "description": null });
     let stored = r#"{"id":"ch_00000000-0000-4000-8000-000000000001","amount":4200}"#;
     write_a_completed_v1_record(&db, &key, &body, stored).await;
 

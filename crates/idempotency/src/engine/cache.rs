@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::error::error_chain;
 use super::ports::{CacheCall, CacheRead, Outcome};
 use super::{Answer, Engine, Idempotent, KeyedRequest, Operation, ProtocolError};
-use crate::{IdempotencyKey, Scope, StoredResponse};
+use crate::{Comparison, IdempotencyKey, Scope, StoredResponse};
 
 impl Engine {
     /// Serves a replay from the cache when it has one.
@@ -22,17 +22,23 @@ impl Engine {
             // An entry outliving its record (the cache's clock behind) is a miss: the claim
             // judges the key by the store's clock, and replacing the record deletes the entry.
             Ok(CacheRead::Hit(hit)) if hit.expires_at <= Utc::now() => None,
-            Ok(CacheRead::Hit(hit)) if hit.fingerprint == request.fingerprint => {
-                self.observer.outcome(Outcome::ReplayedCache);
-                Some(
-                    self.replay(op, hit.generation, hit.response, hit.expires_at)
-                        .await,
-                )
-            }
-            Ok(CacheRead::Hit(_)) => {
-                self.observer.outcome(Outcome::Mismatch);
-                Some(Err(ProtocolError::KeyReused))
-            }
+            Ok(CacheRead::Hit(hit)) => match request.fingerprint.compare(&hit.fingerprint) {
+                Comparison::Same => {
+                    self.observer.outcome(Outcome::ReplayedCache);
+                    Some(
+                        self.replay(op, hit.generation, hit.response, hit.expires_at)
+                            .await,
+                    )
+                }
+                Comparison::Different => {
+                    self.observer.outcome(Outcome::Mismatch);
+                    Some(Err(ProtocolError::KeyReused))
+                }
+                Comparison::Incomparable => {
+                    self.observer.outcome(Outcome::Incomparable);
+                    Some(Err(ProtocolError::KeyIncomparable))
+                }
+            },
             Ok(CacheRead::Miss) => None,
             Ok(CacheRead::Rejected(rejection)) => {
                 // Someone with write access to the cache, or a build with another secret,

@@ -52,6 +52,10 @@ pub enum ProtocolError {
     /// The key was first used with a different request (422).
     #[error("the idempotency key was used with a different request")]
     KeyReused,
+    /// The key was first used with a request of another request version of the operation,
+    /// which this one cannot be compared with (409).
+    #[error("the idempotency key was used with a request of another request version")]
+    KeyIncomparable,
     /// Another attempt holds the key (409).
     #[error("the idempotency key is in use; retry after {retry_after_secs} s")]
     KeyInUse { retry_after_secs: u64 },

@@ -229,7 +229,7 @@ impl Inner {
         IdempotencyRecord {
             scope: scope.clone(),
             key: key.clone(),
-            fingerprint: *fingerprint,
+            fingerprint: fingerprint.to_stored(),
             state: RecordState::Pending,
             generation,
             recovery_point: RecoveryPoint::Started,
@@ -411,6 +411,7 @@ impl RecordStore for MemoryRecords {
             recovery_point: record.recovery_point,
             effect_id: record.effect_id.clone(),
             request_body: Some(stored.request_body.clone()),
+            request_version: record.fingerprint.request_version(),
         }))
     }
 }
@@ -450,7 +451,7 @@ impl ResponseCache for MemoryCache {
         yield_once().await;
         let entry = CachedReplay {
             generation,
-            fingerprint: *fingerprint,
+            fingerprint: fingerprint.to_stored(),
             response: response.clone(),
             expires_at,
         };

@@ -124,10 +124,37 @@ pub fn scope_of<O: Operation>(tenant: &str) -> Scope {
     }
 }
 
-/// The fingerprint of a request to `O`: its route and its canonical JSON body.
-pub fn fingerprint_of<O: Operation>(body: &serde_json::Value) -> Fingerprint {
+/// The fingerprint of `request` to `O`, sent as `as_sent`: its route and its canonical request
+/// ([`Operation::canonical_request`]) under `O`'s request version, and its body as sent for
+/// records from before request versions.
+pub fn fingerprint_of<O: Operation>(
+    request: &O::Request,
+    as_sent: &serde_json::Value,
+) -> Fingerprint {
     let (method, route) = O::ROUTE;
-    Fingerprint::of_json_request(method, route, body)
+    let canonical = O::canonical_request(request);
+    Fingerprint::of_request(O::REQUEST_VERSION, method, route, &canonical, as_sent)
+}
+
+impl<R> KeyedRequest<R> {
+    /// `tenant`'s `request` to `O` under `key`, the client having sent `as_sent`: its
+    /// fingerprint and the canonical body to store, from `O`'s canonical form of the request.
+    pub fn of<O: Operation<Request = R>>(
+        tenant: String,
+        key: IdempotencyKey,
+        request: R,
+        as_sent: &serde_json::Value,
+        wait: Option<Duration>,
+    ) -> Self {
+        Self {
+            tenant,
+            key,
+            fingerprint: fingerprint_of::<O>(&request, as_sent),
+            canonical_body: crate::canonical_json(&O::canonical_request(&request)).into_bytes(),
+            request,
+            wait,
+        }
+    }
 }
 
 /// An operation as the completer sees it: whatever its types, it settles a record.
@@ -265,6 +292,10 @@ impl Engine {
                 Claim::Mismatch => {
                     self.observer.outcome(Outcome::Mismatch);
                     Err(ProtocolError::KeyReused)
+                }
+                Claim::Incomparable => {
+                    self.observer.outcome(Outcome::Incomparable);
+                    Err(ProtocolError::KeyIncomparable)
                 }
                 Claim::Owned(claimed) => {
                     if claimed.took_over {
@@ -487,6 +518,7 @@ impl Engine {
             }
             Decision::InFlight { retry_after_secs } => Err(in_use(op, retry_after_secs)),
             Decision::Mismatch => Err(ProtocolError::KeyReused),
+            Decision::Incomparable => Err(ProtocolError::KeyIncomparable),
             Decision::Execute
             | Decision::Resume { .. }
             | Decision::RetryFailed

@@ -104,8 +104,24 @@ pub trait Operation: Send + Sync + 'static {
     /// the same body sent to another endpoint under the same key is another request.
     const ROUTE: (&'static str, &'static str);
 
-    /// Rebuilds the request from the canonical body stored with the record, for the completer.
-    /// `None` if the record holds none or it is no longer valid.
+    /// The version of what the request means, which [`canonical_request`] writes. It changes
+    /// only when a field changes meaning (a schema version that renames a field does not bump
+    /// it): a request is never compared with a record of another request version, and is
+    /// answered `KeyIncomparable` instead of a guess.
+    ///
+    /// [`canonical_request`]: Self::canonical_request
+    const REQUEST_VERSION: u32 = 1;
+
+    /// The validated request as JSON, in the form every version of the family shares: what the
+    /// fingerprint covers, so that the same request spelled otherwise (or by another schema
+    /// version) is the same request, and what is stored for the completer, which
+    /// [`stored_request`](Self::stored_request) reads back.
+    fn canonical_request(request: &Self::Request) -> serde_json::Value;
+
+    /// Rebuilds the request from the canonical body stored with the record, for the completer:
+    /// [`canonical_request`](Self::canonical_request)'s form, or the body as the client sent
+    /// it for records from before request versions. `None` if the record holds none or it is
+    /// no longer valid.
     fn stored_request(&self, body: &[u8]) -> Option<Self::Request>;
 
     /// Prepares the effect of `request` for the generation `owner` holds, fenced by it. Called

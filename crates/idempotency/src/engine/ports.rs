@@ -28,6 +28,8 @@ pub enum Claim {
     InFlight { retry_after_secs: u64 },
     /// The key belongs to a different request.
     Mismatch,
+    /// The key belongs to a request of another request version, which cannot be compared.
+    Incomparable,
 }
 
 /// What every write of an owning attempt is conditioned on: the record's generation (its
@@ -175,6 +177,9 @@ pub struct Abandoned {
     pub effect_id: Option<String>,
     /// The canonical JSON of the request, to finish it without the client.
     pub request_body: Option<Vec<u8>>,
+    /// The request version `request_body` was written in ([`crate::AS_SENT`]: the body as
+    /// the client sent it, before request versions).
+    pub request_version: u32,
 }
 
 impl Abandoned {
@@ -314,6 +319,8 @@ pub enum Outcome {
     InFlight,
     /// Another payload under a used key (422).
     Mismatch,
+    /// A request of another request version under a used key (409).
+    Incomparable,
     /// The attempt took over an abandoned record.
     TakenOver,
     /// The attempt lost its record to another and answered from it.
@@ -332,6 +339,7 @@ impl Outcome {
             Self::ReplayedDb => "replayed_db",
             Self::InFlight => "in_flight",
             Self::Mismatch => "mismatch",
+            Self::Incomparable => "incomparable",
             Self::TakenOver => "taken_over",
             Self::Fenced => "fenced",
             Self::CompletedByCompleter => "completed_by_completer",
@@ -424,6 +432,7 @@ impl Verdict {
                 Self::Answer(Claim::InFlight { retry_after_secs })
             }
             Decision::Mismatch => Self::Answer(Claim::Mismatch),
+            Decision::Incomparable => Self::Answer(Claim::Incomparable),
             Decision::Resume { from } => Self::Resume(from),
             Decision::ReplaceExpired | Decision::RetryFailed => Self::Replace,
             Decision::Execute => Self::Absent,

@@ -18,7 +18,7 @@
 
 use super::ports::{Abandoned, Completion, Outcome};
 use super::{Engine, Idempotent, Operation, Prepared, ProtocolError, Settled, Unmade};
-use crate::RecoveryPoint;
+use crate::{AS_SENT, RecoveryPoint};
 
 /// How a settle ended, for its caller to count or act on; the record says the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +74,14 @@ impl Engine {
                 }
             },
         };
+        if ![AS_SENT, O::REQUEST_VERSION].contains(&record.request_version) {
+            // A request of another request version means something this version does not
+            // know: never finished from it here. A completer of that version, or the client's
+            // retry to one, settles it.
+            tracing::error!(idempotency.key = %key, request_version = record.request_version,
+                "completer: the record's request is of another request version; left pending");
+            return self.release(owner).await.map(|()| SettleOutcome::Released);
+        }
         let request = record
             .request_body
             .as_deref()

@@ -52,9 +52,10 @@ fn replay_key(app: &TestApp, key: &str) -> String {
     )
 }
 
-/// The fingerprint the service computes for a `POST /charges` with `body`.
+/// The fingerprint the service computes for a `POST /charges` with `body`, a body already in
+/// the charge's canonical form (its request version 1).
 fn charge_fingerprint(body: &Value) -> Fingerprint {
-    Fingerprint::of_json_request("POST", "/charges", body)
+    Fingerprint::of_request(1, "POST", "/charges", body, body)
 }
 
 /// A replay cache on the service's Redis keys, sealing entries with `secret`.
@@ -106,11 +107,12 @@ async fn genuine_entry(app: &TestApp, key: &str) -> Vec<u8> {
 }
 
 /// A replay-cache entry, version 4, split into its fields: `[4][generation: 16]
-/// [fingerprint: 32][expires_at: i64 BE ms][status: u16 BE][schema version: u32 BE]
-/// [headers_len: u32 BE][headers JSON][body][mac: 32]`.
+/// [request version: u32 BE][fingerprint: 32][expires_at: i64 BE ms][status: u16 BE]
+/// [schema version: u32 BE][headers_len: u32 BE][headers JSON][body][mac: 32]`.
 #[derive(Debug, Clone)]
 struct Entry {
-    /// Version, generation, fingerprint and expiry: everything before the status.
+    /// Version, generation, fingerprint (its request version and digest) and expiry:
+    /// everything before the status.
     head: Vec<u8>,
     status: u16,
     schema_version: u32,
@@ -119,8 +121,8 @@ struct Entry {
     mac: Vec<u8>,
 }
 
-/// Bytes before the status: version (1), generation (16), fingerprint (32), expiry (8).
-const HEAD: usize = 1 + 16 + 32 + 8;
+/// Bytes before the status: version (1), generation (16), fingerprint (4 + 32), expiry (8).
+const HEAD: usize = 1 + 16 + 4 + 32 + 8;
 const MAC: usize = 32;
 
 impl Entry {
@@ -164,7 +166,7 @@ impl Entry {
     }
 
     fn expires_at(&self) -> DateTime<Utc> {
-        let millis = i64::from_be_bytes(self.head[49..57].try_into().expect("8 bytes"));
+        let millis = i64::from_be_bytes(self.head[53..61].try_into().expect("8 bytes"));
         DateTime::from_timestamp_millis(millis).expect("a valid expiry")
     }
 
