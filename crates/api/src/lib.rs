@@ -2,9 +2,9 @@
 //! ledger reads, health checks.
 //!
 //! This crate owns everything HTTP: routing, authentication, request parsing, the mapping of
-//! every error to one RFC 9457 problem response, configuration and telemetry. It also runs
-//! the exactly-once protocol (`protocol`), written once and generic over the operations it
-//! runs (`operations`), which knows no HTTP. The protocol's data and `decide()` live in
+//! every error to one RFC 9457 problem response, configuration and telemetry. It also holds
+//! the operations the exactly-once engine runs (`operations`: charges, refunds, payouts and
+//! resolutions), which know no HTTP. The engine, its protocol data and `decide()` live in
 //! `payments-idempotency`, the rules in `payments-domain`, the SQL in `payments-storage`;
 //! this crate converts between HTTP and those types at the edge.
 
