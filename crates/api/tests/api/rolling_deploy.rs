@@ -216,27 +216,37 @@ async fn a_payout_answered_by_one_build_is_replayed_by_the_other() {
     an_answer_of_one_build_is_replayed_by_the_other(Effect::Payout).await;
 }
 
-/// A `tok_slow` charge (two seconds at the processor) in flight on one build, duplicated on
-/// the other meanwhile: 409 with `Retry-After`, and one charge, both ways.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_charge_in_flight_on_one_build_is_a_duplicate_on_the_other() {
-    let card_sim = CardSim::start().await;
+/// In flight on one build (two seconds at the processor), duplicated on the other meanwhile:
+/// 409 with `Retry-After`, one effect, and the retry names the same object, both ways. A
+/// charge is slow by its token, `tok_slow`; a refund and a payout by the processor's latency.
+async fn an_effect_in_flight_on_one_build_is_a_duplicate_on_the_other(effect: Effect) {
+    let latency_ms = match effect {
+        Effect::Charge => 0,
+        Effect::Refund | Effect::Payout => 2_000,
+    };
+    let card_sim = CardSim::start_with_latency_ms(latency_ms).await;
     let db = TestDatabase::create(Backend::Postgres).await;
     let settings = vec![("PAYMENTS__PROCESSOR__URL", card_sim.url.clone())];
     let release = Release.start(&db, &settings, &[]).await;
     let next = NextVersion.start(&db, &settings, &[]).await;
     let instance = |build| if build == Release { &release } else { &next };
-    let body = json!({ "amount": 700, "currency": "usd", "source": "tok_slow" });
 
     for (first, second) in Build::BOTH_WAYS {
-        let before = footprint(Effect::Charge, &db, &card_sim).await;
+        let (path, body) = match effect {
+            Effect::Charge => (
+                "/charges".to_owned(),
+                json!({ "amount": 700, "currency": "usd", "source": "tok_slow" }),
+            ),
+            Effect::Refund | Effect::Payout => effect.request(instance(first)).await,
+        };
+        let before = footprint(effect, &db, &card_sim).await;
         let key = new_key();
-        let in_flight = post_to(instance(first), "/charges", &key, &body);
+        let in_flight = post_to(instance(first), &path, &key, &body);
         let duplicate = async {
             while record_state(&db, &key).await.as_deref() != Some("pending") {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            post_to(instance(second), "/charges", &key, &body)
+            post_to(instance(second), &path, &key, &body)
                 .await
                 .expect("answer")
         };
@@ -245,14 +255,29 @@ async fn a_slow_charge_in_flight_on_one_build_is_a_duplicate_on_the_other() {
         assert_eq!(duplicate.status().as_u16(), 409, "{first:?} holds the key");
         assert!(duplicate.headers().contains_key("retry-after"));
         let answer = answered(answer).await;
-        let retry = answered(post_to(instance(second), "/charges", &key, &body).await).await;
-        assert_eq!(retry["id"], answer["id"], "the same charge");
+        let retry = answered(post_to(instance(second), &path, &key, &body).await).await;
+        assert_eq!(retry["id"], answer["id"], "the same object");
         assert_eq!(
-            footprint(Effect::Charge, &db, &card_sim).await,
+            footprint(effect, &db, &card_sim).await,
             one_more(before),
             "{first:?} then {second:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_charge_in_flight_on_one_build_is_a_duplicate_on_the_other() {
+    an_effect_in_flight_on_one_build_is_a_duplicate_on_the_other(Effect::Charge).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_in_flight_on_one_build_is_a_duplicate_on_the_other() {
+    an_effect_in_flight_on_one_build_is_a_duplicate_on_the_other(Effect::Refund).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payout_in_flight_on_one_build_is_a_duplicate_on_the_other() {
+    an_effect_in_flight_on_one_build_is_a_duplicate_on_the_other(Effect::Payout).await;
 }
 
 /// Made by one build, which is killed (SIGKILL) once the processor made the effect and before
