@@ -131,9 +131,16 @@ pub fn fingerprint_of<O: Operation>(
     request: &O::Request,
     as_sent: &serde_json::Value,
 ) -> Fingerprint {
+    fingerprint_of_canonical::<O>(&O::canonical_request(request), as_sent)
+}
+
+/// [`fingerprint_of`] for a request already in its canonical form.
+fn fingerprint_of_canonical<O: Operation>(
+    canonical: &serde_json::Value,
+    as_sent: &serde_json::Value,
+) -> Fingerprint {
     let (method, route) = O::ROUTE;
-    let canonical = O::canonical_request(request);
-    Fingerprint::of_request(O::REQUEST_VERSION, method, route, &canonical, as_sent)
+    Fingerprint::of_request(O::REQUEST_VERSION, method, route, canonical, as_sent)
 }
 
 impl<R> KeyedRequest<R> {
@@ -146,11 +153,12 @@ impl<R> KeyedRequest<R> {
         as_sent: &serde_json::Value,
         wait: Option<Duration>,
     ) -> Self {
+        let canonical = O::canonical_request(&request);
         Self {
             tenant,
             key,
-            fingerprint: fingerprint_of::<O>(&request, as_sent),
-            canonical_body: crate::canonical_json(&O::canonical_request(&request)).into_bytes(),
+            fingerprint: fingerprint_of_canonical::<O>(&canonical, as_sent),
+            canonical_body: crate::canonical_json(&canonical).into_bytes(),
             request,
             wait,
         }
