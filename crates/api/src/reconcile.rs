@@ -27,7 +27,7 @@ use payments_domain::{
     SettlementLine, SettlementReport, Sides, TenantId, compare,
 };
 use payments_idempotency::engine::{Engine, ProtocolError, SettleOutcome};
-use payments_storage::{PendingEffect, SavedRun, Store, StoreError};
+use payments_storage::{PendingEffect, SavedRun, Store, StoreError, Transaction};
 
 use crate::{error_chain, metrics};
 
@@ -70,7 +70,7 @@ impl Reconciliation {
 #[derive(Debug, Clone)]
 pub(crate) struct Reconciler {
     pub(crate) store: Arc<dyn Store>,
-    pub(crate) engine: Arc<Engine>,
+    pub(crate) engine: Arc<Engine<Transaction>>,
     pub(crate) report: Arc<dyn SettlementReport>,
 }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_idempotency::engine::{Engine, Idempotent, ResponseCache};
-use payments_storage::{EventStream, Records, ReplayCache, Store};
+use payments_storage::{EventStream, Records, ReplayCache, Store, Transaction};
 
 use payments_domain::SettlementReport;
 
@@ -51,7 +51,7 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// The exactly-once engine, over the store's records and the cache, with every
     /// operation below registered for the completer.
-    pub engine: Arc<Engine>,
+    pub engine: Arc<Engine<Transaction>>,
     /// The processor's settlement report, for reconciliation.
     pub settlement: Arc<dyn SettlementReport>,
     /// The operations the engine runs.

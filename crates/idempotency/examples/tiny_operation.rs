@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chrono::Utc;
-use payments_idempotency::engine::memory::MemoryRecords;
+use payments_idempotency::engine::memory::{EffectRow, MemoryRecords, MemoryTransaction};
 use payments_idempotency::engine::{
-    Completion, EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner, Prepared,
+    EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner, Prepared, Preparing,
     ProtocolError, Settled,
 };
 use payments_idempotency::{IdempotencyKey, IdempotencyPolicy, SchemaVersion, StoredResponse};
@@ -34,7 +34,6 @@ impl Gateway {
 /// `POST /messages {"text": ...}`.
 #[derive(Debug)]
 struct SendMessage {
-    records: Arc<MemoryRecords>,
     gateway: Arc<Gateway>,
 }
 
@@ -43,6 +42,8 @@ impl Operation for SendMessage {
     type Request = String;
     type Plan = String;
     type Effect = String;
+    /// Its rows live in the in-memory store.
+    type Transaction = MemoryTransaction;
 
     const FAMILY: &'static str = "messages.send";
     const VERSION: SchemaVersion = SchemaVersion::new(1);
@@ -59,8 +60,10 @@ impl Operation for SendMessage {
         Some(body["text"].as_str()?.to_owned())
     }
 
+    /// A message needs nothing but its text: no transaction is begun.
     async fn prepare(
         &self,
+        _: &mut Preparing<'_, MemoryTransaction>,
         _: Owner<'_>,
         text: &String,
     ) -> Result<Prepared<String>, ProtocolError> {
@@ -91,25 +94,22 @@ impl Operation for SendMessage {
         StoredResponse::new(Self::VERSION, 402, [], code.into_bytes())
     }
 
-    /// The message's row and the completed record, in one step of the store.
+    /// The message's row, in the transaction the engine completes the record in.
     async fn finish(
         &self,
+        transaction: &mut MemoryTransaction,
         owner: Owner<'_>,
         _: &String,
         message_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+    ) -> Result<StoredResponse, ProtocolError> {
         let body = json!({ "id": message_id, "status": "sent" }).to_string();
-        let response = StoredResponse::new(
+        transaction.insert_row(EffectRow::of(owner, message_id));
+        Ok(StoredResponse::new(
             Self::VERSION,
             201,
             [("content-type", "application/json")],
             body.into_bytes(),
-        );
-        let completion = self
-            .records
-            .complete_with_effect(owner, &response, &message_id)
-            .await?;
-        Ok((completion, response))
+        ))
     }
 }
 
@@ -118,7 +118,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let records = Arc::new(MemoryRecords::new(IdempotencyPolicy::default(), Utc::now()));
     let gateway = Arc::new(Gateway::default());
     let send = Arc::new(Idempotent::new(SendMessage {
-        records: Arc::clone(&records),
         gateway: Arc::clone(&gateway),
     }));
     let engine = Engine::new(Arc::clone(&records) as _).with_operation(Arc::clone(&send));

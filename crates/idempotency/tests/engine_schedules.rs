@@ -27,11 +27,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use payments_idempotency::engine::memory::{MemoryCache, MemoryRecords, yield_once};
+use payments_idempotency::engine::memory::{
+    EffectRow, MemoryCache, MemoryRecords, MemoryTransaction, yield_once,
+};
 use payments_idempotency::engine::{
-    Abandoned, Answer, CacheFailure, CacheRead, Claim, Completion, EffectError, Engine, Finish,
-    Idempotent, KeyedRequest, Operation, Owner, Prepared, ProtocolError, RecordStore,
-    ResponseCache, Settled, StoreFailure, fingerprint_of, scope_of,
+    Abandoned, Answer, CacheFailure, CacheRead, Claim, Completion, EffectError, End, Engine,
+    Finish, Idempotent, KeyedRequest, Operation, Owner, Prepared, Preparing, ProtocolError,
+    RecordStore, ResponseCache, Settled, StoreFailure, fingerprint_of, scope_of,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState, SchemaVersion,
@@ -361,28 +363,10 @@ struct FlakyRecords {
     faults: Faults,
 }
 
-impl FlakyRecords {
-    async fn hold(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
-        self.faults
-            .around(store_down, self.records.hold(owner))
-            .await
-    }
-
-    async fn complete_with_effect(
-        &self,
-        owner: Owner<'_>,
-        response: &StoredResponse,
-        effect_id: &str,
-    ) -> Result<Completion, StoreFailure> {
-        let call = self
-            .records
-            .complete_with_effect(owner, response, effect_id);
-        self.faults.around(store_down, call).await
-    }
-}
-
 #[async_trait]
 impl RecordStore for FlakyRecords {
+    type Transaction = MemoryTransaction;
+
     async fn claim(
         &self,
         scope: &Scope,
@@ -414,19 +398,25 @@ impl RecordStore for FlakyRecords {
             .await
     }
 
-    async fn complete_without_effect(
+    async fn begin(&self, owner: Owner<'_>) -> Result<Option<MemoryTransaction>, StoreFailure> {
+        self.faults
+            .around(store_down, self.records.begin(owner))
+            .await
+    }
+
+    async fn end(
         &self,
+        transaction: &mut MemoryTransaction,
         owner: Owner<'_>,
-        response: &StoredResponse,
+        end: End<'_>,
     ) -> Result<Completion, StoreFailure> {
-        let call = self.records.complete_without_effect(owner, response);
+        let call = self.records.end(transaction, owner, end);
         self.faults.around(store_down, call).await
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreFailure> {
-        self.faults
-            .around(store_down, self.records.fail(owner))
-            .await
+    async fn commit(&self, transaction: MemoryTransaction) -> Result<(), StoreFailure> {
+        let call = self.records.commit(transaction);
+        self.faults.around(store_down, call).await
     }
 
     async fn take_over_abandoned(
@@ -481,7 +471,6 @@ impl ResponseCache for FlakyCache {
 /// before versions left it (`payments.create.v1`), for the test that shows the checks catch it.
 #[derive(Debug)]
 struct Pay<const VERSION: u32, const SCOPED_BY_VERSION: bool> {
-    records: Arc<FlakyRecords>,
     processor: Arc<FakeProcessor>,
 }
 
@@ -492,6 +481,7 @@ impl<const VERSION: u32, const SCOPED_BY_VERSION: bool> Operation
     type Request = u64;
     type Plan = u64;
     type Effect = Payment;
+    type Transaction = MemoryTransaction;
 
     const FAMILY: &'static str = match (SCOPED_BY_VERSION, VERSION) {
         (false, _) => "payments.create",
@@ -511,15 +501,18 @@ impl<const VERSION: u32, const SCOPED_BY_VERSION: bool> Operation
         body["amount"].as_u64()
     }
 
+    /// Holds something for the generation, as a refund reserves its amount.
     async fn prepare(
         &self,
-        owner: Owner<'_>,
+        preparing: &mut Preparing<'_, MemoryTransaction>,
+        _: Owner<'_>,
         amount: &u64,
     ) -> Result<Prepared<u64>, ProtocolError> {
-        Ok(match self.records.hold(owner).await? {
-            Finish::Written => Prepared::Ready(*amount),
-            Finish::Fenced => Prepared::Fenced,
-        })
+        let Some(transaction) = preparing.transaction().await? else {
+            return Ok(Prepared::Fenced);
+        };
+        transaction.hold();
+        Ok(Prepared::Ready(*amount))
     }
 
     async fn effect(&self, amount: &u64, effect_key: &str) -> Result<Payment, EffectError> {
@@ -548,25 +541,23 @@ impl<const VERSION: u32, const SCOPED_BY_VERSION: bool> Operation
         StoredResponse::new(Self::VERSION, 402, headers, body)
     }
 
+    /// The effect's row, in the transaction the engine completes the record in.
     async fn finish(
         &self,
+        transaction: &mut MemoryTransaction,
         owner: Owner<'_>,
         _amount: &u64,
         effect_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+    ) -> Result<StoredResponse, ProtocolError> {
         let id = owner.fence.resource_id.to_string();
         let body = json!({ "id": id, "effect": effect_id, "version": VERSION });
-        let response = StoredResponse::new(
+        transaction.insert_row(EffectRow::of(owner, effect_id));
+        Ok(StoredResponse::new(
             Self::VERSION,
             201,
             [("content-type", "application/json")],
             body.to_string().into_bytes(),
-        );
-        let completion = self
-            .records
-            .complete_with_effect(owner, &response, &effect_id)
-            .await?;
-        Ok((completion, response))
+        ))
     }
 }
 
@@ -622,11 +613,9 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
     ));
     // Two builds of a fleet mid-deploy: each instance's engine knows its own version.
     let pay_v1 = Arc::new(Idempotent::new(Pay::<1, SCOPED_BY_VERSION> {
-        records: Arc::clone(&flaky),
         processor: Arc::clone(&processor),
     }));
     let pay_v2 = Arc::new(Idempotent::new(Pay::<2, SCOPED_BY_VERSION> {
-        records: Arc::clone(&flaky),
         processor: Arc::clone(&processor),
     }));
     let mut engine_v1 = Engine::new(Arc::clone(&flaky) as _).with_operation(Arc::clone(&pay_v1));
@@ -707,10 +696,16 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
             _ => {}
         }
     }
-    for (name, step) in live.drain(..) {
-        let answer = run_to_end(step);
-        trace.push(format!("{name} ran to its end: {}", describe(&answer)));
-        answers.extend(answer);
+    // What is still live runs to its end, each polled in turn as concurrent processes run: one
+    // may wait for a transaction another holds.
+    while !live.is_empty() {
+        for index in (0..live.len()).rev() {
+            if let Poll::Ready(answer) = live[index].1.as_mut().poll(&mut cx) {
+                let (name, _) = live.swap_remove(index);
+                trace.push(format!("{name} ran to its end: {}", describe(&answer)));
+                answers.extend(answer);
+            }
+        }
     }
 
     // At rest: the processor answers, the completer settles what is left, the client retries.
@@ -911,7 +906,6 @@ fn the_registry_finds_an_operation_by_its_family_and_by_no_other() {
         faults: Faults::new(1, 0),
     });
     let pay = Arc::new(Idempotent::new(Pay::<1, false> {
-        records: Arc::clone(&records),
         processor: Arc::new(FakeProcessor::new(1, true)),
     }));
     let engine = Engine::new(records as _).with_operation(pay);

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use payments_idempotency::engine::memory::MemoryRecords;
+use payments_idempotency::engine::memory::{EffectRow, MemoryRecords, MemoryTransaction};
 use payments_idempotency::engine::{
-    Answer, Checkpoint, Completion, EffectError, Engine, Idempotent, KeyedRequest, Observer,
-    Operation, Owner, Prepared, ProtocolError, SettleOutcome, Settled,
+    Answer, Checkpoint, EffectError, Engine, Idempotent, KeyedRequest, Observer, Operation, Owner,
+    Prepared, Preparing, ProtocolError, SettleOutcome, Settled,
 };
 use payments_idempotency::{IdempotencyKey, IdempotencyPolicy, SchemaVersion, StoredResponse};
 use serde_json::json;
@@ -71,7 +71,6 @@ impl Gateway {
 /// its body, so that an answer of one version can never pass for the other's.
 #[derive(Debug)]
 struct SendMessage<const V: u32, const R: u32 = 1> {
-    records: Arc<MemoryRecords>,
     gateway: Arc<Gateway>,
 }
 
@@ -80,6 +79,7 @@ impl<const V: u32, const R: u32> Operation for SendMessage<V, R> {
     type Request = String;
     type Plan = String;
     type Effect = String;
+    type Transaction = MemoryTransaction;
 
     const FAMILY: &'static str = "messages.send";
     const VERSION: SchemaVersion = SchemaVersion::new(V);
@@ -98,6 +98,7 @@ impl<const V: u32, const R: u32> Operation for SendMessage<V, R> {
 
     async fn prepare(
         &self,
+        _: &mut Preparing<'_, MemoryTransaction>,
         _: Owner<'_>,
         text: &String,
     ) -> Result<Prepared<String>, ProtocolError> {
@@ -131,18 +132,20 @@ impl<const V: u32, const R: u32> Operation for SendMessage<V, R> {
 
     async fn finish(
         &self,
+        transaction: &mut MemoryTransaction,
         owner: Owner<'_>,
         _: &String,
         message_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+    ) -> Result<StoredResponse, ProtocolError> {
         let body = json!({ "id": message_id, "version": V }).to_string();
         let headers = [("content-type", "application/json")];
-        let response = StoredResponse::new(Self::VERSION, 201, headers, body.into_bytes());
-        let completion = self
-            .records
-            .complete_with_effect(owner, &response, &message_id)
-            .await?;
-        Ok((completion, response))
+        transaction.insert_row(EffectRow::of(owner, message_id));
+        Ok(StoredResponse::new(
+            Self::VERSION,
+            201,
+            headers,
+            body.into_bytes(),
+        ))
     }
 }
 
@@ -161,7 +164,7 @@ impl Observer for DiesAfterEffect {
 
 /// One build of the fleet: its engine over the shared store, with its version of the operation.
 struct Instance<const V: u32, const R: u32 = 1> {
-    engine: Engine,
+    engine: Engine<MemoryTransaction>,
     op: Arc<Idempotent<SendMessage<V, R>>>,
 }
 
@@ -172,7 +175,6 @@ impl<const V: u32, const R: u32> Instance<V, R> {
 
     fn observed(fleet: &Fleet, observer: Arc<dyn Observer>) -> Self {
         let op = Arc::new(Idempotent::new(SendMessage::<V, R> {
-            records: Arc::clone(&fleet.records),
             gateway: Arc::clone(&fleet.gateway),
         }));
         let engine = Engine::new(Arc::clone(&fleet.records) as _)
@@ -409,6 +411,7 @@ impl Operation for RendersInItsOwnShape {
     type Request = String;
     type Plan = String;
     type Effect = String;
+    type Transaction = MemoryTransaction;
 
     const FAMILY: &'static str = SendMessage::<2>::FAMILY;
     const VERSION: SchemaVersion = SendMessage::<2>::VERSION;
@@ -425,10 +428,11 @@ impl Operation for RendersInItsOwnShape {
 
     async fn prepare(
         &self,
+        preparing: &mut Preparing<'_, MemoryTransaction>,
         owner: Owner<'_>,
         text: &String,
     ) -> Result<Prepared<String>, ProtocolError> {
-        self.0.prepare(owner, text).await
+        self.0.prepare(preparing, owner, text).await
     }
 
     async fn effect(&self, text: &String, effect_key: &str) -> Result<String, EffectError> {
@@ -453,11 +457,12 @@ impl Operation for RendersInItsOwnShape {
 
     async fn finish(
         &self,
+        transaction: &mut MemoryTransaction,
         owner: Owner<'_>,
         text: &String,
         message_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError> {
-        self.0.finish(owner, text, message_id).await
+    ) -> Result<StoredResponse, ProtocolError> {
+        self.0.finish(transaction, owner, text, message_id).await
     }
 
     async fn replay_other_version(
@@ -481,7 +486,6 @@ async fn an_operation_may_render_another_versions_record_in_its_own_shape() {
     let v1 = Instance::<1>::new(&fleet);
     let first = answered(v1.send("Welcome!").await);
     let renders = Arc::new(Idempotent::new(RendersInItsOwnShape(SendMessage::<2> {
-        records: Arc::clone(&fleet.records),
         gateway: Arc::clone(&fleet.gateway),
     })));
     let engine = Engine::new(Arc::clone(&fleet.records) as _).with_operation(Arc::clone(&renders));

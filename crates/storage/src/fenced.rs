@@ -43,12 +43,16 @@ pub(crate) fn fail<'a, DB: Dialect>(owner: Owner<'a>, ttl: Duration) -> Statemen
     sql
 }
 
-/// Touches the record, fenced: on the caller's transaction, it locks the record until the
-/// commit, so the completer cannot end this generation while it reserves, and it matches no
-/// row once another attempt or generation owns the record.
-pub(crate) fn touch<'a, DB: Dialect>(owner: Owner<'a>) -> Statement<'a, DB> {
-    let mut sql = Statement::new("UPDATE idempotency_records SET locked_until = locked_until");
-    push_touched_where_fenced(&mut sql, owner);
+/// Reads the record `owner` holds under a row lock, fenced: on the caller's transaction, it
+/// holds the record until the commit, so that no takeover or completer ends this generation
+/// meanwhile, and it finds no row once another attempt or generation owns the record. A lock,
+/// not a write: the record is written once more, by its end. (SQLite's write transaction
+/// holds the whole database already.)
+pub(crate) fn lock<'a, DB: Dialect>(owner: Owner<'a>) -> Statement<'a, DB> {
+    let mut sql = Statement::new("SELECT attempts FROM idempotency_records");
+    crate::claiming::push_where_key(&mut sql, owner.scope, owner.key);
+    push_fence(&mut sql, owner);
+    sql.push(DB::LOCK_ROW);
     sql
 }
 
@@ -165,6 +169,12 @@ pub(crate) fn push_touched_where_fenced<'a, DB: Dialect>(
 ) {
     sql.push(", updated_at = ").push(DB::NOW);
     crate::claiming::push_where_key(sql, owner.scope, owner.key);
+    push_fence(sql, owner);
+}
+
+/// ` AND <fence>`: the record is still pending and still holds the generation (resource id)
+/// and attempt number this attempt claimed with.
+fn push_fence<'a, DB: Dialect>(sql: &mut Statement<'a, DB>, owner: Owner<'a>) {
     sql.push(" AND attempts = ")
         .value(owner.fence.attempt.0)
         .push(" AND resource_id = ")
@@ -225,6 +235,7 @@ mod tests {
                     .to_owned(),
                 fail::<DB>(i.owner(), i.policy.ttl).sql().to_owned(),
                 release::<DB>(i.owner()).sql().to_owned(),
+                lock::<DB>(i.owner()).sql().to_owned(),
                 complete.sql().to_owned(),
                 claiming::insert_pending::<DB>(i.claim(), &i.generation, i.policy)
                     .sql()

@@ -1,7 +1,8 @@
 //! The benchmark floors (`FloorRepository`), written once for both backends over any
 //! [`SqlStore`]: a pending record inserted on its own, with the claim's own insert statement
 //! and none of its conflict handling, and the finish's inserts without a record, which each
-//! backend writes as its finish does (`write_charge_alone`). Compiled only with the `bench`
+//! backend writes as its finish does (`insert_charge`), committed on their own
+//! (`write_charge_alone`). Compiled only with the `bench`
 //! feature; the read floor is the claim's own lock-free read, `find_record`.
 
 use async_trait::async_trait;
@@ -11,9 +12,10 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::claiming::{self, NewClaim};
-use crate::model::{Fence, Generation};
+use crate::model::Generation;
 use crate::repository::FloorRepository;
 use crate::sql_store::SqlStore;
+use payments_idempotency::engine::Fence;
 
 #[async_trait]
 impl<S: SqlStore> FloorRepository for S {

@@ -36,6 +36,7 @@ mod rows;
 mod sql_store;
 mod sqlite;
 mod stream;
+mod transaction;
 mod workers;
 
 use std::str::FromStr;
@@ -68,6 +69,7 @@ pub use repository::{
     WorkerRepository,
 };
 pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
+pub use transaction::Transaction;
 
 /// How to reach the database.
 #[derive(Debug, Clone)]

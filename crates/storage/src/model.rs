@@ -10,7 +10,7 @@ use payments_idempotency::{Attempt, IdempotencyKey, RecoveryPoint, Scope, Stored
 use uuid::Uuid;
 
 pub(crate) use payments_idempotency::engine::{
-    Abandoned, Claim, Claimed, Completion, Fence, Finish, Owner, Unmade, Verdict,
+    Abandoned, Claim, Claimed, Completion, End, Finish, Owner, Unmade, Verdict,
 };
 
 /// What the takeover statement of either backend returns.
@@ -165,8 +165,6 @@ pub enum ExceptionHold {
     HeldByAnother,
     /// No exception has that id.
     Missing,
-    /// Another attempt or generation owns the resolution's record.
-    Fenced,
 }
 
 /// A resolution to write in the transaction that completes its record.
@@ -260,8 +258,6 @@ pub enum Reservation {
     /// A final answer that depends on the charge's state, not only on the request: nothing
     /// was reserved.
     Refused(RefundRefusal),
-    /// Another attempt or generation owns the record: nothing was reserved.
-    Fenced,
 }
 
 /// Why a refund cannot be made.
@@ -320,8 +316,6 @@ pub enum PayoutReservation {
     /// The balance does not cover the payout: only `available` is left in its currency.
     /// Nothing was reserved.
     InsufficientBalance { available: i64 },
-    /// Another attempt or generation owns the record: nothing was reserved.
-    Fenced,
 }
 
 /// A page request for the tenant's payouts: newest first, after an optional cursor.

@@ -3,46 +3,28 @@
 //! A payout's row has the id of its record's generation. While pending, it is the payout's
 //! reservation on the tenant's balance, made under the balance's lock (`holding.rs`) before the
 //! processor is called; the finish makes it paid and posts it, and a definitive failure deletes
-//! it, in the same transaction as the record's completion either way.
+//! it, in the transaction the engine ends the record in either way.
 
+use crate::StoreError;
+use crate::dialect::{Dialect, Statement};
+use crate::holding;
+use crate::model::{Funds, ListPayouts, Owner, PayoutPage, PayoutReservation};
+use crate::posting::{self, Posted};
+use crate::reading;
+use crate::repository::PayoutRepository;
+use crate::rows::{self, PayoutRow};
+use crate::sql_store::SqlStore;
+use crate::transaction::Transaction;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{
     LedgerTransaction, PAYOUT_PAID, Payout, PayoutId, PayoutPaid, PayoutRequest, PayoutStatus,
     TenantId,
 };
-use payments_idempotency::StoredResponse;
-use uuid::Uuid;
-
-use crate::StoreError;
-use crate::dialect::{Dialect, Statement};
-use crate::fenced;
-use crate::holding::{self, Hold};
-use crate::model::{Completion, Funds, ListPayouts, Owner, PayoutPage, PayoutReservation, Unmade};
-use crate::posting::{self, Posted};
-use crate::reading;
-use crate::repository::PayoutRepository;
-use crate::rows::{self, PayoutRow};
-use crate::sql_store::{SqlStore, complete_on};
 
 /// The columns of a `payouts` row ([`PayoutRow`]).
 const SELECT_PAYOUTS: &str = "SELECT id, tenant_id, amount, currency, destination, description, \
                               processor_payout_id, created_at FROM payouts";
-
-/// A payout's reservation: its pending row, whose amount the balance counts as held.
-struct PayoutHold;
-
-impl Hold for PayoutHold {
-    async fn release<DB: Dialect>(
-        connection: &mut DB::Connection,
-        payout: Uuid,
-    ) -> Result<(), StoreError> {
-        let mut delete = Statement::<DB>::new("DELETE FROM payouts WHERE id = ");
-        delete.value(payout).push(" AND status = 'pending'");
-        delete.execute(connection).await?;
-        Ok(())
-    }
-}
 
 /// The ledger transaction of `payout` and its `payout.paid` event, on the caller's
 /// transaction.
@@ -63,23 +45,22 @@ async fn post_payout<DB: Dialect>(
 impl<S: SqlStore> PayoutRepository for S {
     async fn reserve_payout(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         request: &PayoutRequest,
         created_at: DateTime<Utc>,
     ) -> Result<PayoutReservation, StoreError> {
-        let Some(mut write) = holding::begin_reserving(self, owner).await? else {
-            return Ok(PayoutReservation::Fenced);
-        };
+        let write = S::write_in(transaction)?;
         let mut made = Statement::<S::Db>::new(SELECT_PAYOUTS);
         made.push(" WHERE id = ").value(owner.fence.resource_id);
-        let made: Option<PayoutRow> = made.fetch_optional(&mut write).await?;
+        let made: Option<PayoutRow> = made.fetch_optional(&mut *write).await?;
         if let Some(made) = made {
             return Ok(PayoutReservation::Reserved(made.into_payout()?));
         }
         let tenant = owner.scope.tenant.as_str();
         let money = request.money;
         let available =
-            holding::lock_available::<S::Db>(&mut write, tenant, money.currency).await?;
+            holding::lock_available::<S::Db>(&mut *write, tenant, money.currency).await?;
         if money.amount.minor_units() > available {
             return Ok(PayoutReservation::InsufficientBalance { available });
         }
@@ -110,17 +91,15 @@ impl<S: SqlStore> PayoutRepository for S {
             .push(", 'pending', ");
         S::Db::push_time(&mut insert, created_at);
         insert.push(")");
-        insert.execute(&mut write).await?;
-        S::commit(write).await?;
+        insert.execute(write).await?;
         Ok(PayoutReservation::Reserved(payout))
     }
 
     async fn finish_payout(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
         payout: &Payout,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
+    ) -> Result<(), StoreError> {
         let PayoutStatus::Paid {
             processor_payout_id,
         } = &payout.status
@@ -130,35 +109,35 @@ impl<S: SqlStore> PayoutRepository for S {
                 payout.id
             )));
         };
-        let complete = fenced::complete::<S::Db>(owner, response, self.policy().ttl)?;
-        let mut write = self.begin_write().await?;
-        let completion = complete_on::<S::Db>(&mut write, complete).await?;
-        if completion == Completion::Fenced {
-            return Ok(completion);
-        }
+        let write = S::write_in(transaction)?;
         let mut paid =
             Statement::<S::Db>::new("UPDATE payouts SET status = 'paid', processor_payout_id = ");
         paid.value(processor_payout_id.as_str())
             .push(" WHERE id = ")
             .value(payout.id.as_uuid())
             .push(" AND status = 'pending'");
-        if paid.execute(&mut write).await? != 1 {
+        if paid.execute(&mut *write).await? != 1 {
             return Err(StoreError::Corrupt(format!(
                 "payout {} has no reservation to finish",
                 payout.id
             )));
         }
-        post_payout::<S::Db>(&mut write, payout).await?;
-        S::commit(write).await?;
-        Ok(completion)
+        post_payout::<S::Db>(write, payout).await
     }
 
-    async fn end_payout(
+    /// Deletes the pending payout, whose amount the balance counted as held. Nothing to do
+    /// when the generation reserved nothing.
+    async fn release_payout(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
-        end: Unmade<'_>,
-    ) -> Result<Completion, StoreError> {
-        holding::end::<S, PayoutHold>(self, owner, end).await
+    ) -> Result<(), StoreError> {
+        let mut delete = Statement::<S::Db>::new("DELETE FROM payouts WHERE id = ");
+        delete
+            .value(owner.fence.resource_id)
+            .push(" AND status = 'pending'");
+        delete.execute(S::write_in(transaction)?).await?;
+        Ok(())
     }
 
     async fn get_payout(

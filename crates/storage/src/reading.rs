@@ -1,20 +1,19 @@
-//! `ChargeRepository`, written once for both backends over any [`SqlStore`]: the finish (each
-//! backend's `write_charge`) and the reads, always within one tenant: another tenant's charge
-//! is simply not found.
+//! `ChargeRepository`, written once for both backends over any [`SqlStore`]: the finish's
+//! inserts (each backend's `insert_charge`) and the reads, always within one tenant: another
+//! tenant's charge is simply not found.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{Charge, ChargeId, TenantId};
-use payments_idempotency::StoredResponse;
 use uuid::Uuid;
 
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
-use crate::model::{Balance, ChargePage, Completion, Owner};
-use crate::recording::ChargeFinish;
+use crate::model::{Balance, ChargePage};
 use crate::repository::ChargeRepository;
 use crate::rows::{self, ChargeRow};
 use crate::sql_store::SqlStore;
+use crate::transaction::Transaction;
 
 const SELECT_CHARGES: &str = "SELECT id, tenant_id, amount, currency, source, description, \
                               processor_charge_id, created_at, amount_refunded FROM charges";
@@ -90,18 +89,12 @@ pub(crate) fn balances<'a, DB: Dialect>(tenant: &'a TenantId) -> Statement<'a, D
 
 #[async_trait]
 impl<S: SqlStore> ChargeRepository for S {
-    async fn finish_charge(
+    async fn insert_charge(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
         charge: &Charge,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
-        self.write_charge(ChargeFinish {
-            owner,
-            charge,
-            response,
-        })
-        .await
+    ) -> Result<(), StoreError> {
+        S::insert_charge(S::write_in(transaction)?, charge).await
     }
 
     async fn get_charge(

@@ -2,34 +2,31 @@
 //! fenced write of an owning attempt, and the steps of a claim under the lock, with the
 //! statements of `claiming.rs` and `fenced.rs`.
 //!
+//! It also holds the transaction the engine ends a record in: begun with the record's fenced
+//! touch, which locks it, ended with the record's fenced completion or failure, committed.
+//!
 //! What really differs stays with each backend, in its `SqlStore`: how a claim takes its lock
 //! (`claim_under_lock`, built of the steps here: [`insert_pending`], [`read_record`],
-//! [`act_on_locked`]), where one write statement runs (`write_one`, `complete_one`), and a
-//! charge's finish (`write_charge`). The record's own methods here know no operation's tables.
+//! [`act_on_locked`]), and where one write statement runs (`write_one`). The record's own
+//! methods here know no operation's tables.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use payments_domain::Charge;
 use payments_idempotency::{
-    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope,
 };
 
 use crate::StoreError;
 use crate::claiming::{self, NewClaim};
 use crate::dialect::Dialect;
 use crate::fenced;
-use crate::model::{Claim, Claimed, Completion, Finish, Generation, Owner, TakenOver, Verdict};
+use crate::model::{
+    Claim, Claimed, Completion, End, Finish, Generation, Owner, TakenOver, Unmade, Verdict,
+};
 use crate::repository::RecordRepository;
 use crate::rows::RecordWithClock;
-use crate::sql_store::SqlStore;
-
-/// A charge's finish: the charge and the response to complete the fenced record with.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ChargeFinish<'a> {
-    pub owner: Owner<'a>,
-    pub charge: &'a Charge,
-    pub response: &'a StoredResponse,
-}
+use crate::sql_store::{SqlStore, complete_on};
+use crate::transaction::Transaction;
 
 /// Inserts a fresh pending record on `connection`, unless the key exists: `None` then.
 pub(crate) async fn insert_pending<DB: Dialect>(
@@ -123,23 +120,39 @@ impl<S: SqlStore> RecordRepository for S {
         Ok(Finish::from_rows(self.write_one(sql).await?))
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreError> {
-        self.complete_one(fenced::fail(owner, self.policy().ttl))
-            .await
-    }
-
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreError> {
         Ok(Finish::from_rows(
             self.write_one(fenced::release(owner)).await?,
         ))
     }
 
-    async fn complete_without_effect(
+    async fn begin_over(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreError> {
+        let mut write = self.begin_write().await?;
+        let locked: Option<(i32,)> = fenced::lock::<S::Db>(owner)
+            .fetch_optional(&mut write)
+            .await?;
+        // Not found: dropped, the transaction is rolled back having written nothing.
+        Ok(locked.map(|_| write.into()))
+    }
+
+    async fn end_record(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
-        response: &StoredResponse,
+        end: End<'_>,
     ) -> Result<Completion, StoreError> {
-        let sql = fenced::complete_without_effect(owner, response, self.policy().ttl)?;
-        self.complete_one(sql).await
+        let ttl = self.policy().ttl;
+        let ending = match end {
+            End::Made(response) => fenced::complete::<S::Db>(owner, response, ttl)?,
+            End::Unmade(Unmade::Answered(response)) => {
+                fenced::complete_without_effect::<S::Db>(owner, response, ttl)?
+            }
+            End::Unmade(Unmade::Tombstoned) => fenced::fail::<S::Db>(owner, ttl),
+        };
+        complete_on::<S::Db>(S::write_in(transaction)?, ending).await
+    }
+
+    async fn commit(&self, transaction: Transaction) -> Result<(), StoreError> {
+        S::commit(S::into_write(transaction)?).await
     }
 }

@@ -1,5 +1,7 @@
 //! The engine's record store over either backend: [`Records`] implements the engine's
 //! [`RecordStore`] port once, over any [`Store`], so the engine never sees a database type.
+//! Its transaction is the store's [`Transaction`], in which the payments operations write
+//! their rows.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,11 +9,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_idempotency::engine::{
-    Abandoned, Claim, Completion, Finish, Owner, RecordStore, StoreFailure,
+    Abandoned, Claim, Completion, End, Finish, Owner, RecordStore, StoreFailure,
 };
-use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyRecord, Scope, StoredResponse};
+use payments_idempotency::{Fingerprint, IdempotencyKey, IdempotencyRecord, Scope};
 
 use crate::repository::Store;
+use crate::transaction::Transaction;
 
 /// The idempotency records of a store, as the engine works on them.
 #[derive(Debug, Clone)]
@@ -25,6 +28,8 @@ impl Records {
 
 #[async_trait]
 impl RecordStore for Records {
+    type Transaction = Transaction;
+
     async fn claim(
         &self,
         scope: &Scope,
@@ -55,16 +60,21 @@ impl RecordStore for Records {
         Ok(self.0.release(owner).await?)
     }
 
-    async fn complete_without_effect(
-        &self,
-        owner: Owner<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreFailure> {
-        Ok(self.0.complete_without_effect(owner, response).await?)
+    async fn begin(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
+        Ok(self.0.begin_over(owner).await?)
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreFailure> {
-        Ok(self.0.fail(owner).await?)
+    async fn end(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        end: End<'_>,
+    ) -> Result<Completion, StoreFailure> {
+        Ok(self.0.end_record(transaction, owner, end).await?)
+    }
+
+    async fn commit(&self, transaction: Transaction) -> Result<(), StoreFailure> {
+        Ok(self.0.commit(transaction).await?)
     }
 
     async fn take_over_abandoned(

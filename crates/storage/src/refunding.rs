@@ -5,30 +5,25 @@
 //! A refund's row has the id of its record's generation. While pending, it is the refund's
 //! reservation on its charge (`charges.amount_reserved`) and on the tenant's balance (judged
 //! under its lock, `holding.rs`); the finish makes it succeeded, and a definitive failure
-//! deletes it and gives its amount back to the charge, in the same transaction as the record's
-//! completion either way.
+//! deletes it and gives its amount back to the charge, in the transaction the engine ends the
+//! record in either way.
 
+use crate::StoreError;
+use crate::dialect::{Dialect, Statement};
+use crate::holding;
+use crate::model::{ListRefunds, Owner, RefundPage, RefundRefusal, Reservation};
+use crate::posting::{self, Posted};
+use crate::reading;
+use crate::repository::RefundRepository;
+use crate::rows::{self, RefundRow, RefundableRow, ReservedRow};
+use crate::sql_store::SqlStore;
+use crate::transaction::Transaction;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{
     LedgerTransaction, PAYMENT_REFUNDED, PaymentRefunded, Refund, RefundId, RefundRequest,
     RefundStatus, TenantId,
 };
-use payments_idempotency::StoredResponse;
-use uuid::Uuid;
-
-use crate::StoreError;
-use crate::dialect::{Dialect, Statement};
-use crate::fenced;
-use crate::holding::{self, Hold};
-use crate::model::{
-    Completion, ListRefunds, Owner, RefundPage, RefundRefusal, Reservation, Unmade,
-};
-use crate::posting::{self, Posted};
-use crate::reading;
-use crate::repository::RefundRepository;
-use crate::rows::{self, RefundRow, RefundableRow, ReservedRow};
-use crate::sql_store::{SqlStore, complete_on};
 
 /// The columns of a `refunds` row ([`RefundRow`]).
 const SELECT_REFUNDS: &str = "SELECT id, tenant_id, charge_id, amount, currency, reason, \
@@ -40,30 +35,6 @@ const SELECT_RESERVED: &str = "SELECT r.id AS id, r.tenant_id AS tenant_id, \
      r.processor_refund_id AS processor_refund_id, r.created_at AS created_at, \
      c.processor_charge_id AS charge_processor_id \
      FROM refunds r JOIN charges c ON c.id = r.charge_id WHERE r.id = ";
-
-/// A refund's reservation: its pending row, and its amount reserved on its charge.
-struct RefundHold;
-
-impl Hold for RefundHold {
-    /// Deletes the pending refund and gives its amount back to its charge.
-    async fn release<DB: Dialect>(
-        connection: &mut DB::Connection,
-        refund: Uuid,
-    ) -> Result<(), StoreError> {
-        let mut delete = Statement::<DB>::new("DELETE FROM refunds WHERE id = ");
-        delete
-            .value(refund)
-            .push(" AND status = 'pending' RETURNING charge_id, amount");
-        let released: Option<(Uuid, i64)> = delete.fetch_optional(&mut *connection).await?;
-        if let Some((charge, amount)) = released {
-            let mut give_back =
-                Statement::<DB>::new("UPDATE charges SET amount_reserved = amount_reserved - ");
-            give_back.value(amount).push(" WHERE id = ").value(charge);
-            give_back.execute(connection).await?;
-        }
-        Ok(())
-    }
-}
 
 /// The reversing ledger transaction of `refund` and its `payment.refunded` event, on the
 /// caller's transaction.
@@ -87,16 +58,15 @@ async fn post_refund<DB: Dialect>(
 impl<S: SqlStore> RefundRepository for S {
     async fn reserve_refund(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         request: &RefundRequest,
         created_at: DateTime<Utc>,
     ) -> Result<Reservation, StoreError> {
-        let Some(mut write) = holding::begin_reserving(self, owner).await? else {
-            return Ok(Reservation::Fenced);
-        };
+        let write = S::write_in(transaction)?;
         let mut made = Statement::<S::Db>::new(SELECT_RESERVED);
         made.value(owner.fence.resource_id);
-        let made: Option<ReservedRow> = made.fetch_optional(&mut write).await?;
+        let made: Option<ReservedRow> = made.fetch_optional(write).await?;
         if let Some(made) = made {
             return Ok(Reservation::Reserved {
                 refund: made.refund.into_refund()?,
@@ -112,7 +82,7 @@ impl<S: SqlStore> RefundRepository for S {
             .push(" AND id = ")
             .value(request.charge.as_uuid())
             .push(S::Db::LOCK_ROW);
-        let charge: Option<RefundableRow> = charge.fetch_optional(&mut write).await?;
+        let charge: Option<RefundableRow> = charge.fetch_optional(write).await?;
         let Some(charge) = charge else {
             return Ok(Reservation::Refused(RefundRefusal::NoSuchCharge));
         };
@@ -124,8 +94,7 @@ impl<S: SqlStore> RefundRepository for S {
         let money = rows::money(amount.minor_units(), &charge.currency)?;
         // The charge allows it; the balance must too, or payouts would lose what they hold.
         let tenant = owner.scope.tenant.as_str();
-        let available =
-            holding::lock_available::<S::Db>(&mut write, tenant, money.currency).await?;
+        let available = holding::lock_available::<S::Db>(write, tenant, money.currency).await?;
         if amount.minor_units() > available {
             let refusal = RefundRefusal::InsufficientBalance { available };
             return Ok(Reservation::Refused(refusal));
@@ -145,7 +114,7 @@ impl<S: SqlStore> RefundRepository for S {
             .value(amount.minor_units())
             .push(" WHERE id = ")
             .value(refund.charge.as_uuid());
-        reserve.execute(&mut write).await?;
+        reserve.execute(write).await?;
         let mut insert = Statement::<S::Db>::new(
             "INSERT INTO refunds
                  (id, charge_id, tenant_id, currency, reason, amount, status, created_at)
@@ -162,8 +131,7 @@ impl<S: SqlStore> RefundRepository for S {
             .push(", 'pending', ");
         S::Db::push_time(&mut insert, created_at);
         insert.push(")");
-        insert.execute(&mut write).await?;
-        S::commit(write).await?;
+        insert.execute(write).await?;
         Ok(Reservation::Reserved {
             refund,
             processor_charge_id: charge.processor_charge_id,
@@ -172,10 +140,9 @@ impl<S: SqlStore> RefundRepository for S {
 
     async fn finish_refund(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
         refund: &Refund,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
+    ) -> Result<(), StoreError> {
         let RefundStatus::Succeeded {
             processor_refund_id,
         } = &refund.status
@@ -185,12 +152,7 @@ impl<S: SqlStore> RefundRepository for S {
                 refund.id
             )));
         };
-        let complete = fenced::complete::<S::Db>(owner, response, self.policy().ttl)?;
-        let mut write = self.begin_write().await?;
-        let completion = complete_on::<S::Db>(&mut write, complete).await?;
-        if completion == Completion::Fenced {
-            return Ok(completion);
-        }
+        let write = S::write_in(transaction)?;
         let mut succeed = Statement::<S::Db>::new(
             "UPDATE refunds SET status = 'succeeded', processor_refund_id = ",
         );
@@ -199,7 +161,7 @@ impl<S: SqlStore> RefundRepository for S {
             .push(" WHERE id = ")
             .value(refund.id.as_uuid())
             .push(" AND status = 'pending'");
-        if succeed.execute(&mut write).await? != 1 {
+        if succeed.execute(write).await? != 1 {
             return Err(StoreError::Corrupt(format!(
                 "refund {} has no reservation to finish",
                 refund.id
@@ -211,18 +173,30 @@ impl<S: SqlStore> RefundRepository for S {
             .value(refund.money.amount.minor_units())
             .push(" WHERE id = ")
             .value(refund.charge.as_uuid());
-        refunded.execute(&mut write).await?;
-        post_refund::<S::Db>(&mut write, refund).await?;
-        S::commit(write).await?;
-        Ok(completion)
+        refunded.execute(write).await?;
+        post_refund::<S::Db>(write, refund).await
     }
 
-    async fn end_refund(
+    /// Deletes the pending refund and gives its amount back to its charge. Nothing to do when
+    /// the generation reserved nothing.
+    async fn release_refund(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
-        end: Unmade<'_>,
-    ) -> Result<Completion, StoreError> {
-        holding::end::<S, RefundHold>(self, owner, end).await
+    ) -> Result<(), StoreError> {
+        let write = S::write_in(transaction)?;
+        let mut delete = Statement::<S::Db>::new("DELETE FROM refunds WHERE id = ");
+        delete
+            .value(owner.fence.resource_id)
+            .push(" AND status = 'pending' RETURNING charge_id, amount");
+        let released: Option<(uuid::Uuid, i64)> = delete.fetch_optional(&mut *write).await?;
+        if let Some((charge, amount)) = released {
+            let mut give_back =
+                Statement::<S::Db>::new("UPDATE charges SET amount_reserved = amount_reserved - ");
+            give_back.value(amount).push(" WHERE id = ").value(charge);
+            give_back.execute(write).await?;
+        }
+        Ok(())
     }
 
     async fn get_refund(

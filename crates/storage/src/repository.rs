@@ -7,9 +7,10 @@
 //! - every write after the claim names its record with one [`Owner`] and is fenced on the
 //!   record's generation and attempt number (its `fence`): it writes nothing once another
 //!   attempt or generation owns the record;
-//! - the finish writes the charge (or the refund), its balanced ledger transaction, its outbox
-//!   event and the completed record in one transaction, or nothing, and every completion
-//!   counts the record's retention from itself (`expires_at = now + ttl`);
+//! - the engine ends a record in a [`Transaction`] begun over it, which locks it: an
+//!   operation's rows (a charge or a refund, its balanced ledger transaction, its outbox event)
+//!   are written in it with the completed record, or nothing is, and every completion counts
+//!   the record's retention from itself (`expires_at = now + ttl`);
 //! - refunds of one charge reserve their amounts one after the other and never together
 //!   exceed it; payouts and refunds of one tenant reserve one after the other and never take
 //!   its balance below zero; a reservation is released only with the record that ends its
@@ -30,21 +31,22 @@ use payments_domain::{
     ReconciledItem, Refund, RefundId, RefundRequest, SettlementKind, TenantId,
 };
 use payments_idempotency::{
-    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope,
 };
 
 use crate::StoreError;
 use crate::model::{
-    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, EventPage,
+    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, End, EventPage,
     EventPruning, ExceptionHold, ExceptionPage, Finish, Funds, ListCharges, ListEvents,
     ListExceptions, ListPayouts, ListRefunds, NewResolution, Owner, PayoutPage, PayoutReservation,
-    PendingEffect, ReconciliationException, RefundPage, Reservation, SavedRun, StoredEvent, Unmade,
+    PendingEffect, ReconciliationException, RefundPage, Reservation, SavedRun, StoredEvent,
     Verdict,
 };
 use crate::stream::{EventSink, RelayError};
+use crate::transaction::Transaction;
 
-/// Idempotency records: the claim and the fenced writes of the attempt that owns a record.
-/// Nothing here knows an operation's tables.
+/// Idempotency records: the claim, the fenced writes of the attempt that owns a record, and
+/// the transaction the engine ends it in. Nothing here knows an operation's tables.
 #[async_trait]
 pub trait RecordRepository: Send + Sync {
     /// Claims `key` for a request with `fingerprint`, or says why this attempt may not run.
@@ -92,37 +94,44 @@ pub trait RecordRepository: Send + Sync {
     /// Records that the processor confirmed the charge, so that a takeover resumes from here.
     async fn record_effect(&self, owner: Owner<'_>, effect_id: &str) -> Result<Finish, StoreError>;
 
-    /// Marks the record failed, once the processor has tombstoned its key (nothing was charged
-    /// and nothing can be): the next retry starts a new generation with a new processor key.
-    /// Its retention counts from now. A record that holds an effect id is never
-    /// failed: this writes nothing and answers [`Completion::Fenced`].
-    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreError>;
-
     /// Gives up the lock after an unknown outcome (the processor timed out or was unreachable):
     /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
     /// nobody retries, the completer settles it with the processor once the settle grace has
     /// passed. Marking it failed instead would leave a charge the processor did make unrecorded.
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
 
-    /// Completes the record with a response that created nothing (a decline).
-    async fn complete_without_effect(
+    /// Begins a write transaction over the record `owner` holds by reading it, fenced, under a
+    /// row lock, which holds it until the transaction ends: a claim, a takeover or another
+    /// attempt's fenced write of the record waits for it. `None` when another attempt or
+    /// generation owns the record.
+    async fn begin_over(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreError>;
+
+    /// Ends the record in `transaction` as `end` says, fenced: completed with its response, or
+    /// failed once the processor has tombstoned its key (the next retry starts a new
+    /// generation with a new effect key). Its retention counts from now. A record that holds
+    /// an effect id never ends without one: this writes nothing and answers
+    /// [`Completion::Fenced`], and the caller drops the transaction.
+    async fn end_record(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
-        response: &StoredResponse,
+        end: End<'_>,
     ) -> Result<Completion, StoreError>;
+
+    /// Commits `transaction`.
+    async fn commit(&self, transaction: Transaction) -> Result<(), StoreError>;
 }
 
 /// Charges and the ledger: the charge operation's finish, and the reads within one tenant.
 #[async_trait]
 pub trait ChargeRepository: Send + Sync {
-    /// Writes the charge, its ledger transaction, its `payment.completed` outbox event and the
-    /// completed record atomically, gated on the fence: all of them or none.
-    async fn finish_charge(
+    /// Writes the charge, its ledger transaction and its `payment.completed` outbox event in
+    /// `transaction`, begun over the charge's record.
+    async fn insert_charge(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
         charge: &Charge,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
+    ) -> Result<(), StoreError>;
 
     /// The tenant's charge with this id; another tenant's charge is simply not found.
     async fn get_charge(
@@ -167,32 +176,35 @@ pub trait ChargeRepository: Send + Sync {
 /// attempt of one generation finds the same reservation.
 #[async_trait]
 pub trait RefundRepository: Send + Sync {
-    /// Reserves the refund's amount on its charge, in one transaction fenced by the record:
-    /// the charge's row is locked, so refunds of one charge under different keys reserve one
-    /// after the other and never exceed it together. Idempotent per generation: a reservation
-    /// the generation already made is returned as it is.
+    /// Reserves the refund's amount on its charge for the generation `owner` holds, in
+    /// `transaction`, begun over its record: the charge's row is locked, so refunds of one
+    /// charge under different keys reserve one after the other and never exceed it together.
+    /// Idempotent per generation: a reservation the generation already made is returned as it
+    /// is.
     async fn reserve_refund(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         request: &RefundRequest,
         created_at: DateTime<Utc>,
     ) -> Result<Reservation, StoreError>;
 
     /// Writes the succeeded refund, the charge's refunded amount, the reversing ledger
-    /// transaction, its `payment.refunded` outbox event and the completed record atomically,
-    /// gated on the fence: all of them or none.
+    /// transaction and its `payment.refunded` outbox event in `transaction`, begun over the
+    /// refund's record.
     async fn finish_refund(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
         refund: &Refund,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
+    ) -> Result<(), StoreError>;
 
-    /// Ends the record without a refund (with a final answer that refunded nothing, or failed
-    /// once the processor has tombstoned the refund's key), releasing whatever the generation
-    /// reserved, in one transaction.
-    async fn end_refund(&self, owner: Owner<'_>, end: Unmade<'_>)
-    -> Result<Completion, StoreError>;
+    /// Releases whatever the generation `owner` holds reserved, in `transaction`, begun over
+    /// its record, which ends without a refund.
+    async fn release_refund(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+    ) -> Result<(), StoreError>;
 
     /// The tenant's refund with this id; another tenant's refund is simply not found.
     async fn get_refund(
@@ -215,31 +227,34 @@ pub trait RefundRepository: Send + Sync {
 /// every attempt of one generation finds the same reservation.
 #[async_trait]
 pub trait PayoutRepository: Send + Sync {
-    /// Reserves the payout's amount on the tenant's balance, in one transaction fenced by the
-    /// record: the balance's row is locked, so payouts and refunds of one tenant under
-    /// different keys reserve one after the other and never take it below zero. Idempotent
-    /// per generation: a reservation the generation already made is returned as it is.
+    /// Reserves the payout's amount on the tenant's balance for the generation `owner` holds,
+    /// in `transaction`, begun over its record: the balance's row is locked, so payouts and
+    /// refunds of one tenant under different keys reserve one after the other and never take
+    /// it below zero. Idempotent per generation: a reservation the generation already made is
+    /// returned as it is.
     async fn reserve_payout(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         request: &PayoutRequest,
         created_at: DateTime<Utc>,
     ) -> Result<PayoutReservation, StoreError>;
 
-    /// Writes the paid payout, its ledger transaction, its `payout.paid` outbox event and the
-    /// completed record atomically, gated on the fence: all of them or none.
+    /// Writes the paid payout, its ledger transaction and its `payout.paid` outbox event in
+    /// `transaction`, begun over the payout's record.
     async fn finish_payout(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
         payout: &Payout,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
+    ) -> Result<(), StoreError>;
 
-    /// Ends the record without a payout (with a final answer that paid nothing, or failed once
-    /// the processor has tombstoned the payout's key), releasing whatever the generation
-    /// reserved, in one transaction.
-    async fn end_payout(&self, owner: Owner<'_>, end: Unmade<'_>)
-    -> Result<Completion, StoreError>;
+    /// Releases whatever the generation `owner` holds reserved, in `transaction`, begun over
+    /// its record, which ends without a payout.
+    async fn release_payout(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+    ) -> Result<(), StoreError>;
 
     /// The tenant's payout with this id; another tenant's payout is simply not found.
     async fn get_payout(
@@ -367,30 +382,32 @@ pub trait ReconciliationRepository: Send + Sync {
 /// operator's job across tenants.
 #[async_trait]
 pub trait ResolutionRepository: Send + Sync {
-    /// Holds the exception `id` for the generation `owner` holds, in one transaction fenced by
-    /// the record, so that resolutions under other keys find it held and change nothing.
+    /// Holds the exception `id` for the generation `owner` holds, in `transaction`, begun over
+    /// its record, so that resolutions under other keys find it held and change nothing.
     /// Idempotent per generation.
     async fn hold_exception(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         id: ExceptionId,
     ) -> Result<ExceptionHold, StoreError>;
 
-    /// Writes the resolution, marks its exception resolved, writes what it posts, and
-    /// completes the record with `response`, atomically, gated on the fence: all or none.
+    /// Writes the resolution, marks its exception resolved and writes what it posts, in
+    /// `transaction`, begun over the resolution's record (`owner`).
     async fn finish_resolution(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         resolution: &NewResolution<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
+    ) -> Result<(), StoreError>;
 
-    /// Ends the record without a resolution, releasing the exception the generation held.
-    async fn end_resolution(
+    /// Lets go of the exception the generation `owner` held, in `transaction`, begun over its
+    /// record, which ends without a resolution.
+    async fn release_exception(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
-        end: Unmade<'_>,
-    ) -> Result<Completion, StoreError>;
+    ) -> Result<(), StoreError>;
 }
 
 /// The outbox's upkeep: the same statements on both backends (`outbox.rs`), implemented once
@@ -423,8 +440,10 @@ pub trait FloorRepository: Send + Sync {
 
     /// Inserts a fresh pending record for `key` in one statement of its own, with
     /// `resource_id` as its generation and attempt 1, and returns its fence; no conflict
-    /// handling, no decision. Followed by [`RecordRepository::finish_charge`] it is the floor
-    /// of a flow of two commits (the claim's insert, then the finish).
+    /// handling, no decision. Followed by the finish's transaction over it
+    /// ([`RecordRepository::begin_over`], [`ChargeRepository::insert_charge`],
+    /// [`RecordRepository::end_record`]) it is the floor of a flow of two commits (the claim's
+    /// insert, then the finish).
     async fn insert_pending_unguarded(
         &self,
         scope: &Scope,
@@ -432,7 +451,7 @@ pub trait FloorRepository: Send + Sync {
         fingerprint: &Fingerprint,
         request_body: &[u8],
         resource_id: uuid::Uuid,
-    ) -> Result<crate::model::Fence, StoreError>;
+    ) -> Result<payments_idempotency::engine::Fence, StoreError>;
 }
 
 /// Which database a store writes to.

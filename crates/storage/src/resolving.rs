@@ -1,53 +1,30 @@
 //! `ResolutionRepository`, written once for both backends over any [`SqlStore`]: an
 //! operator's resolution of a reconciliation exception holds the exception for its record's
 //! generation, as a refund holds its amount (`holding.rs`), and its finish writes the
-//! resolution, what it posts and the completed record in one transaction.
+//! resolution and what it posts, in the transaction the engine completes the record in.
 
 use async_trait::async_trait;
 use payments_domain::ExceptionId;
-use payments_idempotency::StoredResponse;
-use uuid::Uuid;
 
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
 use crate::fenced;
-use crate::holding::{self, Hold};
-use crate::model::{
-    Completion, ExceptionHold, ExceptionStatus, NewResolution, Owner, Posting, Unmade,
-};
+use crate::model::{ExceptionHold, ExceptionStatus, NewResolution, Owner, Posting};
 use crate::reconciling::SELECT_EXCEPTIONS;
 use crate::repository::ResolutionRepository;
 use crate::rows::ExceptionRow;
-use crate::sql_store::{SqlStore, complete_on};
-
-/// What a resolution holds: its exception, marked with the generation's id.
-struct ExceptionHeld;
-
-impl Hold for ExceptionHeld {
-    /// Lets the exception go, still open, for a resolution under another key.
-    async fn release<DB: Dialect>(
-        connection: &mut DB::Connection,
-        generation: Uuid,
-    ) -> Result<(), StoreError> {
-        let mut release = Statement::<DB>::new(
-            "UPDATE reconciliation_exceptions SET held_by = NULL WHERE held_by = ",
-        );
-        release.value(generation).push(" AND status = 'open'");
-        release.execute(connection).await?;
-        Ok(())
-    }
-}
+use crate::sql_store::SqlStore;
+use crate::transaction::Transaction;
 
 #[async_trait]
 impl<S: SqlStore> ResolutionRepository for S {
     async fn hold_exception(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         id: ExceptionId,
     ) -> Result<ExceptionHold, StoreError> {
-        let Some(mut write) = holding::begin_reserving(self, owner).await? else {
-            return Ok(ExceptionHold::Fenced);
-        };
+        let write = S::write_in(transaction)?;
         let generation = owner.fence.resource_id;
         // Open and free, or held by this generation already (a retry, a takeover).
         let mut hold = Statement::<S::Db>::new("UPDATE reconciliation_exceptions SET held_by = ");
@@ -57,11 +34,10 @@ impl<S: SqlStore> ResolutionRepository for S {
             .push(" AND status = 'open' AND (held_by IS NULL OR held_by = ")
             .value(generation)
             .push(")");
-        let held = hold.execute(&mut write).await? == 1;
+        let held = hold.execute(&mut *write).await? == 1;
         let mut read = Statement::<S::Db>::new(SELECT_EXCEPTIONS);
         read.push(" WHERE id = ").value(id.as_uuid());
-        let row: Option<ExceptionRow> = read.fetch_optional(&mut write).await?;
-        S::commit(write).await?;
+        let row: Option<ExceptionRow> = read.fetch_optional(write).await?;
         let Some(exception) = row.map(ExceptionRow::into_exception).transpose()? else {
             return Ok(ExceptionHold::Missing);
         };
@@ -74,17 +50,12 @@ impl<S: SqlStore> ResolutionRepository for S {
 
     async fn finish_resolution(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         resolution: &NewResolution<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
+    ) -> Result<(), StoreError> {
         let ttl = self.policy().ttl;
-        let complete = fenced::complete::<S::Db>(owner, response, ttl)?;
-        let mut write = self.begin_write().await?;
-        let completion = complete_on::<S::Db>(&mut write, complete).await?;
-        if completion == Completion::Fenced {
-            return Ok(completion);
-        }
+        let write = S::write_in(transaction)?;
         let exception = resolution.exception.as_uuid();
         let mut resolved = Statement::<S::Db>::new(
             "UPDATE reconciliation_exceptions SET status = 'resolved', held_by = NULL WHERE id = ",
@@ -93,36 +64,43 @@ impl<S: SqlStore> ResolutionRepository for S {
             .value(exception)
             .push(" AND status = 'open' AND held_by = ")
             .value(owner.fence.resource_id);
-        if resolved.execute(&mut write).await? != 1 {
+        if resolved.execute(&mut *write).await? != 1 {
             return Err(StoreError::Corrupt(format!(
                 "exception {} is not held by the resolution finishing it",
                 resolution.exception
             )));
         }
-        insert_resolution::<S::Db>(&mut write, resolution).await?;
+        insert_resolution::<S::Db>(&mut *write, resolution).await?;
         match resolution.posts {
             Posting::Nothing => {}
-            Posting::Charge(charge) => S::insert_charge(&mut write, charge).await?,
+            Posting::Charge(charge) => S::insert_charge(write, charge).await?,
             Posting::Void { held, .. } => {
                 if let Some(held) = held {
                     // None when the record has ended meanwhile (reaped, or finished): nothing
                     // is left to end.
                     fenced::complete_held::<S::Db>(held.scope, held.key, held.response, ttl)?
-                        .execute(&mut write)
+                        .execute(write)
                         .await?;
                 }
             }
         }
-        S::commit(write).await?;
-        Ok(completion)
+        Ok(())
     }
 
-    async fn end_resolution(
+    /// Lets the exception go, still open, for a resolution under another key.
+    async fn release_exception(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
-        end: Unmade<'_>,
-    ) -> Result<Completion, StoreError> {
-        holding::end::<S, ExceptionHeld>(self, owner, end).await
+    ) -> Result<(), StoreError> {
+        let mut release = Statement::<S::Db>::new(
+            "UPDATE reconciliation_exceptions SET held_by = NULL WHERE held_by = ",
+        );
+        release
+            .value(owner.fence.resource_id)
+            .push(" AND status = 'open'");
+        release.execute(S::write_in(transaction)?).await?;
+        Ok(())
     }
 }
 

@@ -1,6 +1,6 @@
 //! What a backend's store supplies, as one trait, [`SqlStore`]: its pool and policy, its write
-//! path, how a claim takes its lock, how a charge's finish writes and how the outbox relay
-//! takes its rows. Everything else is written once over it, as plain generic impls:
+//! path and the transaction the engine holds, how a claim takes its lock, a charge's inserts
+//! and how the outbox relay takes its rows. Everything else is written once over it, as plain generic impls:
 //! `RecordRepository` (`recording.rs`), `ChargeRepository` (`reading.rs`), `RefundRepository`
 //! (`refunding.rs`), `PayoutRepository` (`paying_out.rs`), `WorkerRepository` (`workers.rs`),
 //! the bench floors (`floors.rs`), and `Store` and `OutboxRepository` here.
@@ -9,7 +9,6 @@ use std::fmt::Debug;
 use std::ops::DerefMut;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use payments_idempotency::IdempotencyPolicy;
 use sqlx::{Database, Pool};
 
@@ -18,9 +17,9 @@ use crate::claiming::NewClaim;
 use crate::dialect::{Dialect, Reads, Statement};
 use crate::model::{Backlog, Claim, Completion, Durability, EventPruning};
 use crate::outbox;
-use crate::recording::ChargeFinish;
 use crate::repository::{Backend, OutboxRepository, Store};
 use crate::stream::{EventSink, RelayError};
+use crate::transaction::Transaction;
 
 /// A backend's store: the little that differs between PostgreSQL and SQLite beyond the SQL
 /// its [`Dialect`] writes.
@@ -29,10 +28,9 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
     type Db: Dialect;
 
     /// A write transaction: PostgreSQL's transaction; SQLite's in-process write gate and its
-    /// `BEGIN IMMEDIATE` transaction, which holds the database's write lock.
-    type Write<'s>: DerefMut<Target = <Self::Db as Database>::Connection> + Send
-    where
-        Self: 's;
+    /// `BEGIN IMMEDIATE` transaction, which holds the database's write lock. It is what a
+    /// [`Transaction`] holds.
+    type Write: DerefMut<Target = <Self::Db as Database>::Connection> + Send + Into<Transaction>;
 
     const BACKEND: Backend;
 
@@ -42,20 +40,24 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
 
     /// Begins a write transaction. Cancel-safe: a caller dropped while it begins leaves no
     /// transaction open on a pooled connection.
-    async fn begin_write(&self) -> Result<Self::Write<'_>, StoreError>;
+    async fn begin_write(&self) -> Result<Self::Write, StoreError>;
 
-    async fn commit(write: Self::Write<'_>) -> Result<(), StoreError>;
+    async fn commit(write: Self::Write) -> Result<(), StoreError>;
+
+    /// The backend's write transaction in `transaction`.
+    fn write_in(transaction: &mut Transaction) -> Result<&mut Self::Write, StoreError>;
+
+    /// `transaction`, as the backend's write transaction, to commit.
+    fn into_write(transaction: Transaction) -> Result<Self::Write, StoreError>;
 
     /// Where one write statement (a fenced write, a takeover, a prune) runs on its own:
     /// PostgreSQL's pooled connection, autocommit; SQLite's write transaction.
-    type OneWrite<'s>: DerefMut<Target = <Self::Db as Database>::Connection> + Send
-    where
-        Self: 's;
+    type OneWrite: DerefMut<Target = <Self::Db as Database>::Connection> + Send;
 
-    async fn begin_one_write(&self) -> Result<Self::OneWrite<'_>, StoreError>;
+    async fn begin_one_write(&self) -> Result<Self::OneWrite, StoreError>;
 
     /// Ends the one write: nothing to do on PostgreSQL, the commit on SQLite.
-    async fn end_one_write(write: Self::OneWrite<'_>) -> Result<(), StoreError>;
+    async fn end_one_write(write: Self::OneWrite) -> Result<(), StoreError>;
 
     /// Runs one write statement on its own and returns the rows it changed.
     async fn write_one(&self, sql: Statement<'_, Self::Db>) -> Result<u64, StoreError> {
@@ -79,24 +81,12 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
         Ok(row)
     }
 
-    /// Runs a completing statement (`RETURNING expires_at`, fenced) on its own.
-    async fn complete_one(&self, sql: Statement<'_, Self::Db>) -> Result<Completion, StoreError> {
-        let expires_at: Option<(DateTime<Utc>,)> = self.write_one_returning(sql).await?;
-        Ok(Completion::from_expiry(expires_at.map(|(at,)| at)))
-    }
-
     /// Claims a key under the lock (the lock-free read that answers replays, 409s and 422s
     /// comes first, in `RecordRepository::claim`), with the steps of `recording.rs`.
     async fn claim_under_lock(&self, claim: NewClaim<'_>) -> Result<Claim, StoreError>;
 
-    /// A charge's finish: the charge, its ledger transaction, its event and the completed
-    /// record, all or nothing (PostgreSQL: one statement gated on the completion; SQLite: the
-    /// completion, then the inserts, in one transaction).
-    async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError>;
-
-    /// A charge's inserts without its record (the charge, its ledger transaction and its
-    /// event), on the caller's transaction: the same rows as [`write_charge`](Self::write_charge)
-    /// writes, for a finish that completes another record (an operator's `record`).
+    /// A charge's inserts (the charge, its ledger transaction and its event), on the caller's
+    /// transaction (PostgreSQL: one statement; SQLite: one statement each).
     async fn insert_charge(
         connection: &mut <Self::Db as Database>::Connection,
         charge: &payments_domain::Charge,

@@ -11,13 +11,14 @@ use futures::future::join_all;
 use payments_domain::{
     Amount, Charge, ChargeId, Currency, EventId, Money, PaymentSource, RefundRequest, TenantId,
 };
-use payments_idempotency::engine::{Claim, Claimed, Completion, Fence, Finish, Owner, Unmade};
+use payments_idempotency::engine::{Claim, Claimed, Completion, End, Fence, Finish, Owner, Unmade};
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, SchemaVersion, Scope,
     StoredResponse,
 };
 use payments_storage::{
-    Backend, Database, EventPruning, ListEvents, PoolSettings, RefundRefusal, Reservation, Store,
+    Backend, Database, EventPruning, ListEvents, PoolSettings, RefundRefusal, RefundRepository,
+    Reservation, Store, StoreError, Transaction,
 };
 use serde_json::json;
 use sqlx::any::AnyPoolOptions;
@@ -47,6 +48,131 @@ macro_rules! on_every_backend {
             )*
         }
     };
+}
+
+/// The writes of an owning attempt as the engine makes them: each in a transaction begun over
+/// the record, with the record's end in the same transaction, committed only if the end took.
+/// A record another attempt owns gives no transaction: [`Completion::Fenced`], or `None`.
+trait AsTheEngineWrites {
+    async fn finish_charge(
+        &self,
+        owner: Owner<'_>,
+        charge: &Charge,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError>;
+
+    async fn complete_without_effect(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError>;
+
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreError>;
+
+    async fn reserve_refund(
+        &self,
+        owner: Owner<'_>,
+        request: &RefundRequest,
+        created_at: chrono::DateTime<Utc>,
+    ) -> Result<Option<Reservation>, StoreError>;
+
+    async fn finish_refund(
+        &self,
+        owner: Owner<'_>,
+        refund: &payments_domain::Refund,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError>;
+
+    async fn end_refund(&self, owner: Owner<'_>, end: Unmade<'_>)
+    -> Result<Completion, StoreError>;
+}
+
+impl AsTheEngineWrites for Arc<dyn Store> {
+    async fn finish_charge(
+        &self,
+        owner: Owner<'_>,
+        charge: &Charge,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError> {
+        let write =
+            async |transaction: &mut Transaction| self.insert_charge(transaction, charge).await;
+        end_in_transaction(self.as_ref(), owner, End::Made(response), write).await
+    }
+
+    async fn complete_without_effect(
+        &self,
+        owner: Owner<'_>,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError> {
+        let end = End::Unmade(Unmade::Answered(response));
+        end_in_transaction(self.as_ref(), owner, end, async |_| Ok(())).await
+    }
+
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreError> {
+        let end = End::Unmade(Unmade::Tombstoned);
+        end_in_transaction(self.as_ref(), owner, end, async |_| Ok(())).await
+    }
+
+    async fn reserve_refund(
+        &self,
+        owner: Owner<'_>,
+        request: &RefundRequest,
+        created_at: chrono::DateTime<Utc>,
+    ) -> Result<Option<Reservation>, StoreError> {
+        let Some(mut transaction) = self.begin_over(owner).await? else {
+            return Ok(None);
+        };
+        let reservation = RefundRepository::reserve_refund(
+            self.as_ref(),
+            &mut transaction,
+            owner,
+            request,
+            created_at,
+        )
+        .await?;
+        self.commit(transaction).await?;
+        Ok(Some(reservation))
+    }
+
+    async fn finish_refund(
+        &self,
+        owner: Owner<'_>,
+        refund: &payments_domain::Refund,
+        response: &StoredResponse,
+    ) -> Result<Completion, StoreError> {
+        let write = async |transaction: &mut Transaction| {
+            RefundRepository::finish_refund(self.as_ref(), transaction, refund).await
+        };
+        end_in_transaction(self.as_ref(), owner, End::Made(response), write).await
+    }
+
+    async fn end_refund(
+        &self,
+        owner: Owner<'_>,
+        end: Unmade<'_>,
+    ) -> Result<Completion, StoreError> {
+        let release =
+            async |transaction: &mut Transaction| self.release_refund(transaction, owner).await;
+        end_in_transaction(self.as_ref(), owner, End::Unmade(end), release).await
+    }
+}
+
+/// `write`, then the record's `end`, in one transaction over the record.
+async fn end_in_transaction(
+    store: &dyn Store,
+    owner: Owner<'_>,
+    end: End<'_>,
+    write: impl AsyncFnOnce(&mut Transaction) -> Result<(), StoreError>,
+) -> Result<Completion, StoreError> {
+    let Some(mut transaction) = store.begin_over(owner).await? else {
+        return Ok(Completion::Fenced);
+    };
+    write(&mut transaction).await?;
+    let completion = store.end_record(&mut transaction, owner, end).await?;
+    if completion != Completion::Fenced {
+        store.commit(transaction).await?;
+    }
+    Ok(completion)
 }
 
 /// A store on a fresh database, and a plain connection pool to the same database for the
@@ -259,6 +385,74 @@ async fn exactly_one_of_many_concurrent_claims_owns_a_fresh_key(backend: Backend
         .count();
     assert_eq!((owners, in_flight), (1, 19));
     assert_eq!(db.count("idempotency_records").await, 1);
+}
+
+/// The transaction the engine ends a record in holds the record until it ends: a retry that
+/// would take the stale record over waits for it and then replays its answer, and the
+/// completer takes nothing over meanwhile, so the attempt that began it completes the record
+/// and nobody else writes it.
+async fn a_transaction_over_a_record_holds_it_until_it_ends(backend: Backend) {
+    let db = Arc::new(test_db(backend).await);
+    let (s, k) = (scope(), key("k"));
+    let first = db.claim_owned(&s, &k).await;
+    db.move_into_past(&["locked_until"]).await;
+    let owner = Owner::new(&s, &k, first.fence());
+    let mut transaction = db
+        .store
+        .begin_over(owner)
+        .await
+        .expect("begin")
+        .expect("the claim's own record");
+
+    let retry = tokio::spawn({
+        let db = Arc::clone(&db);
+        async move {
+            let (s, k, fingerprint) = (scope(), key("k"), fingerprint(100));
+            db.store
+                .claim(&s, &k, &fingerprint, b"{}")
+                .await
+                .expect("claim")
+        }
+    });
+    let completer = tokio::spawn({
+        let db = Arc::clone(&db);
+        async move { db.store.take_over_abandoned(Duration::ZERO).await }
+    });
+    // Given time to take the stale record over, the retry is still waiting for the record.
+    let waited = tokio::time::timeout(Duration::from_millis(500), async {
+        while !retry.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert!(
+        waited.await.is_err(),
+        "a retry took the record over from an open transaction"
+    );
+
+    db.store
+        .insert_charge(&mut transaction, &charge_for(&first))
+        .await
+        .expect("insert");
+    let end = End::Made(&response("first"));
+    let completion = db.store.end_record(&mut transaction, owner, end).await;
+    assert!(matches!(
+        completion.expect("end"),
+        Completion::Stored { .. }
+    ));
+    db.store.commit(transaction).await.expect("commit");
+
+    assert!(
+        matches!(retry.await.expect("retry"), Claim::Replay { .. }),
+        "the retry replays the completed record"
+    );
+    let taken = completer.await.expect("completer").expect("take over");
+    assert!(taken.is_none(), "the completer took over {taken:?}");
+    let record = db.record(&s, &k).await;
+    assert_eq!(
+        (record.state.as_str(), record.attempts),
+        ("completed", Attempt(1))
+    );
+    assert_eq!(db.count("charges").await, 1);
 }
 
 async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend: Backend) {
@@ -1092,7 +1286,8 @@ impl TestDb {
                 created_at(),
             )
             .await
-            .expect("reserve");
+            .expect("reserve")
+            .expect("the claim's own record");
         (claimed, reservation)
     }
 
@@ -1138,7 +1333,8 @@ async fn a_reservation_is_made_once_per_generation_and_never_exceeds_the_charge(
             created_at(),
         )
         .await
-        .expect("reserve again");
+        .expect("reserve again")
+        .expect("the claim's own record");
     assert_eq!(reserved(again), first, "a generation reserves once");
     assert_eq!(db.refunded_and_reserved().await, (0, 60));
 
@@ -1183,10 +1379,7 @@ async fn a_fenced_off_attempt_reserves_nothing(backend: Backend) {
         )
         .await
         .expect("reserve");
-    assert!(
-        matches!(reservation, Reservation::Fenced),
-        "{reservation:?}"
-    );
+    assert!(reservation.is_none(), "{reservation:?}");
     assert_eq!(db.refunded_and_reserved().await, (0, 0));
     assert_eq!(db.count("refunds").await, 0);
 }
@@ -1269,6 +1462,7 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
 }
 
 on_every_backend!(
+    a_transaction_over_a_record_holds_it_until_it_ends,
     a_reservation_is_made_once_per_generation_and_never_exceeds_the_charge,
     a_fenced_off_attempt_reserves_nothing,
     a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished_one_posts_it,

@@ -1,6 +1,6 @@
 //! `charges.create`: charge a card. The request is [`ChargeRequest`], the effect a
 //! [`ProcessorCharge`], and the finish writes the charge, its balanced ledger transaction and
-//! its `payment.completed` event with the completed record.
+//! its `payment.completed` event in the transaction the engine completes the record in.
 
 use async_trait::async_trait;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
@@ -9,10 +9,10 @@ use payments_domain::{
     TenantId,
 };
 use payments_idempotency::engine::{
-    Completion, EffectError, Operation, Owner, Prepared, ProtocolError, Settled,
+    EffectError, Operation, Owner, Prepared, Preparing, ProtocolError, Settled,
 };
 use payments_idempotency::{SchemaVersion, StoredResponse};
-use payments_storage::StoreError;
+use payments_storage::{StoreError, Transaction};
 
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::failpoint::{self, Failure};
@@ -39,6 +39,7 @@ impl Operation for CreateCharge {
     type Request = ChargeRequest;
     type Plan = PlannedCharge;
     type Effect = ProcessorCharge;
+    type Transaction = Transaction;
 
     const FAMILY: &'static str = "charges.create";
     const VERSION: SchemaVersion = SCHEMA_VERSION;
@@ -53,10 +54,11 @@ impl Operation for CreateCharge {
         CreateChargeBody::parse(body).ok()
     }
 
-    /// A charge needs nothing but its request and its record's generation: no write, so a first
-    /// charge stays at two commits (the claim and the finish).
+    /// A charge needs nothing but its request and its record's generation: no transaction, so
+    /// a first charge stays at two commits (the claim and the finish).
     async fn prepare(
         &self,
+        _: &mut Preparing<'_, Transaction>,
         owner: Owner<'_>,
         request: &ChargeRequest,
     ) -> Result<Prepared<PlannedCharge>, ProtocolError> {
@@ -103,14 +105,14 @@ impl Operation for CreateCharge {
         ApiError::CardDeclined(Decline::new(code, message)).to_stored_response()
     }
 
-    /// The charge, its ledger transaction, its event and the completed record in one
-    /// statement, fenced by the owner's generation and attempt.
+    /// The charge, its ledger transaction and its event, in one statement.
     async fn finish(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
+        _: Owner<'_>,
         planned: &PlannedCharge,
         processor_charge_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+    ) -> Result<StoredResponse, ProtocolError> {
         let request = &planned.request;
         let charge = Charge {
             id: planned.id,
@@ -126,15 +128,8 @@ impl Operation for CreateCharge {
         if failpoint::fails(Failure::Finish) {
             return Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut).into());
         }
-        let completion = self
-            .0
-            .store
-            .finish_charge(owner, &charge, &response)
-            .await?;
-        if completion != Completion::Fenced {
-            tracing::info!(charge.id = %charge.id, "charge created");
-        }
-        Ok((completion, response))
+        self.0.store.insert_charge(transaction, &charge).await?;
+        Ok(response)
     }
 }
 

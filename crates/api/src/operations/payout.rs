@@ -2,20 +2,19 @@
 //! request is a [`PayoutRequest`]; [`prepare`](Operation::prepare) reserves its amount on the
 //! tenant's balance, so payouts and refunds under different keys never take it below zero
 //! together; the effect is a [`ProcessorPayout`]; the finish writes the paid payout, its ledger
-//! transaction and the `payout.paid` event with the completed record. A payout that
-//! definitively fails (declined, refused, or tombstoned by the completer) releases its
-//! reservation in the transaction that ends its record.
+//! transaction and the `payout.paid` event in the transaction the engine completes the record
+//! in. A payout that definitively fails (declined, refused, or tombstoned by the completer)
+//! releases its reservation in the transaction the engine ends its record in.
 
 use async_trait::async_trait;
 use payments_domain::{
     Payout, PayoutRequest, ProcessorMetadata, ProcessorPayout, ProcessorPayoutRequest,
 };
 use payments_idempotency::engine::{
-    Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
-    Settled, Unmade,
+    EffectError, Operation, Owner, Prepared, Preparing, ProtocolError, Settled, Unmade,
 };
 use payments_idempotency::{SchemaVersion, StoredResponse};
-use payments_storage::PayoutReservation;
+use payments_storage::{PayoutReservation, Transaction};
 
 use super::charge::now_to_the_microsecond;
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
@@ -33,6 +32,7 @@ impl Operation for CreatePayout {
     /// The pending payout: its id is the record's generation, its amount the one reserved.
     type Plan = Payout;
     type Effect = ProcessorPayout;
+    type Transaction = Transaction;
 
     const FAMILY: &'static str = "payouts.create";
     const VERSION: SchemaVersion = SCHEMA_VERSION;
@@ -51,20 +51,23 @@ impl Operation for CreatePayout {
     /// cannot give it.
     async fn prepare(
         &self,
+        preparing: &mut Preparing<'_, Transaction>,
         owner: Owner<'_>,
         request: &PayoutRequest,
     ) -> Result<Prepared<Payout>, ProtocolError> {
+        let Some(transaction) = preparing.transaction().await? else {
+            return Ok(Prepared::Fenced);
+        };
         let reservation = self
             .0
             .store
-            .reserve_payout(owner, request, now_to_the_microsecond())
+            .reserve_payout(transaction, owner, request, now_to_the_microsecond())
             .await?;
         Ok(match reservation {
             PayoutReservation::Reserved(payout) => Prepared::Ready(payout),
             PayoutReservation::InsufficientBalance { available } => {
                 Prepared::Refused(ApiError::InsufficientBalance { available }.to_stored_response())
             }
-            PayoutReservation::Fenced => Prepared::Fenced,
         })
     }
 
@@ -105,28 +108,27 @@ impl Operation for CreatePayout {
 
     async fn finish(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
+        _: Owner<'_>,
         pending: &Payout,
         processor_payout_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+    ) -> Result<StoredResponse, ProtocolError> {
         let payout = pending.paid(processor_payout_id);
         let response = created(
             &PayoutView::from(&payout),
             &format!("/payouts/{}", payout.id),
         )?;
-        let completion = self
-            .0
-            .store
-            .finish_payout(owner, &payout, &response)
-            .await?;
-        if completion != Completion::Fenced {
-            tracing::info!(payout.id = %payout.id, "payout paid");
-        }
-        Ok((completion, response))
+        self.0.store.finish_payout(transaction, &payout).await?;
+        Ok(response)
     }
 
-    /// The payout's own store ends the record, releasing the reservation with it.
-    async fn end_unmade(&self, _: &dyn RecordStore, owner: Owner<'_>, end: Unmade<'_>) -> Ended {
-        Ok(self.0.store.end_payout(owner, end).await?)
+    /// The reservation goes with the record.
+    async fn end_unmade(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        _: Unmade<'_>,
+    ) -> Result<(), ProtocolError> {
+        Ok(self.0.store.release_payout(transaction, owner).await?)
     }
 }

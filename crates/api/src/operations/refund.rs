@@ -2,20 +2,19 @@
 //! [`prepare`](Operation::prepare) reserves its amount on the charge, so refunds of one charge
 //! under different keys never exceed it together; the effect is a [`ProcessorRefund`]; the
 //! finish writes the succeeded refund, the charge's refunded amount, the reversing ledger
-//! transaction and the `payment.refunded` event with the completed record. A refund that
-//! definitively fails (declined, refused, or tombstoned by the completer) releases its
-//! reservation in the transaction that ends its record.
+//! transaction and the `payment.refunded` event in the transaction the engine completes the
+//! record in. A refund that definitively fails (declined, refused, or tombstoned by the
+//! completer) releases its reservation in the transaction the engine ends its record in.
 
 use async_trait::async_trait;
 use payments_domain::{
     ProcessorMetadata, ProcessorRefund, ProcessorRefundRequest, Refund, RefundRequest,
 };
 use payments_idempotency::engine::{
-    Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
-    Settled, Unmade,
+    EffectError, Operation, Owner, Prepared, Preparing, ProtocolError, Settled, Unmade,
 };
 use payments_idempotency::{SchemaVersion, StoredResponse};
-use payments_storage::{RefundRefusal, Reservation};
+use payments_storage::{RefundRefusal, Reservation, Transaction};
 
 use super::charge::now_to_the_microsecond;
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
@@ -41,6 +40,7 @@ impl Operation for CreateRefund {
     type Request = RefundRequest;
     type Plan = ReservedRefund;
     type Effect = ProcessorRefund;
+    type Transaction = Transaction;
 
     const FAMILY: &'static str = "refunds.create";
     const VERSION: SchemaVersion = SCHEMA_VERSION;
@@ -59,13 +59,17 @@ impl Operation for CreateRefund {
     /// answers for good when the charge cannot give it.
     async fn prepare(
         &self,
+        preparing: &mut Preparing<'_, Transaction>,
         owner: Owner<'_>,
         request: &RefundRequest,
     ) -> Result<Prepared<ReservedRefund>, ProtocolError> {
+        let Some(transaction) = preparing.transaction().await? else {
+            return Ok(Prepared::Fenced);
+        };
         let reservation = self
             .0
             .store
-            .reserve_refund(owner, request, now_to_the_microsecond())
+            .reserve_refund(transaction, owner, request, now_to_the_microsecond())
             .await?;
         let refused = |error: ApiError| Ok(Prepared::Refused(error.to_stored_response()));
         match reservation {
@@ -88,7 +92,6 @@ impl Operation for CreateRefund {
             Reservation::Refused(RefundRefusal::NoSuchCharge) => refused(ApiError::NotFound(
                 format!("No such charge: {}", request.charge),
             )),
-            Reservation::Fenced => Ok(Prepared::Fenced),
         }
     }
 
@@ -132,28 +135,27 @@ impl Operation for CreateRefund {
 
     async fn finish(
         &self,
-        owner: Owner<'_>,
+        transaction: &mut Transaction,
+        _: Owner<'_>,
         reserved: &ReservedRefund,
         processor_refund_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+    ) -> Result<StoredResponse, ProtocolError> {
         let refund = reserved.refund.succeeded(processor_refund_id);
         let response = created(
             &RefundView::from(&refund),
             &format!("/refunds/{}", refund.id),
         )?;
-        let completion = self
-            .0
-            .store
-            .finish_refund(owner, &refund, &response)
-            .await?;
-        if completion != Completion::Fenced {
-            tracing::info!(refund.id = %refund.id, charge.id = %refund.charge, "refund created");
-        }
-        Ok((completion, response))
+        self.0.store.finish_refund(transaction, &refund).await?;
+        Ok(response)
     }
 
-    /// The refund's own store ends the record, releasing the reservation with it.
-    async fn end_unmade(&self, _: &dyn RecordStore, owner: Owner<'_>, end: Unmade<'_>) -> Ended {
-        Ok(self.0.store.end_refund(owner, end).await?)
+    /// The reservation goes with the record.
+    async fn end_unmade(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        _: Unmade<'_>,
+    ) -> Result<(), ProtocolError> {
+        Ok(self.0.store.release_refund(transaction, owner).await?)
     }
 }

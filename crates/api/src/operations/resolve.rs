@@ -24,13 +24,12 @@ use payments_domain::{
     ProcessorRefund, ProcessorRefundRequest, ResolutionAction, ResolutionRequest, TenantId,
 };
 use payments_idempotency::engine::{
-    Completion, EffectError, Ended, Operation, Owner, Prepared, ProtocolError, RecordStore,
-    Settled, Unmade,
+    EffectError, Operation, Owner, Prepared, Preparing, ProtocolError, Settled, Unmade,
 };
 use payments_idempotency::{IdempotencyKey, SchemaVersion, Scope, StoredResponse};
 use payments_storage::{
     ExceptionHold, ExceptionStatus, HeldEnd, NewResolution, Posting, ReconciliationException,
-    Resolution,
+    Resolution, Transaction,
 };
 
 use super::charge::now_to_the_microsecond;
@@ -82,6 +81,7 @@ impl Operation for ResolveException {
     type Request = ResolutionRequest;
     type Plan = PlannedResolution;
     type Effect = ResolutionEffect;
+    type Transaction = Transaction;
 
     const FAMILY: &'static str = "exceptions.resolve";
     const VERSION: SchemaVersion = SCHEMA_VERSION;
@@ -99,13 +99,17 @@ impl Operation for ResolveException {
     /// Holds the exception, or answers for good when it is resolved or being resolved.
     async fn prepare(
         &self,
+        preparing: &mut Preparing<'_, Transaction>,
         owner: Owner<'_>,
         request: &ResolutionRequest,
     ) -> Result<Prepared<PlannedResolution>, ProtocolError> {
+        let Some(transaction) = preparing.transaction().await? else {
+            return Ok(Prepared::Fenced);
+        };
         let hold = self
             .0
             .store
-            .hold_exception(owner, request.exception)
+            .hold_exception(transaction, owner, request.exception)
             .await?;
         let refused = |error: ApiError| Ok(Prepared::Refused(error.to_stored_response()));
         match hold {
@@ -121,7 +125,6 @@ impl Operation for ResolveException {
                 "No such exception: {}",
                 request.exception
             ))),
-            ExceptionHold::Fenced => Ok(Prepared::Fenced),
         }
     }
 
@@ -222,10 +225,11 @@ impl Operation for ResolveException {
 
     async fn finish(
         &self,
+        transaction: &mut Transaction,
         owner: Owner<'_>,
         plan: &PlannedResolution,
         effect_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError> {
+    ) -> Result<StoredResponse, ProtocolError> {
         let exception = &plan.exception;
         let resolved_at = now_to_the_microsecond();
         let voided_response = ApiError::ChargeVoided.to_stored_response();
@@ -274,21 +278,21 @@ impl Operation for ResolveException {
             resolved_at,
             posts,
         };
-        let completion = self
-            .0
+        self.0
             .store
-            .finish_resolution(owner, &new, &response)
+            .finish_resolution(transaction, owner, &new)
             .await?;
-        if completion != Completion::Fenced {
-            tracing::info!(exception.id = %exception.id, operator = %plan.operator,
-                action = plan.request.action.as_str(), "exception resolved");
-        }
-        Ok((completion, response))
+        Ok(response)
     }
 
-    /// The store ends the record, letting the exception go with it.
-    async fn end_unmade(&self, _: &dyn RecordStore, owner: Owner<'_>, end: Unmade<'_>) -> Ended {
-        Ok(self.0.store.end_resolution(owner, end).await?)
+    /// The exception is let go with the record.
+    async fn end_unmade(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        _: Unmade<'_>,
+    ) -> Result<(), ProtocolError> {
+        Ok(self.0.store.release_exception(transaction, owner).await?)
     }
 }
 

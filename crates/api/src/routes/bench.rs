@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, TenantId};
-use payments_idempotency::engine::{self, Completion, Owner};
+use payments_idempotency::engine::{self, Completion, End, Owner};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -99,19 +99,20 @@ pub(super) async fn charge_in_two_commits(
         .insert_pending_unguarded(&scope, &key, &fingerprint, &body, charge.id.as_uuid())
         .await?;
     let response = created_response(&charge)?;
-    match state
-        .store
-        .finish_charge(Owner::new(&scope, &key, fence), &charge, &response)
-        .await?
-    {
-        Completion::Stored { .. } => Ok((
-            StatusCode::CREATED,
-            Json(json!({ "id": charge.id.to_string() })),
-        )),
-        Completion::Fenced => Err(ApiError::Internal(
-            "the record inserted a statement ago did not take the finish".into(),
-        )),
+    // The finish's transaction, as the engine writes it.
+    let owner = Owner::new(&scope, &key, fence);
+    let taken = || ApiError::Internal("the record inserted a statement ago is not its own".into());
+    let mut transaction = state.store.begin_over(owner).await?.ok_or_else(taken)?;
+    state.store.insert_charge(&mut transaction, &charge).await?;
+    let end = End::Made(&response);
+    match state.store.end_record(&mut transaction, owner, end).await? {
+        Completion::Stored { .. } => state.store.commit(transaction).await?,
+        Completion::Fenced => return Err(taken()),
     }
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "id": charge.id.to_string() })),
+    ))
 }
 
 /// The default of `workers.reaper_batch_size` (`defaults.toml`).

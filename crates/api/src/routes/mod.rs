@@ -29,7 +29,7 @@ use tower_http::trace::TraceLayer;
 use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
 use payments_idempotency::engine::{Idempotent, KeyedRequest, Operation};
-use payments_storage::StoreError;
+use payments_storage::{StoreError, Transaction};
 
 use crate::admission;
 use crate::extract::KeyedCall;
@@ -40,7 +40,7 @@ use crate::{ApiError, AppState};
 /// it gives. The fingerprint covers the operation's canonical form of the request (with its
 /// route), which is stored with the record for the completer; `as_sent` is the body as the
 /// client sent it, which records from before request versions were fingerprinted over.
-async fn run_idempotent<O: Operation>(
+async fn run_idempotent<O: Operation<Transaction = Transaction>>(
     state: &AppState,
     op: &Idempotent<O>,
     call: impl Into<KeyedCall>,

@@ -9,9 +9,9 @@ use super::ports::{CacheCall, CacheRead, Outcome};
 use super::{Answer, Engine, Idempotent, KeyedRequest, Operation, ProtocolError};
 use crate::{Comparison, IdempotencyKey, Scope, StoredResponse};
 
-impl Engine {
+impl<T: Send + 'static> Engine<T> {
     /// Serves a replay from the cache when it has one.
-    pub(super) async fn cached_replay<O: Operation>(
+    pub(super) async fn cached_replay<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         scope: &Scope,

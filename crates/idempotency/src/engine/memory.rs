@@ -1,15 +1,20 @@
 //! An in-memory record store and response cache, for tests of the engine and for examples
-//! (the `memory` feature). One process, one mutex: every call is atomic, as a transaction
-//! would be, and the clock is the store's own, moved on by the caller.
+//! (the `memory` feature). One process, one mutex: every call is atomic, and the clock is the
+//! store's own, moved on by the caller.
+//!
+//! A [`MemoryTransaction`] holds its record as a database's row lock would: claims and fenced
+//! writes of that record wait until it ends, and the completer's takeover passes it by. What
+//! the operation writes in it (its [`EffectRow`], its holds) and the record's end are kept
+//! aside and applied together at the commit; dropped, it applies nothing.
 //!
 //! Each call first yields once to whatever polls it, so a test that polls several engine
 //! futures in turn interleaves them at every port call, as concurrent requests interleave at
-//! every round trip to a database.
+//! every round trip to a database. A call waiting for a transaction yields until it ends.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,8 +24,8 @@ use uuid::Uuid;
 
 use super::error::{CacheFailure, StoreFailure};
 use super::ports::{
-    Abandoned, CacheRead, CachedReplay, Claim, Claimed, Completion, Finish, Owner, RecordStore,
-    ResponseCache, Verdict,
+    Abandoned, CacheRead, CachedReplay, Claim, Claimed, Completion, End, Finish, Owner,
+    RecordStore, ResponseCache, Unmade, Verdict,
 };
 use crate::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState,
@@ -60,6 +65,18 @@ pub struct EffectRow {
     pub effect_id: String,
 }
 
+impl EffectRow {
+    /// The row of the effect `effect_id`, made for the generation `owner` holds.
+    pub fn of(owner: Owner<'_>, effect_id: String) -> Self {
+        Self {
+            scope: owner.scope.clone(),
+            key: owner.key.clone(),
+            generation: owner.fence.resource_id,
+            effect_id,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Stored {
     record: IdempotencyRecord,
@@ -76,38 +93,56 @@ struct Inner {
     holds: HashSet<Uuid>,
     /// The effect keys of every record that was failed.
     failed_keys: Vec<String>,
+    /// The records a transaction holds, until it ends.
+    held: HashSet<RecordId>,
     /// Whether fenced writes check the fence (only a test that proves the checks catch a
     /// store without it turns this off).
     fenced: bool,
 }
 
+type RecordId = (Scope, IdempotencyKey);
+
 /// Idempotency records in memory.
 #[derive(Debug)]
 pub struct MemoryRecords {
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
 }
 
 impl MemoryRecords {
     /// An empty store under `policy`, its clock at `now`.
     pub fn new(policy: IdempotencyPolicy, now: DateTime<Utc>) -> Self {
         Self {
-            inner: Mutex::new(Inner {
+            inner: Arc::new(Mutex::new(Inner {
                 now,
                 policy,
                 records: HashMap::new(),
                 rows: Vec::new(),
                 holds: HashSet::new(),
                 failed_keys: Vec::new(),
+                held: HashSet::new(),
                 fenced: true,
-            }),
+            })),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock leaves plain data behind: still readable.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.inner)
+    }
+
+    /// The store, once no transaction holds the record `id`: a call on it waits, as on a row
+    /// lock.
+    async fn lock_unheld(&self, id: &RecordId) -> MutexGuard<'_, Inner> {
+        loop {
+            yield_once().await;
+            if let Some(inner) = self.try_lock_unheld(id) {
+                return inner;
+            }
+        }
+    }
+
+    fn try_lock_unheld(&self, id: &RecordId) -> Option<MutexGuard<'_, Inner>> {
+        let inner = self.lock();
+        (!inner.held.contains(id)).then_some(inner)
     }
 
     /// Moves the store's clock on.
@@ -146,40 +181,102 @@ impl MemoryRecords {
     pub fn failed_keys(&self) -> Vec<String> {
         self.lock().failed_keys.clone()
     }
+}
 
-    /// For an operation's preparation: holds something for the owner's generation (a
-    /// reservation), fenced; idempotent per generation.
-    pub async fn hold(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
-        yield_once().await;
-        let mut inner = self.lock();
-        if inner.owned(owner).is_none() {
-            return Ok(Finish::Fenced);
-        }
-        inner.holds.insert(owner.fence.resource_id);
-        Ok(Finish::Written)
+fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    // A panic while holding the lock leaves plain data behind: still readable.
+    inner
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A transaction over one record: what an operation writes in it, and the record's end, kept
+/// aside until the commit applies them together.
+#[derive(Debug)]
+pub struct MemoryTransaction {
+    inner: Arc<Mutex<Inner>>,
+    record: RecordId,
+    /// The generation the transaction was begun for.
+    generation: Uuid,
+    holds: Vec<Uuid>,
+    rows: Vec<EffectRow>,
+    end: Option<Ending>,
+    ended: bool,
+}
+
+/// A record's end, as [`RecordStore::end`] judged it.
+#[derive(Debug)]
+enum Ending {
+    Completed {
+        response: StoredResponse,
+        expires_at: DateTime<Utc>,
+    },
+    Failed {
+        expires_at: DateTime<Utc>,
+    },
+}
+
+impl MemoryTransaction {
+    /// Holds something for the record's generation (a reservation) until the record ends;
+    /// idempotent per generation.
+    pub fn hold(&mut self) {
+        self.holds.push(self.generation);
     }
 
-    /// For an operation's finish: completes the record with `response` and writes the row of
-    /// `effect_id` with it, atomically and fenced; what the generation held becomes the row.
-    pub async fn complete_with_effect(
-        &self,
-        owner: Owner<'_>,
-        response: &StoredResponse,
-        effect_id: &str,
-    ) -> Result<Completion, StoreFailure> {
-        yield_once().await;
-        let mut inner = self.lock();
-        let completion = inner.complete(owner, response);
-        if completion != Completion::Fenced {
-            inner.rows.push(EffectRow {
-                scope: owner.scope.clone(),
-                key: owner.key.clone(),
-                generation: owner.fence.resource_id,
-                effect_id: effect_id.to_owned(),
-            });
-        }
-        Ok(completion)
+    /// Writes an operation's row of its effect.
+    pub fn insert_row(&mut self, row: EffectRow) {
+        self.rows.push(row);
     }
+
+    /// Applies everything at once and lets the record go.
+    fn commit(mut self) {
+        let mut inner = lock(&self.inner);
+        inner.holds.extend(self.holds.drain(..));
+        inner.rows.append(&mut self.rows);
+        match self.end.take() {
+            Some(Ending::Completed {
+                response,
+                expires_at,
+            }) => {
+                if let Some(stored) = inner.records.get_mut(&self.record) {
+                    let record = &mut stored.record;
+                    record.state = RecordState::Completed;
+                    record.recovery_point = RecoveryPoint::Finished;
+                    record.locked_until = None;
+                    record.response = Some(response);
+                    record.expires_at = expires_at;
+                }
+                inner.holds.remove(&self.generation);
+            }
+            Some(Ending::Failed { expires_at }) => {
+                if let Some(stored) = inner.records.get_mut(&self.record) {
+                    let record = &mut stored.record;
+                    record.state = RecordState::Failed;
+                    record.locked_until = None;
+                    record.expires_at = expires_at;
+                    let effect_key = record.processor_key.clone();
+                    inner.failed_keys.push(effect_key);
+                }
+                inner.holds.remove(&self.generation);
+            }
+            None => {}
+        }
+        inner.held.remove(&self.record);
+        self.ended = true;
+    }
+}
+
+impl Drop for MemoryTransaction {
+    /// Rolled back: nothing kept aside is applied, and the record is let go.
+    fn drop(&mut self) {
+        if !self.ended {
+            lock(&self.inner).held.remove(&self.record);
+        }
+    }
+}
+
+fn record_of(owner: Owner<'_>) -> RecordId {
+    (owner.scope.clone(), owner.key.clone())
 }
 
 fn delta(duration: Duration) -> TimeDelta {
@@ -198,21 +295,6 @@ impl Inner {
             && record.generation == owner.fence.resource_id
             && record.attempts == owner.fence.attempt;
         (owns || !fenced).then_some(record)
-    }
-
-    /// Completes the owned record with `response`; what its generation held ends with it.
-    fn complete(&mut self, owner: Owner<'_>, response: &StoredResponse) -> Completion {
-        let expires_at = self.now + delta(self.policy.ttl);
-        let Some(record) = self.owned(owner) else {
-            return Completion::Fenced;
-        };
-        record.state = RecordState::Completed;
-        record.recovery_point = RecoveryPoint::Finished;
-        record.locked_until = None;
-        record.response = Some(response.clone());
-        record.expires_at = expires_at;
-        self.holds.remove(&owner.fence.resource_id);
-        Completion::Stored { expires_at }
     }
 
     fn locked_until(&self) -> DateTime<Utc> {
@@ -246,6 +328,8 @@ impl Inner {
 
 #[async_trait]
 impl RecordStore for MemoryRecords {
+    type Transaction = MemoryTransaction;
+
     async fn claim(
         &self,
         scope: &Scope,
@@ -253,11 +337,10 @@ impl RecordStore for MemoryRecords {
         fingerprint: &Fingerprint,
         request_body: &[u8],
     ) -> Result<Claim, StoreFailure> {
-        yield_once().await;
-        let mut inner = self.lock();
+        let id = (scope.clone(), key.clone());
+        let mut inner = self.lock_unheld(&id).await;
         let now = inner.now;
         let locked_until = inner.locked_until();
-        let id = (scope.clone(), key.clone());
         let verdict = inner
             .records
             .get(&id)
@@ -327,8 +410,7 @@ impl RecordStore for MemoryRecords {
         owner: Owner<'_>,
         effect_id: &str,
     ) -> Result<Finish, StoreFailure> {
-        yield_once().await;
-        let mut inner = self.lock();
+        let mut inner = self.lock_unheld(&record_of(owner)).await;
         let Some(record) = inner.owned(owner) else {
             return Ok(Finish::Fenced);
         };
@@ -338,8 +420,7 @@ impl RecordStore for MemoryRecords {
     }
 
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
-        yield_once().await;
-        let mut inner = self.lock();
+        let mut inner = self.lock_unheld(&record_of(owner)).await;
         let now = inner.now;
         let Some(record) = inner.owned(owner) else {
             return Ok(Finish::Fenced);
@@ -348,33 +429,57 @@ impl RecordStore for MemoryRecords {
         Ok(Finish::Written)
     }
 
-    async fn complete_without_effect(
-        &self,
-        owner: Owner<'_>,
-        response: &StoredResponse,
-    ) -> Result<Completion, StoreFailure> {
-        yield_once().await;
-        Ok(self.lock().complete(owner, response))
+    async fn begin(&self, owner: Owner<'_>) -> Result<Option<MemoryTransaction>, StoreFailure> {
+        let id = record_of(owner);
+        let mut inner = self.lock_unheld(&id).await;
+        if inner.owned(owner).is_none() {
+            return Ok(None);
+        }
+        inner.held.insert(id.clone());
+        Ok(Some(MemoryTransaction {
+            inner: Arc::clone(&self.inner),
+            record: id,
+            generation: owner.fence.resource_id,
+            holds: Vec::new(),
+            rows: Vec::new(),
+            end: None,
+            ended: false,
+        }))
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreFailure> {
+    async fn end(
+        &self,
+        transaction: &mut MemoryTransaction,
+        owner: Owner<'_>,
+        end: End<'_>,
+    ) -> Result<Completion, StoreFailure> {
         yield_once().await;
         let mut inner = self.lock();
         let expires_at = inner.now + delta(inner.policy.ttl);
         let Some(record) = inner.owned(owner) else {
             return Ok(Completion::Fenced);
         };
-        // A record holding an effect id is never failed.
-        if record.effect_id.is_some() {
-            return Ok(Completion::Fenced);
-        }
-        record.state = RecordState::Failed;
-        record.locked_until = None;
-        record.expires_at = expires_at;
-        let effect_key = record.processor_key.clone();
-        inner.failed_keys.push(effect_key);
-        inner.holds.remove(&owner.fence.resource_id);
+        let ending = match end {
+            End::Made(response) => Ending::Completed {
+                response: response.clone(),
+                expires_at,
+            },
+            // A record holding an effect id never ends without its effect.
+            End::Unmade(_) if record.effect_id.is_some() => return Ok(Completion::Fenced),
+            End::Unmade(Unmade::Answered(response)) => Ending::Completed {
+                response: response.clone(),
+                expires_at,
+            },
+            End::Unmade(Unmade::Tombstoned) => Ending::Failed { expires_at },
+        };
+        transaction.end = Some(ending);
         Ok(Completion::Stored { expires_at })
+    }
+
+    async fn commit(&self, transaction: MemoryTransaction) -> Result<(), StoreFailure> {
+        yield_once().await;
+        transaction.commit();
+        Ok(())
     }
 
     async fn take_over_abandoned(
@@ -385,11 +490,13 @@ impl RecordStore for MemoryRecords {
         let mut inner = self.lock();
         let stale_before = inner.now - delta(settle_after);
         let locked_until = inner.locked_until();
-        let oldest = inner
-            .records
+        let Inner { records, held, .. } = &mut *inner;
+        let oldest = records
             .values_mut()
             .filter(|stored| {
-                stored.record.state == RecordState::Pending
+                // A record a transaction holds is passed by, as `SKIP LOCKED` does.
+                !held.contains(&(stored.record.scope.clone(), stored.record.key.clone()))
+                    && stored.record.state == RecordState::Pending
                     && stored
                         .record
                         .locked_until

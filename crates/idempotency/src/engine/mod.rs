@@ -6,10 +6,11 @@
 //!    the final answer the state it meets calls for;
 //! 3. perform the operation's effect with the record's effect key, the same on every attempt,
 //!    and check that the effect is the one asked for;
-//! 4. in one transaction, write what the operation created and the completed record with its
-//!    response; cache the response; only then answer. A decline, a refusal and the
-//!    completer's failure undo what the preparation holds in the transaction that ends the
-//!    record ([`Operation::end_unmade`]).
+//! 4. in one transaction of the record store, begun over the record, the operation writes
+//!    what it created ([`Operation::finish`]) and the engine completes the record with its
+//!    response and commits; cache the response; only then answer. A decline, a refusal and
+//!    the completer's failure end the record the same way, in a transaction in which the
+//!    operation undoes what its preparation holds ([`Operation::end_unmade`]).
 //!
 //! The `charged` recovery point is written only when the finish fails, to leave the effect's
 //! id behind; an attempt that dies before the finish is recovered through the effect key
@@ -30,6 +31,7 @@ pub mod memory;
 mod operation;
 mod ports;
 mod settle;
+mod transaction;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -41,12 +43,14 @@ use chrono::{DateTime, Utc};
 
 pub use completions::Completions;
 pub use error::{CacheFailure, ProtocolError, StoreFailure, error_chain};
-pub use operation::{EffectError, Ended, Operation, Prepared, Settled, Unmade};
+pub use operation::{EffectError, Operation, Prepared, Preparing, Settled};
 pub use ports::{
-    Abandoned, CacheCall, CacheRead, CachedReplay, Checkpoint, Claim, Claimed, Completion, Fence,
-    Finish, Observer, Outcome, Owner, RecordStore, ResponseCache, Unobserved, Verdict,
+    Abandoned, CacheCall, CacheRead, CachedReplay, Checkpoint, Claim, Claimed, Completion, End,
+    Fence, Finish, Observer, Outcome, Owner, RecordStore, ResponseCache, Unmade, Unobserved,
+    Verdict,
 };
 pub use settle::SettleOutcome;
+use transaction::Ended;
 
 use crate::{
     Decision, Fingerprint, IdempotencyKey, RecentDurations, RecoveryPoint, SchemaVersion, Scope,
@@ -167,36 +171,36 @@ impl<R> KeyedRequest<R> {
 
 /// An operation as the completer sees it: whatever its types, it settles a record.
 #[async_trait]
-trait Settles: Send + Sync {
+trait Settles<T>: Send + Sync {
     async fn settle(
         &self,
-        engine: &Engine,
+        engine: &Engine<T>,
         record: &Abandoned,
     ) -> Result<SettleOutcome, ProtocolError>;
 }
 
 #[async_trait]
-impl<O: Operation> Settles for Idempotent<O> {
+impl<O: Operation> Settles<O::Transaction> for Idempotent<O> {
     async fn settle(
         &self,
-        engine: &Engine,
+        engine: &Engine<O::Transaction>,
         record: &Abandoned,
     ) -> Result<SettleOutcome, ProtocolError> {
         engine.settle(self, record).await
     }
 }
 
-/// The engine: the records, the cache, the observer, the in-process completion channel, and
-/// the operations it settles, by family.
-pub struct Engine {
-    records: Arc<dyn RecordStore>,
+/// The engine over a record store whose transactions are `T`: the records, the cache, the
+/// observer, the in-process completion channel, and the operations it settles, by family.
+pub struct Engine<T> {
+    records: Arc<dyn RecordStore<Transaction = T>>,
     cache: Option<Arc<dyn ResponseCache>>,
     observer: Arc<dyn Observer>,
     completions: Completions,
-    operations: HashMap<&'static str, Arc<dyn Settles>>,
+    operations: HashMap<&'static str, Arc<dyn Settles<T>>>,
 }
 
-impl fmt::Debug for Engine {
+impl<T> fmt::Debug for Engine<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
             .field("cache", &self.cache.is_some())
@@ -205,9 +209,27 @@ impl fmt::Debug for Engine {
     }
 }
 
-impl Engine {
+impl<T> Engine<T> {
+    /// The families of the registered operations, in order.
+    pub fn operation_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.operations.keys().copied().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The scope of `tenant`'s keys of the registered operation family `operation`; `None`
+    /// for a family no registered operation has.
+    pub fn scope_named(&self, operation: &str, tenant: &str) -> Option<Scope> {
+        self.operations.contains_key(operation).then(|| Scope {
+            tenant: tenant.to_owned(),
+            operation: operation.to_owned(),
+        })
+    }
+}
+
+impl<T: Send + 'static> Engine<T> {
     /// An engine over `records`, with no cache, observing nothing, settling no operation.
-    pub fn new(records: Arc<dyn RecordStore>) -> Self {
+    pub fn new(records: Arc<dyn RecordStore<Transaction = T>>) -> Self {
         Self {
             records,
             cache: None,
@@ -230,29 +252,13 @@ impl Engine {
 
     /// Registers `op`, so that the completer settles its abandoned records, whichever
     /// version of its family claimed them ([`settle_abandoned`](Self::settle_abandoned)).
-    pub fn with_operation<O: Operation>(mut self, op: Arc<Idempotent<O>>) -> Self {
+    pub fn with_operation<O: Operation<Transaction = T>>(mut self, op: Arc<Idempotent<O>>) -> Self {
         self.operations.insert(O::FAMILY, op);
         self
     }
 
-    /// The families of the registered operations, in order.
-    pub fn operation_names(&self) -> Vec<&'static str> {
-        let mut names: Vec<_> = self.operations.keys().copied().collect();
-        names.sort_unstable();
-        names
-    }
-
-    /// The scope of `tenant`'s keys of the registered operation family `operation`; `None`
-    /// for a family no registered operation has.
-    pub fn scope_named(&self, operation: &str, tenant: &str) -> Option<Scope> {
-        self.operations.contains_key(operation).then(|| Scope {
-            tenant: tenant.to_owned(),
-            operation: operation.to_owned(),
-        })
-    }
-
     /// Runs `request` of `op` through the protocol.
-    pub async fn run<O: Operation>(
+    pub async fn run<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         request: KeyedRequest<O::Request>,
@@ -360,7 +366,7 @@ impl Engine {
     }
 
     /// Steps 2 to 4 for the attempt that owns the record.
-    async fn execute<O: Operation>(
+    async fn execute<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         scope: &Scope,
@@ -372,7 +378,7 @@ impl Engine {
             key: &request.key,
             fence: claimed.fence(),
         };
-        let plan = match op.prepare(owner, &request.request).await? {
+        let plan = match self.prepare(&op.operation, owner, &request.request).await? {
             Prepared::Ready(plan) => plan,
             Prepared::Refused(response) => {
                 return self.answer_final(op, request, owner, response).await;
@@ -418,13 +424,15 @@ impl Engine {
                 }
             }
         };
-        match op.finish(owner, &plan, effect_id.clone()).await {
-            Ok((completion, response)) => {
-                if completion != Completion::Fenced {
+        match self
+            .finish(&op.operation, owner, &plan, effect_id.clone())
+            .await
+        {
+            Ok(ended) => {
+                if let Ended::Stored { .. } = ended {
                     self.observer.reached(Checkpoint::AfterCommit).await;
                 }
-                self.answer_stored(op, request, owner, completion, response)
-                    .await
+                self.answer_stored(op, request, owner, ended).await
             }
             Err(error) => {
                 if !recorded {
@@ -437,7 +445,7 @@ impl Engine {
 
     /// Ends the record with a final answer that created nothing (a refusal, a decline), and
     /// answers with it.
-    async fn answer_final<O: Operation>(
+    async fn answer_final<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         request: &KeyedRequest<O::Request>,
@@ -445,22 +453,30 @@ impl Engine {
         response: StoredResponse,
     ) -> Result<Answer, ProtocolError> {
         let end = Unmade::Answered(&response);
-        let completion = op.end_unmade(self.records.as_ref(), owner, end).await?;
-        self.answer_stored(op, request, owner, completion, response)
-            .await
+        let ended = match self.end_unmade(&op.operation, owner, end).await? {
+            Completion::Stored { expires_at } => Ended::Stored {
+                response,
+                expires_at,
+            },
+            Completion::Fenced => Ended::Fenced,
+        };
+        self.answer_stored(op, request, owner, ended).await
     }
 
-    /// The answer after a completing write: the stored response, or, if the write was fenced
-    /// off, whatever the record says now.
-    async fn answer_stored<O: Operation>(
+    /// The answer after the transaction that ended the record: the stored response, or, if it
+    /// was fenced off, whatever the record says now.
+    async fn answer_stored<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         request: &KeyedRequest<O::Request>,
         owner: Owner<'_>,
-        completion: Completion,
-        response: StoredResponse,
+        ended: Ended,
     ) -> Result<Answer, ProtocolError> {
-        let Completion::Stored { expires_at } = completion else {
+        let Ended::Stored {
+            response,
+            expires_at,
+        } = ended
+        else {
             return self.answer_from_record(op, owner.scope, request).await;
         };
         self.completions.announce(owner.scope, owner.key);
@@ -508,7 +524,7 @@ impl Engine {
     }
 
     /// This attempt lost its record to another one: answer with whatever the record says now.
-    async fn answer_from_record<O: Operation>(
+    async fn answer_from_record<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         scope: &Scope,
@@ -535,7 +551,7 @@ impl Engine {
     }
 }
 
-impl Engine {
+impl<T: Send + 'static> Engine<T> {
     /// The answer of a replay of `stored`, the final response of `generation`: as stored
     /// when this version wrote it, and as the operation renders another version's otherwise.
     async fn replay<O: Operation>(

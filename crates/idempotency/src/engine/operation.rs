@@ -1,14 +1,15 @@
 //! What an operation plugs into the engine: its request, its effect through a port of its own,
-//! and the writes of its finish. Everything else (the claim, the recovery points, the fence,
-//! the cache, the completer's settle) is the engine's, the same for every operation.
+//! and its own rows, written in the transactions the engine begins over its record. Everything
+//! else (the claim, the recovery points, the fence, the record's transaction and its end, the
+//! cache, the completer's settle) is the engine's, the same for every operation.
 
 use std::fmt;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::ProtocolError;
-use super::ports::{Completion, Owner, RecordStore};
+use super::ports::{Owner, RecordStore, Unmade};
+use super::{ProtocolError, StoreFailure};
 use crate::{SchemaVersion, StoredResponse};
 
 /// What [`Operation::prepare`] decided.
@@ -43,21 +44,6 @@ impl fmt::Display for EffectError {
 
 impl std::error::Error for EffectError {}
 
-/// How a record ends when no effect was made under its key.
-#[derive(Debug, Clone, Copy)]
-pub enum Unmade<'a> {
-    /// With a final answer that created nothing: a decline, or a refusal by
-    /// [`Operation::prepare`]. Stored and replayed like a success.
-    Answered(&'a StoredResponse),
-    /// Failed, once the processor has tombstoned the key: nothing was made, and nothing can be.
-    /// The next retry starts a new generation under a new effect key.
-    Tombstoned,
-}
-
-/// How ending a record went: written, with the record's retention, or fenced off by another
-/// attempt.
-pub type Ended = Result<Completion, ProtocolError>;
-
 /// The definitive answer to "what did the calls under this key make?".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settled<E> {
@@ -69,6 +55,50 @@ pub enum Settled<E> {
     Tombstoned,
 }
 
+/// The preparation of an attempt: the record it owns, and the transaction over the record,
+/// which the engine begins only when the operation first asks for it
+/// ([`transaction`](Self::transaction)) and commits once [`Operation::prepare`] returns
+/// [`Prepared::Ready`] (a refusal holds nothing: it is dropped). An operation that writes
+/// nothing to prepare (a charge) never asks, and no transaction is begun.
+pub struct Preparing<'a, T> {
+    records: &'a dyn RecordStore<Transaction = T>,
+    owner: Owner<'a>,
+    transaction: Option<T>,
+}
+
+impl<T> fmt::Debug for Preparing<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Preparing")
+            .field("owner", &self.owner)
+            .field("begun", &self.transaction.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, T: Send + 'static> Preparing<'a, T> {
+    pub(super) fn new(records: &'a dyn RecordStore<Transaction = T>, owner: Owner<'a>) -> Self {
+        Self {
+            records,
+            owner,
+            transaction: None,
+        }
+    }
+
+    /// The transaction over the record, begun on the first call; `None` when another attempt
+    /// or generation owns the record now (answer [`Prepared::Fenced`]).
+    pub async fn transaction(&mut self) -> Result<Option<&mut T>, StoreFailure> {
+        if self.transaction.is_none() {
+            self.transaction = self.records.begin(self.owner).await?;
+        }
+        Ok(self.transaction.as_mut())
+    }
+
+    /// The transaction, if the operation began one.
+    pub(super) fn into_transaction(self) -> Option<T> {
+        self.transaction
+    }
+}
+
 /// One idempotent operation, such as creating a charge.
 ///
 /// After the claim, the engine asks the operation to [`prepare`](Self::prepare) the effect
@@ -76,7 +106,9 @@ pub enum Settled<E> {
 /// attempt, always with the record's effect key, so that the processor deduplicates every
 /// attempt of one request; [`settle`](Self::settle) is the completer's definitive question
 /// under the same key, and must never create anything. The operation holds its own ports (its
-/// processor, its tables); the engine sees only these methods.
+/// processor); its rows are written in the record store's transactions, which the engine
+/// begins over the record, ends the record in and commits ([`finish`](Self::finish),
+/// [`end_unmade`](Self::end_unmade)). The engine sees only these methods.
 #[async_trait]
 pub trait Operation: Send + Sync + 'static {
     /// The validated request.
@@ -86,6 +118,9 @@ pub trait Operation: Send + Sync + 'static {
     type Plan: Send + Sync;
     /// What the processor reports the effect to be.
     type Effect: Send + Sync;
+    /// The transaction of the record store the operation's rows live in
+    /// ([`RecordStore::Transaction`]).
+    type Transaction: Send;
 
     /// The operation's family (`charges.create`): what its keys are scoped by. Every version
     /// of the operation shares it, and with it the records, so that a retry answered by
@@ -124,11 +159,13 @@ pub trait Operation: Send + Sync + 'static {
     /// no longer valid.
     fn stored_request(&self, body: &[u8]) -> Option<Self::Request>;
 
-    /// Prepares the effect of `request` for the generation `owner` holds, fenced by it. Called
-    /// by every attempt and by the completer before it finishes, so it must be idempotent per
-    /// generation: a second call returns what the first one prepared.
+    /// Prepares the effect of `request` for the generation `owner` holds. What it holds (a
+    /// reservation) it writes in `preparing`'s transaction over the record, which the engine
+    /// commits with a plan that is [`Prepared::Ready`], and drops with a refusal. Called by every attempt and by the completer before it finishes, so it must be
+    /// idempotent per generation: a second call returns what the first one prepared.
     async fn prepare(
         &self,
+        preparing: &mut Preparing<'_, Self::Transaction>,
         owner: Owner<'_>,
         request: &Self::Request,
     ) -> Result<Prepared<Self::Plan>, ProtocolError>;
@@ -168,27 +205,27 @@ pub trait Operation: Send + Sync + 'static {
         Ok(stored)
     }
 
-    /// Writes what the operation created, with the completed record and its response, in one
-    /// transaction fenced by `owner`; returns the response it stored.
+    /// Writes what the operation created in `transaction` (begun over the record `owner`
+    /// holds) and returns the response to store; the engine then completes the record with it
+    /// in the same transaction and commits.
     async fn finish(
         &self,
+        transaction: &mut Self::Transaction,
         owner: Owner<'_>,
         plan: &Self::Plan,
         effect_id: String,
-    ) -> Result<(Completion, StoredResponse), ProtocolError>;
+    ) -> Result<StoredResponse, ProtocolError>;
 
-    /// Ends the record without an effect (`end` says how), undoing whatever
-    /// [`prepare`](Self::prepare) held in the same transaction, fenced by `owner`. The default
-    /// ends it in the record store alone, for an operation whose preparation holds nothing.
+    /// Undoes in `transaction` what [`prepare`](Self::prepare) held, for a record that ends
+    /// without an effect (`end` says how); the engine ends the record in the same transaction.
+    /// The default does nothing, for an operation whose preparation holds nothing.
     async fn end_unmade(
         &self,
-        records: &dyn RecordStore,
+        transaction: &mut Self::Transaction,
         owner: Owner<'_>,
         end: Unmade<'_>,
-    ) -> Ended {
-        Ok(match end {
-            Unmade::Answered(response) => records.complete_without_effect(owner, response).await?,
-            Unmade::Tombstoned => records.fail(owner).await?,
-        })
+    ) -> Result<(), ProtocolError> {
+        let _ = (transaction, owner, end);
+        Ok(())
     }
 }

@@ -201,18 +201,50 @@ impl Abandoned {
     }
 }
 
+/// How a record ends when no effect was made under its key.
+#[derive(Debug, Clone, Copy)]
+pub enum Unmade<'a> {
+    /// With a final answer that created nothing: a decline, or a refusal by the operation's
+    /// preparation. Stored and replayed like a success.
+    Answered(&'a StoredResponse),
+    /// Failed, once the processor has tombstoned the key: nothing was made, and nothing can be.
+    /// The next retry starts a new generation under a new effect key.
+    Tombstoned,
+}
+
+/// How the engine ends a record, in the transaction its operation wrote in.
+#[derive(Debug, Clone, Copy)]
+pub enum End<'a> {
+    /// Completed with the response of the effect whose rows the operation wrote.
+    Made(&'a StoredResponse),
+    /// Ended without an effect. A record that holds an effect id never ends this way: its
+    /// effect must reach the operation's rows.
+    Unmade(Unmade<'a>),
+}
+
 /// The idempotency records: the claim, the lock-free read, the fenced writes of the attempt
-/// that owns a record, and the takeover of abandoned ones. An operation's own rows are written
-/// by the operation, in the transaction that completes the record; this port never sees them.
+/// that owns a record, the takeover of abandoned ones, and the transaction a record ends in.
+///
+/// The engine ends every record in a [`Transaction`](Self::Transaction) of the store: it
+/// begins one over the record ([`begin`](Self::begin)), the operation writes its own rows in
+/// it, and the engine ends the record in it ([`end`](Self::end)) and commits. So an
+/// operation's rows exist exactly when its record is completed, and no operation writes the
+/// record itself.
 ///
 /// Every implementation keeps these promises:
 /// - of any number of concurrent claims of one key, exactly one owns it;
 /// - every write after the claim is fenced by [`Owner::fence`] and writes nothing once
 ///   another attempt or generation owns the record;
-/// - a record that holds an effect id is never failed;
+/// - a transaction begun over a record holds it: no claim, takeover or fenced write changes
+///   the record until the transaction ends, and a dropped transaction writes nothing;
+/// - a record that holds an effect id is never ended without an effect;
 /// - lock expiry is judged by the store's clock, never by an instance's.
 #[async_trait]
-pub trait RecordStore: Send + Sync {
+pub trait RecordStore: Send + Sync + 'static {
+    /// A transaction of the store, begun over one record: what an operation writes its rows
+    /// in, beside the record's end. Dropped uncommitted, it writes nothing.
+    type Transaction: Send;
+
     /// Claims `key` for a request with `fingerprint`, or says why this attempt may not run.
     async fn claim(
         &self,
@@ -241,16 +273,23 @@ pub trait RecordStore: Send + Sync {
     /// at once, so the next retry resumes it and, if nobody retries, the completer settles it.
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure>;
 
-    /// Completes the record with a response that created nothing (a decline).
-    async fn complete_without_effect(
+    /// Begins a transaction over the record `owner` holds, which holds the record until it
+    /// ends; `None`, with nothing begun, when another attempt or generation owns the record.
+    async fn begin(&self, owner: Owner<'_>) -> Result<Option<Self::Transaction>, StoreFailure>;
+
+    /// Ends the record `owner` holds as `end` says, in `transaction` (begun over it). Its
+    /// retention, counted from now, ends at the returned expiry. [`Completion::Fenced`] when
+    /// the record may not end that way (it holds an effect id, and `end` made none): the
+    /// engine then drops the transaction.
+    async fn end(
         &self,
+        transaction: &mut Self::Transaction,
         owner: Owner<'_>,
-        response: &StoredResponse,
+        end: End<'_>,
     ) -> Result<Completion, StoreFailure>;
 
-    /// Marks the record failed, once the processor has tombstoned its key: the next retry
-    /// starts a new generation with a new processor key. Its retention counts from now.
-    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreFailure>;
+    /// Commits `transaction`: the operation's rows and the record's end, all or nothing.
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreFailure>;
 
     /// Takes over one pending record whose lock ended at least `settle_after` ago, oldest
     /// first, fencing off its last attempt.

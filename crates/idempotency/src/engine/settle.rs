@@ -16,7 +16,8 @@
 //!
 //! "I could not find an effect" is never read as "there is no effect".
 
-use super::ports::{Abandoned, Completion, Outcome};
+use super::ports::{Abandoned, Outcome};
+use super::transaction::Ended;
 use super::{Engine, Idempotent, Operation, Prepared, ProtocolError, Settled, Unmade};
 use crate::{AS_SENT, RecoveryPoint};
 
@@ -42,9 +43,9 @@ enum Found<E> {
     Reported(E),
 }
 
-impl Engine {
+impl<T: Send + 'static> Engine<T> {
     /// Settles `record` of operation `op`.
-    pub async fn settle<O: Operation>(
+    pub async fn settle<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         record: &Abandoned,
@@ -62,7 +63,7 @@ impl Engine {
                     return self.release(owner).await.map(|()| SettleOutcome::Released);
                 }
                 Ok(Settled::Tombstoned) => {
-                    op.end_unmade(self.records.as_ref(), owner, Unmade::Tombstoned)
+                    self.end_unmade(&op.operation, owner, Unmade::Tombstoned)
                         .await?;
                     self.observer.outcome(Outcome::FailedByCompleter);
                     tracing::info!(idempotency.key = %key, "completer: nothing was made, and the effect key is tombstoned; record failed");
@@ -96,7 +97,7 @@ impl Engine {
         };
         // What the effect was prepared with: the attempt that made it prepared it first, so
         // this finds what that attempt prepared.
-        let Prepared::Ready(plan) = op.prepare(owner, &request).await? else {
+        let Prepared::Ready(plan) = self.prepare(&op.operation, owner, &request).await? else {
             tracing::error!(idempotency.key = %key,
                 "completer: an effect exists but what it was prepared with is not found; left pending");
             return self.release(owner).await.map(|()| SettleOutcome::Released);
@@ -113,8 +114,8 @@ impl Engine {
                 O::effect_id(&effect)
             }
         };
-        let (completion, _) = op.finish(owner, &plan, effect_id).await?;
-        if let Completion::Stored { .. } = completion {
+        let ended = self.finish(&op.operation, owner, &plan, effect_id).await?;
+        if let Ended::Stored { .. } = ended {
             self.completions.announce(owner.scope, key);
             self.observer.outcome(Outcome::CompletedByCompleter);
             tracing::info!(idempotency.key = %key, "completer: record finished");

@@ -1,6 +1,6 @@
 //! What PostgreSQL's store does its own way ([`SqlStore`]): a claim inserts on its own and
-//! locks only an existing record, one write statement runs on the pool, and a charge's finish
-//! is one statement.
+//! locks only an existing record, one write statement runs on the pool, and a charge's inserts
+//! are one statement.
 
 use async_trait::async_trait;
 use payments_domain::Charge;
@@ -14,17 +14,17 @@ use super::charges::push_charge_writes;
 use crate::StoreError;
 use crate::claiming::NewClaim;
 use crate::dialect::{Statement, answered};
-use crate::fenced;
-use crate::model::{Claim, Completion, Durability};
-use crate::recording::{self, ChargeFinish};
+use crate::model::{Claim, Durability};
+use crate::recording;
 use crate::repository::Backend;
 use crate::sql_store::SqlStore;
 use crate::stream::{EventSink, RelayError};
+use crate::transaction::{self, Begun};
 
 #[async_trait]
 impl SqlStore for PgStore {
     type Db = Postgres;
-    type Write<'s> = Transaction<'static, Postgres>;
+    type Write = Transaction<'static, Postgres>;
 
     const BACKEND: Backend = Backend::Postgres;
 
@@ -40,18 +40,36 @@ impl SqlStore for PgStore {
         self.begin().await
     }
 
-    async fn commit(write: Self::Write<'_>) -> Result<(), StoreError> {
+    async fn commit(write: Self::Write) -> Result<(), StoreError> {
         Ok(answered::<Postgres, _>(write.commit()).await?)
     }
 
+    fn write_in(
+        transaction: &mut crate::Transaction,
+    ) -> Result<&mut Transaction<'static, Postgres>, StoreError> {
+        match &mut transaction.0 {
+            Begun::Postgres(write) => Ok(write),
+            Begun::Sqlite(_) => Err(transaction::of_another_backend()),
+        }
+    }
+
+    fn into_write(
+        transaction: crate::Transaction,
+    ) -> Result<Transaction<'static, Postgres>, StoreError> {
+        match transaction.0 {
+            Begun::Postgres(write) => Ok(write),
+            Begun::Sqlite(_) => Err(transaction::of_another_backend()),
+        }
+    }
+
     /// Autocommit: one statement is its own transaction.
-    type OneWrite<'s> = PoolConnection<Postgres>;
+    type OneWrite = PoolConnection<Postgres>;
 
     async fn begin_one_write(&self) -> Result<PoolConnection<Postgres>, StoreError> {
         Ok(self.pool.acquire().await?)
     }
 
-    async fn end_one_write(_: Self::OneWrite<'_>) -> Result<(), StoreError> {
+    async fn end_one_write(_: Self::OneWrite) -> Result<(), StoreError> {
         Ok(())
     }
 
@@ -90,24 +108,10 @@ impl SqlStore for PgStore {
         )))
     }
 
-    /// Writes the charge, its ledger transaction, its `payment.completed` outbox event and the
-    /// completed record as ONE statement: either all of them exist or none does.
-    ///
-    /// Data-modifying CTEs make it a single round trip and a single commit. The fenced update of
-    /// the record is the gate every insert selects from: if another attempt owns the record,
-    /// the update matches no row and nothing else is written. The ledger's balance trigger and
-    /// the foreign keys are checked at the end of the statement and at commit as usual.
-    async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError> {
-        let mut sql = Statement::new("WITH gate AS (");
-        fenced::push_complete(&mut sql, finish.owner, finish.response, self.policy.ttl)?;
-        sql.push("), ");
-        push_charge_writes(&mut sql, finish.charge)?;
-        sql.push(" SELECT expires_at FROM gate");
-        self.complete_one(sql).await
-    }
-
-    /// The finish's very inserts (`push_charge_writes`) behind a gate that always yields its
-    /// row: one statement.
+    /// A charge, its balanced ledger transaction and its event as ONE statement
+    /// (`push_charge_writes`, behind a gate that always yields its row): either all of them
+    /// exist or none does. The ledger's balance trigger and the foreign keys are checked at
+    /// the end of the statement and at commit as usual.
     async fn insert_charge(
         connection: &mut PgConnection,
         charge: &Charge,

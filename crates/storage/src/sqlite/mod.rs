@@ -29,7 +29,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use sqlx::{Sqlite, Transaction};
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::{PoolSettings, StoreError};
 
@@ -45,12 +45,12 @@ pub(crate) struct SqliteStore {
 }
 
 /// A write transaction: the in-process gate, then SQLite's write lock.
-pub(crate) struct WriteTx<'a> {
+pub(crate) struct WriteTx {
     tx: Transaction<'static, Sqlite>,
-    _gate: MutexGuard<'a, ()>,
+    _gate: OwnedMutexGuard<()>,
 }
 
-impl std::ops::Deref for WriteTx<'_> {
+impl std::ops::Deref for WriteTx {
     type Target = sqlx::SqliteConnection;
 
     fn deref(&self) -> &Self::Target {
@@ -58,13 +58,13 @@ impl std::ops::Deref for WriteTx<'_> {
     }
 }
 
-impl std::ops::DerefMut for WriteTx<'_> {
+impl std::ops::DerefMut for WriteTx {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.tx
     }
 }
 
-impl WriteTx<'_> {
+impl WriteTx {
     /// Commits and, by consuming the transaction, also releases the gate.
     async fn commit(self) -> Result<(), StoreError> {
         self.tx.commit().await?;
@@ -117,8 +117,8 @@ impl SqliteStore {
     }
 
     /// Begins a write transaction that holds the write lock from its first statement on.
-    pub(crate) async fn begin_immediate(&self) -> Result<WriteTx<'_>, StoreError> {
-        let gate = self.write_gate.lock().await;
+    pub(crate) async fn begin_immediate(&self) -> Result<WriteTx, StoreError> {
+        let gate = Arc::clone(&self.write_gate).lock_owned().await;
         // The SQLite driver's custom BEGIN is not cancel-safe: a request dropped while it runs
         // (its client went away, or it timed out) can leave the connection inside a transaction
         // that nothing will roll back, holding the write lock for good. On a task of its own

@@ -1,6 +1,6 @@
 //! What SQLite's store does its own way ([`SqlStore`]): every write runs in a write
 //! transaction, so a claim's insert, read and decision are one `BEGIN IMMEDIATE`, and a
-//! charge's finish is its completion, then its inserts, in one transaction.
+//! charge's inserts are one statement each.
 
 use async_trait::async_trait;
 use payments_idempotency::IdempotencyPolicy;
@@ -10,17 +10,17 @@ use super::charges::insert_charge_writes;
 use super::{MIGRATOR, SqliteStore, WriteTx};
 use crate::StoreError;
 use crate::claiming::NewClaim;
-use crate::fenced;
-use crate::model::{Claim, Completion, Durability};
-use crate::recording::{self, ChargeFinish};
+use crate::model::{Claim, Durability};
+use crate::recording;
 use crate::repository::{Backend, Store};
-use crate::sql_store::{SqlStore, complete_on};
+use crate::sql_store::SqlStore;
 use crate::stream::{EventSink, RelayError};
+use crate::transaction::{self, Begun, Transaction};
 
 #[async_trait]
 impl SqlStore for SqliteStore {
     type Db = Sqlite;
-    type Write<'s> = WriteTx<'s>;
+    type Write = WriteTx;
 
     const BACKEND: Backend = Backend::Sqlite;
 
@@ -32,22 +32,36 @@ impl SqlStore for SqliteStore {
         self.policy
     }
 
-    async fn begin_write(&self) -> Result<WriteTx<'_>, StoreError> {
+    async fn begin_write(&self) -> Result<WriteTx, StoreError> {
         self.begin_immediate().await
     }
 
-    async fn commit(write: Self::Write<'_>) -> Result<(), StoreError> {
+    async fn commit(write: WriteTx) -> Result<(), StoreError> {
         write.commit().await
     }
 
-    /// Every write, one statement or several, takes the write lock.
-    type OneWrite<'s> = WriteTx<'s>;
+    fn write_in(transaction: &mut Transaction) -> Result<&mut WriteTx, StoreError> {
+        match &mut transaction.0 {
+            Begun::Sqlite(write) => Ok(write),
+            Begun::Postgres(_) => Err(transaction::of_another_backend()),
+        }
+    }
 
-    async fn begin_one_write(&self) -> Result<WriteTx<'_>, StoreError> {
+    fn into_write(transaction: Transaction) -> Result<WriteTx, StoreError> {
+        match transaction.0 {
+            Begun::Sqlite(write) => Ok(write),
+            Begun::Postgres(_) => Err(transaction::of_another_backend()),
+        }
+    }
+
+    /// Every write, one statement or several, takes the write lock.
+    type OneWrite = WriteTx;
+
+    async fn begin_one_write(&self) -> Result<WriteTx, StoreError> {
         self.begin_immediate().await
     }
 
-    async fn end_one_write(write: Self::OneWrite<'_>) -> Result<(), StoreError> {
+    async fn end_one_write(write: WriteTx) -> Result<(), StoreError> {
         write.commit().await
     }
 
@@ -72,20 +86,6 @@ impl SqlStore for SqliteStore {
             .ok_or_else(|| corrupt("exists but was judged absent"))?;
         write.commit().await?;
         Ok(outcome)
-    }
-
-    /// The fenced completion of the record gates the inserts: when it matches no row, the
-    /// transaction is dropped (rolled back) having written nothing.
-    async fn write_charge(&self, finish: ChargeFinish<'_>) -> Result<Completion, StoreError> {
-        let complete = fenced::complete::<Sqlite>(finish.owner, finish.response, self.policy.ttl)?;
-        let mut write = self.begin_immediate().await?;
-        let completion = complete_on::<Sqlite>(&mut write, complete).await?;
-        if completion == Completion::Fenced {
-            return Ok(Completion::Fenced);
-        }
-        insert_charge_writes(&mut write, finish.charge).await?;
-        write.commit().await?;
-        Ok(completion)
     }
 
     async fn insert_charge(
