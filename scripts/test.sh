@@ -169,7 +169,7 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 step "Tests (cargo test --workspace, every feature but next-version; database tests on PostgreSQL and SQLite)"
 # Every feature of the workspace but `next-version`, which would make every test's service the
 # next schema version: a feature added to a crate is added here.
-TEST_FEATURES=payments-api/failpoints,payments-api/bench,payments-idempotency/memory,payments-storage/bench
+TEST_FEATURES=payments-api/failpoints,payments-api/bench,payments-idempotency/memory,payments-idempotency/conformance,payments-storage/bench
 # The rolling-deploy tests run the build one schema version up beside the tests' own. Cargo
 # keeps both builds' artifacts apart, so neither rebuilds the other; the binary is copied out
 # before the tests' build takes the name `payments-api` back.

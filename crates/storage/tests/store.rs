@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use futures::future::join_all;
 use payments_domain::{
     Amount, Charge, ChargeId, Currency, EventId, Money, PaymentSource, RefundRequest, TenantId,
 };
@@ -368,91 +367,6 @@ fn response(body: &str) -> StoredResponse {
         [("content-type", "application/json")],
         body.as_bytes().to_vec(),
     )
-}
-
-async fn exactly_one_of_many_concurrent_claims_owns_a_fresh_key(backend: Backend) {
-    let db = test_db(backend).await;
-    let (s, k, fp) = (scope(), key("k"), fingerprint(100));
-    let claims = join_all((0..20).map(|_| db.store.claim(&s, &k, &fp, b"{}"))).await;
-    let claims: Vec<Claim> = claims.into_iter().map(|c| c.expect("claim")).collect();
-    let owners = claims
-        .iter()
-        .filter(|c| matches!(c, Claim::Owned(_)))
-        .count();
-    let in_flight = claims
-        .iter()
-        .filter(|c| matches!(c, Claim::InFlight { .. }))
-        .count();
-    assert_eq!((owners, in_flight), (1, 19));
-    assert_eq!(db.count("idempotency_records").await, 1);
-}
-
-/// The transaction the engine ends a record in holds the record until it ends: a retry that
-/// would take the stale record over waits for it and then replays its answer, and the
-/// completer takes nothing over meanwhile, so the attempt that began it completes the record
-/// and nobody else writes it.
-async fn a_transaction_over_a_record_holds_it_until_it_ends(backend: Backend) {
-    let db = Arc::new(test_db(backend).await);
-    let (s, k) = (scope(), key("k"));
-    let first = db.claim_owned(&s, &k).await;
-    db.move_into_past(&["locked_until"]).await;
-    let owner = Owner::new(&s, &k, first.fence());
-    let mut transaction = db
-        .store
-        .begin_over(owner)
-        .await
-        .expect("begin")
-        .expect("the claim's own record");
-
-    let retry = tokio::spawn({
-        let db = Arc::clone(&db);
-        async move {
-            let (s, k, fingerprint) = (scope(), key("k"), fingerprint(100));
-            db.store
-                .claim(&s, &k, &fingerprint, b"{}")
-                .await
-                .expect("claim")
-        }
-    });
-    let completer = tokio::spawn({
-        let db = Arc::clone(&db);
-        async move { db.store.take_over_abandoned(Duration::ZERO).await }
-    });
-    // Given time to take the stale record over, the retry is still waiting for the record.
-    let waited = tokio::time::timeout(Duration::from_millis(500), async {
-        while !retry.is_finished() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    });
-    assert!(
-        waited.await.is_err(),
-        "a retry took the record over from an open transaction"
-    );
-
-    db.store
-        .insert_charge(&mut transaction, &charge_for(&first))
-        .await
-        .expect("insert");
-    let end = End::Made(&response("first"));
-    let completion = db.store.end_record(&mut transaction, owner, end).await;
-    assert!(matches!(
-        completion.expect("end"),
-        Completion::Stored { .. }
-    ));
-    db.store.commit(transaction).await.expect("commit");
-
-    assert!(
-        matches!(retry.await.expect("retry"), Claim::Replay { .. }),
-        "the retry replays the completed record"
-    );
-    let taken = completer.await.expect("completer").expect("take over");
-    assert!(taken.is_none(), "the completer took over {taken:?}");
-    let record = db.record(&s, &k).await;
-    assert_eq!(
-        (record.state.as_str(), record.attempts),
-        ("completed", Attempt(1))
-    );
-    assert_eq!(db.count("charges").await, 1);
 }
 
 async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend: Backend) {
@@ -1462,12 +1376,10 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
 }
 
 on_every_backend!(
-    a_transaction_over_a_record_holds_it_until_it_ends,
     a_reservation_is_made_once_per_generation_and_never_exceeds_the_charge,
     a_fenced_off_attempt_reserves_nothing,
     a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished_one_posts_it,
     a_finish_refused_part_way_writes_nothing,
-    exactly_one_of_many_concurrent_claims_owns_a_fresh_key,
     a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off,
     a_takeover_resumes_from_charged_with_the_effect_id,
     a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key,
@@ -1589,4 +1501,72 @@ mod floors {
     }
 
     on_every_backend!(the_floors_insert_a_record_the_finish_completes_and_read_it_back);
+}
+
+/// The record-store port's conformance suite (`engine::conformance`), the checks the
+/// in-memory store passes, against `Records`, the engine's record store over this crate's
+/// `Store`, on each backend.
+mod conformance {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use payments_idempotency::IdempotencyPolicy;
+    use payments_idempotency::engine::conformance::Subject;
+    use payments_storage::{Backend, Records};
+
+    use super::{TestDb, test_db};
+
+    /// `Records` over a store on a fresh database of `backend`.
+    pub(super) struct Sql {
+        db: TestDb,
+        records: Records,
+    }
+
+    pub(super) async fn on(backend: Backend) -> Sql {
+        let db = test_db(backend).await;
+        let records = Records::new(Arc::clone(&db.store));
+        Sql { db, records }
+    }
+
+    #[async_trait]
+    impl Subject for Sql {
+        type Store = Records;
+
+        fn store(&self) -> &Records {
+            &self.records
+        }
+
+        fn policy(&self) -> IdempotencyPolicy {
+            self.db.store.policy()
+        }
+
+        /// Every time a record holds moves `by` into the past: the store judges them by the
+        /// database's own clock, which the test cannot move.
+        async fn advance(&self, by: Duration) {
+            let secs = by.as_secs_f64();
+            let earlier = |column: &str| match self.db.backend {
+                Backend::Postgres => format!("{column} = {column} - interval '{secs} seconds'"),
+                Backend::Sqlite => format!(
+                    "{column} = strftime('%Y-%m-%dT%H:%M:%fZ', {column}, '-{secs} seconds')"
+                ),
+            };
+            let columns = ["created_at", "updated_at", "locked_until", "expires_at"];
+            let set: Vec<String> = columns.into_iter().map(earlier).collect();
+            let sql = format!("UPDATE idempotency_records SET {}", set.join(", "));
+            self.db.execute(&sql).await;
+        }
+    }
+
+    mod postgres {
+        payments_idempotency::record_store_conformance!(super::on(
+            payments_storage::Backend::Postgres
+        ));
+    }
+
+    mod sqlite {
+        payments_idempotency::record_store_conformance!(super::on(
+            payments_storage::Backend::Sqlite
+        ));
+    }
 }

@@ -25,6 +25,8 @@
 
 mod cache;
 mod completions;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod error;
 #[cfg(any(test, feature = "memory"))]
 pub mod memory;
