@@ -131,7 +131,7 @@ mod tests {
             recovery_point: point,
             locked_until,
             attempts: Attempt(1),
-            processor_key: "pk".into(),
+            effect_key: "pk".into(),
             effect_id: None,
             response: (state == RecordState::Completed).then(response),
             created_at: t0(),

@@ -174,8 +174,9 @@ pub struct IdempotencyRecord {
     /// Set while pending: the owning attempt's lock ends then.
     pub locked_until: Option<DateTime<Utc>>,
     pub attempts: Attempt,
-    /// Sent to the processor with every attempt, so the processor deduplicates too.
-    pub processor_key: String,
+    /// The key the effect is made under with every attempt of the generation, so that the
+    /// effect's own port (the processor) deduplicates them too.
+    pub effect_key: String,
     /// The processor's id of the effect (a charge, a refund) once the recovery point is
     /// `charged` or later.
     pub effect_id: Option<String>,

@@ -549,7 +549,7 @@ impl<const VERSION: u32, const SCOPED_BY_VERSION: bool> Operation
         _amount: &u64,
         effect_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
-        let id = owner.fence.resource_id.to_string();
+        let id = owner.fence.generation.to_string();
         let body = json!({ "id": id, "effect": effect_id, "version": VERSION });
         transaction.insert_row(EffectRow::of(owner, effect_id));
         Ok(StoredResponse::new(

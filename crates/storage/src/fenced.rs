@@ -178,7 +178,7 @@ fn push_fence<'a, DB: Dialect>(sql: &mut Statement<'a, DB>, owner: Owner<'a>) {
     sql.push(" AND attempts = ")
         .value(owner.fence.attempt.0)
         .push(" AND resource_id = ")
-        .value(owner.fence.resource_id)
+        .value(owner.fence.generation)
         .push(" AND state = 'pending'");
 }
 
@@ -210,7 +210,7 @@ mod tests {
     fn fence(attempt: i32) -> Fence {
         Fence {
             attempt: Attempt(attempt),
-            resource_id: Uuid::new_v4(),
+            generation: Uuid::new_v4(),
         }
     }
 

@@ -42,7 +42,7 @@ impl<S: SqlStore> FloorRepository for S {
         self.write_one(sql).await?;
         Ok(Fence {
             attempt: Attempt(1),
-            resource_id,
+            generation: resource_id,
         })
     }
 }

@@ -52,7 +52,7 @@ impl<S: SqlStore> PayoutRepository for S {
     ) -> Result<PayoutReservation, StoreError> {
         let write = S::write_in(transaction)?;
         let mut made = Statement::<S::Db>::new(SELECT_PAYOUTS);
-        made.push(" WHERE id = ").value(owner.fence.resource_id);
+        made.push(" WHERE id = ").value(owner.fence.generation);
         let made: Option<PayoutRow> = made.fetch_optional(&mut *write).await?;
         if let Some(made) = made {
             return Ok(PayoutReservation::Reserved(made.into_payout()?));
@@ -65,7 +65,7 @@ impl<S: SqlStore> PayoutRepository for S {
             return Ok(PayoutReservation::InsufficientBalance { available });
         }
         let payout = Payout {
-            id: PayoutId::from_uuid(owner.fence.resource_id),
+            id: PayoutId::from_uuid(owner.fence.generation),
             tenant: TenantId::new(tenant),
             money,
             destination: request.destination.clone(),
@@ -134,7 +134,7 @@ impl<S: SqlStore> PayoutRepository for S {
     ) -> Result<(), StoreError> {
         let mut delete = Statement::<S::Db>::new("DELETE FROM payouts WHERE id = ");
         delete
-            .value(owner.fence.resource_id)
+            .value(owner.fence.generation)
             .push(" AND status = 'pending'");
         delete.execute(S::write_in(transaction)?).await?;
         Ok(())

@@ -65,7 +65,7 @@ impl<S: SqlStore> RefundRepository for S {
     ) -> Result<Reservation, StoreError> {
         let write = S::write_in(transaction)?;
         let mut made = Statement::<S::Db>::new(SELECT_RESERVED);
-        made.value(owner.fence.resource_id);
+        made.value(owner.fence.generation);
         let made: Option<ReservedRow> = made.fetch_optional(write).await?;
         if let Some(made) = made {
             return Ok(Reservation::Reserved {
@@ -100,7 +100,7 @@ impl<S: SqlStore> RefundRepository for S {
             return Ok(Reservation::Refused(refusal));
         }
         let refund = Refund {
-            id: RefundId::from_uuid(owner.fence.resource_id),
+            id: RefundId::from_uuid(owner.fence.generation),
             tenant: TenantId::new(owner.scope.tenant.clone()),
             charge: request.charge,
             money,
@@ -187,7 +187,7 @@ impl<S: SqlStore> RefundRepository for S {
         let write = S::write_in(transaction)?;
         let mut delete = Statement::<S::Db>::new("DELETE FROM refunds WHERE id = ");
         delete
-            .value(owner.fence.resource_id)
+            .value(owner.fence.generation)
             .push(" AND status = 'pending' RETURNING charge_id, amount");
         let released: Option<(uuid::Uuid, i64)> = delete.fetch_optional(&mut *write).await?;
         if let Some((charge, amount)) = released {

@@ -25,7 +25,7 @@ impl<S: SqlStore> ResolutionRepository for S {
         id: ExceptionId,
     ) -> Result<ExceptionHold, StoreError> {
         let write = S::write_in(transaction)?;
-        let generation = owner.fence.resource_id;
+        let generation = owner.fence.generation;
         // Open and free, or held by this generation already (a retry, a takeover).
         let mut hold = Statement::<S::Db>::new("UPDATE reconciliation_exceptions SET held_by = ");
         hold.value(generation)
@@ -63,7 +63,7 @@ impl<S: SqlStore> ResolutionRepository for S {
         resolved
             .value(exception)
             .push(" AND status = 'open' AND held_by = ")
-            .value(owner.fence.resource_id);
+            .value(owner.fence.generation);
         if resolved.execute(&mut *write).await? != 1 {
             return Err(StoreError::Corrupt(format!(
                 "exception {} is not held by the resolution finishing it",
@@ -97,7 +97,7 @@ impl<S: SqlStore> ResolutionRepository for S {
             "UPDATE reconciliation_exceptions SET held_by = NULL WHERE held_by = ",
         );
         release
-            .value(owner.fence.resource_id)
+            .value(owner.fence.generation)
             .push(" AND status = 'open'");
         release.execute(S::write_in(transaction)?).await?;
         Ok(())

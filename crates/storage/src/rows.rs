@@ -74,7 +74,7 @@ impl RecordRow {
                 .map_err(|_| corrupt("recovery_point", &self.recovery_point))?,
             locked_until: self.locked_until,
             attempts: Attempt(self.attempts),
-            processor_key: self.processor_key,
+            effect_key: self.processor_key,
             effect_id: self.effect_id,
             response,
             created_at: self.created_at,
@@ -284,8 +284,8 @@ impl AbandonedRow {
                 operation: self.operation,
             },
             attempt: Attempt(self.attempts),
-            resource_id: self.resource_id,
-            processor_key: self.processor_key,
+            generation: self.resource_id,
+            effect_key: self.processor_key,
             recovery_point: self
                 .recovery_point
                 .parse()

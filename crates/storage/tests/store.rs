@@ -349,7 +349,7 @@ fn owned(claim: Claim) -> Claimed {
 
 fn charge_for(claimed: &Claimed) -> Charge {
     Charge {
-        id: ChargeId::from_uuid(claimed.resource_id),
+        id: ChargeId::from_uuid(claimed.generation),
         tenant: TenantId::new("acme"),
         money: Money::new(Amount::new(100).expect("amount"), Currency::Usd),
         source: PaymentSource::new("tok_visa").expect("source"),
@@ -397,8 +397,8 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     assert_eq!(second.attempt, Attempt(2));
     assert!(second.took_over);
     assert_eq!(
-        (second.resource_id, &second.processor_key),
-        (first.resource_id, &first.processor_key)
+        (second.generation, &second.effect_key),
+        (first.generation, &first.effect_key)
     );
 
     // The first attempt wakes up: none of its writes lands.
@@ -514,8 +514,8 @@ async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key
     assert_eq!(retry.attempt, Attempt(2));
     assert!(retry.replaced);
     // The old processor key is tombstoned at the processor: the retry must not reuse it.
-    assert_ne!(retry.processor_key, first.processor_key);
-    assert_ne!(retry.resource_id, first.resource_id);
+    assert_ne!(retry.effect_key, first.effect_key);
+    assert_ne!(retry.generation, first.generation);
     assert_eq!(retry.resume_from, RecoveryPoint::Started);
     // A different payload still cannot use the key.
     assert_eq!(
@@ -772,7 +772,7 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
         taken.fence(),
         Fence {
             attempt: Attempt(3),
-            resource_id: claimed.resource_id
+            generation: claimed.generation
         }
     );
 }
@@ -808,11 +808,11 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backen
     assert_eq!(fresh.resume_from, RecoveryPoint::Started);
     assert!(!fresh.took_over);
     assert_ne!(
-        fresh.resource_id, first.resource_id,
+        fresh.generation, first.generation,
         "a new request creates a new charge"
     );
     assert_ne!(
-        fresh.processor_key, first.processor_key,
+        fresh.effect_key, first.effect_key,
         "and must not be deduplicated into the old one"
     );
     assert_eq!(
@@ -1236,7 +1236,7 @@ async fn a_reservation_is_made_once_per_generation_and_never_exceeds_the_charge(
     let first = reserved(first);
     assert_eq!(
         first.id.as_uuid(),
-        claimed.resource_id,
+        claimed.generation,
         "the refund is the generation's"
     );
     let again = db
@@ -1282,7 +1282,7 @@ async fn a_fenced_off_attempt_reserves_nothing(backend: Backend) {
     let claimed = db.claim_owned(&s, &k).await;
     let taken_over = Fence {
         attempt: Attempt(claimed.attempt.0 + 1),
-        resource_id: claimed.resource_id,
+        generation: claimed.generation,
     };
     let reservation = db
         .store
@@ -1470,10 +1470,7 @@ mod floors {
             .insert_pending_unguarded(&s, &k, &fingerprint(100), b"{}", resource_id)
             .await
             .expect("insert");
-        assert_eq!(
-            (fence.attempt, fence.resource_id),
-            (Attempt(1), resource_id)
-        );
+        assert_eq!((fence.attempt, fence.generation), (Attempt(1), resource_id));
         let pending = db.record(&s, &k).await;
         assert_eq!(
             (pending.state, pending.fingerprint, pending.response),

@@ -63,7 +63,7 @@ impl Operation for CreateCharge {
         request: &ChargeRequest,
     ) -> Result<Prepared<PlannedCharge>, ProtocolError> {
         Ok(Prepared::Ready(PlannedCharge {
-            id: ChargeId::from_uuid(owner.fence.resource_id),
+            id: ChargeId::from_uuid(owner.fence.generation),
             tenant: TenantId::new(owner.scope.tenant.clone()),
             request: request.clone(),
         }))

@@ -314,7 +314,7 @@ fn recorded_charge(
         .resource_id
         .as_deref()
         .and_then(|id| id.parse::<ChargeId>().ok())
-        .unwrap_or_else(|| ChargeId::from_uuid(owner.fence.resource_id));
+        .unwrap_or_else(|| ChargeId::from_uuid(owner.fence.generation));
     let source = PaymentSource::new(UNREPORTED_SOURCE).map_err(|e| internal(&e.to_string()))?;
     Ok(Charge {
         id,

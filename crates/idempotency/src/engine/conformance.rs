@@ -164,7 +164,7 @@ pub async fn a_completed_record_replays_its_response_and_refuses_another_request
         replay,
         Claim::Replay {
             response: stored,
-            generation: claimed.resource_id,
+            generation: claimed.generation,
             expires_at,
         }
     );
@@ -211,8 +211,8 @@ pub async fn a_stale_record_is_taken_over_and_its_old_attempt_writes_nothing<S: 
     assert!(second.took_over, "{second:?}");
     assert_eq!(second.attempt.0, first.attempt.0 + 1);
     assert_eq!(
-        (second.resource_id, &second.processor_key),
-        (first.resource_id, &first.processor_key)
+        (second.generation, &second.effect_key),
+        (first.generation, &first.effect_key)
     );
 
     let (scope, key) = (scope(), key());
@@ -394,8 +394,8 @@ pub async fn a_failed_record_starts_a_new_generation_under_a_new_effect_key<S: S
 
     let second = claim_owned(subject, 100).await;
     assert!(second.replaced, "{second:?}");
-    assert_ne!(second.resource_id, first.resource_id);
-    assert_ne!(second.processor_key, first.processor_key);
+    assert_ne!(second.generation, first.generation);
+    assert_ne!(second.effect_key, first.effect_key);
     assert!(
         begin(subject.store(), owner).await.is_none(),
         "the failed generation still owns the record"
@@ -429,16 +429,16 @@ pub async fn the_completer_takes_over_a_released_record_only_after_the_settle_gr
             &abandoned.scope,
             &abandoned.key,
             abandoned.attempt.0,
-            abandoned.resource_id,
-            &abandoned.processor_key,
+            abandoned.generation,
+            &abandoned.effect_key,
             abandoned.request_body.as_deref(),
         ),
         (
             &scope,
             &key,
             claimed.attempt.0 + 1,
-            claimed.resource_id,
-            &claimed.processor_key,
+            claimed.generation,
+            &claimed.effect_key,
             Some(b"{}".as_slice()),
         )
     );

@@ -71,7 +71,7 @@ impl EffectRow {
         Self {
             scope: owner.scope.clone(),
             key: owner.key.clone(),
-            generation: owner.fence.resource_id,
+            generation: owner.fence.generation,
             effect_id,
         }
     }
@@ -254,7 +254,7 @@ impl MemoryTransaction {
                     record.state = RecordState::Failed;
                     record.locked_until = None;
                     record.expires_at = expires_at;
-                    let effect_key = record.processor_key.clone();
+                    let effect_key = record.effect_key.clone();
                     inner.failed_keys.push(effect_key);
                 }
                 inner.holds.remove(&self.generation);
@@ -292,7 +292,7 @@ impl Inner {
             .get_mut(&(owner.scope.clone(), owner.key.clone()))?;
         let record = &mut stored.record;
         let owns = record.state == RecordState::Pending
-            && record.generation == owner.fence.resource_id
+            && record.generation == owner.fence.generation
             && record.attempts == owner.fence.attempt;
         (owns || !fenced).then_some(record)
     }
@@ -317,7 +317,7 @@ impl Inner {
             recovery_point: RecoveryPoint::Started,
             locked_until: Some(self.locked_until()),
             attempts: Attempt(1),
-            processor_key: format!("effect_{}", generation.simple()),
+            effect_key: format!("effect_{}", generation.simple()),
             effect_id: None,
             response: None,
             created_at: self.now,
@@ -350,7 +350,7 @@ impl RecordStore for MemoryRecords {
             let claimed = Claimed::fresh(
                 record.attempts,
                 record.generation,
-                record.processor_key.clone(),
+                record.effect_key.clone(),
             );
             let request_body = request_body.to_vec();
             inner.records.insert(
@@ -369,8 +369,8 @@ impl RecordStore for MemoryRecords {
                 let claimed = fresh(&mut inner);
                 Claim::Owned(Claimed::replacing(
                     claimed.attempt,
-                    claimed.resource_id,
-                    claimed.processor_key,
+                    claimed.generation,
+                    claimed.effect_key,
                 ))
             }
             Some(Verdict::Resume(from)) => {
@@ -383,7 +383,7 @@ impl RecordStore for MemoryRecords {
                 Claim::Owned(Claimed::taken_over(
                     record.attempts,
                     record.generation,
-                    record.processor_key.clone(),
+                    record.effect_key.clone(),
                     from,
                     record.effect_id.clone(),
                 ))
@@ -439,7 +439,7 @@ impl RecordStore for MemoryRecords {
         Ok(Some(MemoryTransaction {
             inner: Arc::clone(&self.inner),
             record: id,
-            generation: owner.fence.resource_id,
+            generation: owner.fence.generation,
             holds: Vec::new(),
             rows: Vec::new(),
             end: None,
@@ -513,8 +513,8 @@ impl RecordStore for MemoryRecords {
             scope: record.scope.clone(),
             key: record.key.clone(),
             attempt: record.attempts,
-            resource_id: record.generation,
-            processor_key: record.processor_key.clone(),
+            generation: record.generation,
+            effect_key: record.effect_key.clone(),
             recovery_point: record.recovery_point,
             effect_id: record.effect_id.clone(),
             request_body: Some(stored.request_body.clone()),

@@ -393,7 +393,7 @@ impl<T: Send + 'static> Engine<T> {
             (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => (id, true),
             _ => {
                 let started = Instant::now();
-                let effect = op.effect(&plan, &claimed.processor_key).await;
+                let effect = op.effect(&plan, &claimed.effect_key).await;
                 self.observer.effect_called(O::EFFECT, started.elapsed());
                 match effect {
                     Ok(effect) => {
@@ -483,7 +483,7 @@ impl<T: Send + 'static> Engine<T> {
         };
         self.completions.announce(owner.scope, owner.key);
         self.observer.outcome(Outcome::Executed);
-        let generation = owner.fence.resource_id;
+        let generation = owner.fence.generation;
         self.remember(owner.scope, request, generation, &response, expires_at)
             .await;
         Ok(Answer::fresh(response, expires_at))

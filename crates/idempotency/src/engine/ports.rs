@@ -32,14 +32,15 @@ pub enum Claim {
     Incomparable,
 }
 
-/// What every write of an owning attempt is conditioned on: the record's generation (its
-/// resource id, new whenever the key starts a new request) and the attempt number within it.
+/// What every write of an owning attempt is conditioned on: the record's generation (the id
+/// of the resource its request creates, new whenever the key starts a new request) and the
+/// attempt number within it.
 /// The attempt alone is not enough: a record that is reaped and claimed again restarts at
 /// attempt 1, and a straggler of the old generation must not pass the new one's fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fence {
     pub attempt: Attempt,
-    pub resource_id: Uuid,
+    pub generation: Uuid,
 }
 
 /// The record an attempt owns, and the fence it writes under: every write after the claim
@@ -62,11 +63,11 @@ impl<'a> Owner<'a> {
 pub struct Claimed {
     /// The attempt number, half of this attempt's [`Fence`].
     pub attempt: Attempt,
-    /// The id of the resource this request creates, the same on every attempt of one
-    /// generation; the other half of the fence.
-    pub resource_id: Uuid,
-    /// The key sent to the processor, the same on every attempt.
-    pub processor_key: String,
+    /// The record's generation: the id of the resource this request creates, the same on
+    /// every attempt of it; the other half of the fence.
+    pub generation: Uuid,
+    /// The key the effect is made under, the same on every attempt of the generation.
+    pub effect_key: String,
     pub resume_from: RecoveryPoint,
     /// Known when resuming from `charged`.
     pub effect_id: Option<String>,
@@ -78,12 +79,12 @@ pub struct Claimed {
 }
 
 impl Claimed {
-    /// A new request under the key, in generation `resource_id`: it starts from the beginning.
-    pub fn fresh(attempt: Attempt, resource_id: Uuid, processor_key: String) -> Self {
+    /// A new request under the key, in `generation`: it starts from the beginning.
+    pub fn fresh(attempt: Attempt, generation: Uuid, effect_key: String) -> Self {
         Self {
             attempt,
-            resource_id,
-            processor_key,
+            generation,
+            effect_key,
             resume_from: RecoveryPoint::Started,
             effect_id: None,
             took_over: false,
@@ -92,18 +93,18 @@ impl Claimed {
     }
 
     /// A new generation in the row of an expired or failed record.
-    pub fn replacing(attempt: Attempt, resource_id: Uuid, processor_key: String) -> Self {
+    pub fn replacing(attempt: Attempt, generation: Uuid, effect_key: String) -> Self {
         Self {
             replaced: true,
-            ..Self::fresh(attempt, resource_id, processor_key)
+            ..Self::fresh(attempt, generation, effect_key)
         }
     }
 
     /// The same request, taken over from an earlier attempt: it resumes where that one left it.
     pub fn taken_over(
         attempt: Attempt,
-        resource_id: Uuid,
-        processor_key: String,
+        generation: Uuid,
+        effect_key: String,
         from: RecoveryPoint,
         effect_id: Option<String>,
     ) -> Self {
@@ -111,7 +112,7 @@ impl Claimed {
             resume_from: from,
             effect_id,
             took_over: true,
-            ..Self::fresh(attempt, resource_id, processor_key)
+            ..Self::fresh(attempt, generation, effect_key)
         }
     }
 
@@ -119,7 +120,7 @@ impl Claimed {
     pub fn fence(&self) -> Fence {
         Fence {
             attempt: self.attempt,
-            resource_id: self.resource_id,
+            generation: self.generation,
         }
     }
 }
@@ -171,8 +172,8 @@ pub struct Abandoned {
     pub key: IdempotencyKey,
     /// The completer's own attempt number: the record's attempts after the takeover.
     pub attempt: Attempt,
-    pub resource_id: Uuid,
-    pub processor_key: String,
+    pub generation: Uuid,
+    pub effect_key: String,
     pub recovery_point: RecoveryPoint,
     pub effect_id: Option<String>,
     /// The canonical JSON of the request, to finish it without the client.
@@ -187,7 +188,7 @@ impl Abandoned {
     pub fn fence(&self) -> Fence {
         Fence {
             attempt: self.attempt,
-            resource_id: self.resource_id,
+            generation: self.generation,
         }
     }
 

@@ -56,7 +56,7 @@ impl<T: Send + 'static> Engine<T> {
             (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => {
                 Found::Recorded(id.clone())
             }
-            _ => match op.settle(&record.processor_key).await {
+            _ => match op.settle(&record.effect_key).await {
                 Ok(Settled::Exists(effect)) => Found::Reported(effect),
                 Ok(Settled::StillProcessing) => {
                     tracing::info!(idempotency.key = %key, "completer: the processor is still processing; asking again later");

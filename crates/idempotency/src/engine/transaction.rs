@@ -62,7 +62,7 @@ impl<T: Send + 'static> Engine<T> {
         self.records.commit(transaction).await?;
         tracing::info!(
             idempotency.operation = O::FAMILY,
-            idempotency.generation = %owner.fence.resource_id,
+            idempotency.generation = %owner.fence.generation,
             "effect recorded"
         );
         Ok(Ended::Stored {
