@@ -53,13 +53,9 @@ impl<T: Send + 'static> Engine<T> {
         };
         let response = op.finish(&mut transaction, owner, plan, effect_id).await?;
         let end = End::Made(&response);
-        let Completion::Stored { expires_at } =
-            self.records.end(&mut transaction, owner, end).await?
-        else {
-            // Dropped, the transaction takes the operation's rows with it.
+        let Completion::Stored { expires_at } = self.end_in(transaction, owner, end).await? else {
             return Ok(Ended::Fenced);
         };
-        self.records.commit(transaction).await?;
         tracing::info!(
             idempotency.operation = O::FAMILY,
             idempotency.generation = %owner.fence.generation,
@@ -83,10 +79,18 @@ impl<T: Send + 'static> Engine<T> {
             return Ok(Completion::Fenced);
         };
         op.end_unmade(&mut transaction, owner, end).await?;
-        let completion = self
-            .records
-            .end(&mut transaction, owner, End::Unmade(end))
-            .await?;
+        self.end_in(transaction, owner, End::Unmade(end)).await
+    }
+
+    /// Ends the record in `transaction` as `end` says and commits it; a record that may not end
+    /// that way drops it, and with it everything the operation wrote.
+    async fn end_in(
+        &self,
+        mut transaction: T,
+        owner: Owner<'_>,
+        end: End<'_>,
+    ) -> Result<Completion, ProtocolError> {
+        let completion = self.records.end(&mut transaction, owner, end).await?;
         if completion != Completion::Fenced {
             self.records.commit(transaction).await?;
         }
