@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::error_chain;
 use crate::reconcile::ReconcileError;
-use payments_idempotency::engine::ProtocolError;
+use payments_idempotency::engine::{ProtocolError, StoreFailure};
 
 /// The media type of every error body.
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
@@ -317,6 +317,13 @@ impl From<StoreError> for ApiError {
             StoreError::Unavailable(_) => Self::StoreUnavailable(Box::new(error)),
             other => Self::Internal(Box::new(other)),
         }
+    }
+}
+
+/// A record-store call the service makes itself fails as the engine's do.
+impl From<StoreFailure> for ApiError {
+    fn from(failure: StoreFailure) -> Self {
+        ProtocolError::Store(failure).into()
     }
 }
 

@@ -190,9 +190,7 @@ pub async fn run() -> Result<(), StartupError> {
 async fn open_store(
     settings: &ValidSettings,
 ) -> Result<Arc<dyn payments_storage::Store>, StartupError> {
-    settings
-        .database
-        .open(&settings.pool, settings.policy)
+    payments_storage::open_store(&settings.database, &settings.pool, settings.policy)
         .await
         .map_err(|e| {
             StartupError::Database(format!(

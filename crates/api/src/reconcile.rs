@@ -186,8 +186,10 @@ impl Reconciler {
         }
         match self
             .store
-            .take_over_pending_effect(&line.processor_key)
-            .await?
+            .records()
+            .take_over_by_effect_key(&line.processor_key)
+            .await
+            .map_err(StoreError::from)?
         {
             PendingEffect::TakenOver(record) => {
                 let settled = self.engine.settle_abandoned(&record).await;

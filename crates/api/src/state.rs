@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_idempotency::engine::{Engine, Idempotent, ResponseCache};
-use payments_storage::{EventStream, Records, ReplayCache, Store, Transaction};
+use payments_storage::{EventStream, ReplayCache, Store, Transaction};
 
 use payments_domain::SettlementReport;
 
@@ -76,7 +76,7 @@ impl AppState {
         let payouts = Arc::new(Idempotent::new(CreatePayout(ports.clone())));
         let resolutions = Arc::new(Idempotent::new(ResolveException(ports)));
         let cache = cache.map(Arc::new);
-        let mut engine = Engine::new(Arc::new(Records::new(Arc::clone(&store))))
+        let mut engine = Engine::new(Arc::new(store.records()))
             .with_observer(Arc::new(EngineMetrics))
             .with_operation(Arc::clone(&charges))
             .with_operation(Arc::clone(&refunds))

@@ -11,10 +11,8 @@ use sqlx::error::BoxDynError;
 use sqlx::{Arguments, Database, Encode, Execute, Executor, FromRow, Type};
 use uuid::Uuid;
 
-use crate::model::TakenOver;
 use crate::rows::{
-    AbandonedRow, BooksRow, ChargeRow, EventRow, ExceptionRow, PayoutRow, RecordWithClock,
-    RefundRow, RefundableRow, ReservedRow,
+    BooksRow, ChargeRow, EventRow, ExceptionRow, PayoutRow, RefundRow, RefundableRow, ReservedRow,
 };
 
 /// A value a backend binds into a statement: every type the shared statements bind.
@@ -64,9 +62,6 @@ pub(crate) trait Dialect:
     + for<'a> Bind<'a, Uuid>
     + for<'a> Bind<'a, Option<Uuid>>
     + for<'a> Bind<'a, serde_json::Value>
-    + Reads<RecordWithClock>
-    + Reads<TakenOver>
-    + Reads<AbandonedRow>
     + Reads<ChargeRow>
     + Reads<RefundRow>
     + Reads<PayoutRow>
@@ -201,12 +196,6 @@ impl<'a, DB: Dialect> Statement<'a, DB> {
         self
     }
 
-    /// The SQL text, placeholders and all.
-    #[cfg(test)]
-    pub(crate) fn sql(&self) -> &str {
-        &self.sql
-    }
-
     /// Runs the statement on `connection` and returns how many rows it changed.
     pub(crate) async fn execute(self, connection: &mut DB::Connection) -> Result<u64, sqlx::Error> {
         let (sql, arguments) = self.into_parts()?;
@@ -278,19 +267,4 @@ pub(crate) async fn answered<DB: Dialect, T>(
     }
 }
 
-/// The error of a round trip the database did not answer within `bound`: an I/O timeout,
-/// unavailable like a broken connection (503, nothing stored).
-pub(crate) fn no_answer(bound: Duration) -> sqlx::Error {
-    sqlx::Error::Io(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!(
-            "the database did not answer within {} ms",
-            bound.as_millis()
-        ),
-    ))
-}
-
-/// Whether `error` is [`no_answer`]'s.
-pub(crate) fn is_no_answer(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut)
-}
+pub(crate) use payments_idempotency_sql::no_answer;

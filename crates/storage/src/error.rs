@@ -1,7 +1,7 @@
 //! The storage layer's one error type.
 
 use payments_idempotency::engine::{ProtocolError, StoreFailure};
-use sqlx::error::DatabaseError;
+use payments_idempotency_sql::{distrusts_connections, is_unavailable, sqlite_code};
 
 /// Why a storage operation failed. The API maps `Unavailable` to 503 (fail closed: no record,
 /// no execution) and everything else to 500.
@@ -34,8 +34,8 @@ pub enum StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
         if is_unavailable(&error) {
-            if is_read_only(&error) || crate::dialect::is_no_answer(&error) {
-                crate::postgres::distrust_open_connections();
+            if distrusts_connections(&error) {
+                payments_idempotency_sql::postgres::distrust_open_connections();
             }
             return Self::Unavailable(error);
         }
@@ -45,6 +45,19 @@ impl From<sqlx::Error> for StoreError {
                 source: error,
             },
             None => Self::Database(error),
+        }
+    }
+}
+
+/// The record store's errors, as this crate's.
+impl From<payments_idempotency_sql::Error> for StoreError {
+    fn from(error: payments_idempotency_sql::Error) -> Self {
+        use payments_idempotency_sql::Error;
+        match error {
+            Error::Unavailable(error) => Self::Unavailable(error),
+            Error::Database(error) => Self::from(error),
+            Error::Corrupt(what) => Self::Corrupt(what),
+            Error::Unusable(what) => Self::Unusable(what),
         }
     }
 }
@@ -86,52 +99,4 @@ pub(crate) fn violated_constraint(error: &sqlx::Error) -> Option<String> {
     Some(name.to_owned())
 }
 
-/// The result code of an SQLite error; `None` for any other database's error.
-fn sqlite_code(db: &dyn DatabaseError) -> Option<i32> {
-    db.try_downcast_ref::<sqlx::sqlite::SqliteError>()?;
-    db.code()?.parse().ok()
-}
-
-/// Whether PostgreSQL refused a write because the node is (now) a standby.
-fn is_read_only(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .filter(|db| sqlite_code(*db).is_none())
-        .and_then(|db| db.code())
-        .is_some_and(|code| code == READ_ONLY_SQL_TRANSACTION)
-}
-
-/// A write on a primary that has been demoted to a standby.
-const READ_ONLY_SQL_TRANSACTION: &str = "25006";
-
 const SQLITE_CONSTRAINT: i32 = 19;
-const SQLITE_BUSY: i32 = 5;
-const SQLITE_LOCKED: i32 = 6;
-
-fn is_unavailable(error: &sqlx::Error) -> bool {
-    match error {
-        // A protocol error means the connection itself is broken (a handshake cut short, a
-        // peer that is not PostgreSQL): nothing ran, and retrying later can succeed.
-        sqlx::Error::Io(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        // 08xxx connection exceptions, 57P01 admin_shutdown, 57P03 cannot_connect_now, 57014
-        // a statement cancelled by `statement_timeout` (rolled back: nothing it did holds),
-        // and 25006 a write on a primary that was demoted (nothing written).
-        sqlx::Error::Database(db) => match sqlite_code(db.as_ref()) {
-            // SQLite: another writer kept the database locked past the busy timeout.
-            Some(code) => matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED),
-            None => db.code().is_some_and(|code| {
-                code.starts_with("08")
-                    || matches!(
-                        &*code,
-                        "57P01" | "57P03" | "57014" | READ_ONLY_SQL_TRANSACTION
-                    )
-            }),
-        },
-        _ => false,
-    }
-}

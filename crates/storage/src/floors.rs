@@ -1,21 +1,20 @@
 //! The benchmark floors (`FloorRepository`), written once for both backends over any
-//! [`SqlStore`]: a pending record inserted on its own, with the claim's own insert statement
-//! and none of its conflict handling, and the finish's inserts without a record, which each
-//! backend writes as its finish does (`insert_charge`), committed on their own
-//! (`write_charge_alone`). Compiled only with the `bench`
-//! feature; the read floor is the claim's own lock-free read, `find_record`.
+//! [`SqlStore`]: a pending record inserted on its own, as the claim's insert does but with none
+//! of its conflict handling, and the finish's inserts without a record, which each backend
+//! writes as its finish does (`insert_charge`), committed on their own (`write_charge_alone`).
+//! Compiled only with the `bench` feature; the read floor is the claim's own lock-free read,
+//! `find_record`.
 
 use async_trait::async_trait;
 use payments_domain::Charge;
+use payments_idempotency::engine::Fence;
 use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, Scope};
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::claiming::{self, NewClaim};
-use crate::model::Generation;
+use crate::dialect::{Dialect, Statement};
 use crate::repository::FloorRepository;
 use crate::sql_store::SqlStore;
-use payments_idempotency::engine::Fence;
 
 #[async_trait]
 impl<S: SqlStore> FloorRepository for S {
@@ -29,20 +28,44 @@ impl<S: SqlStore> FloorRepository for S {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         request_body: &[u8],
-        resource_id: Uuid,
+        generation: Uuid,
     ) -> Result<Fence, StoreError> {
-        let generation = Generation::of(resource_id);
-        let claim = NewClaim {
-            scope,
-            key,
-            fingerprint,
-            request_body,
-        };
-        let sql = claiming::insert_record::<S::Db>(claim, &generation, self.policy());
+        let policy = self.policy();
+        let mut sql = Statement::<S::Db>::new(
+            "INSERT INTO idempotency_records
+                 (tenant_id, operation, idempotency_key, fingerprint, request_version, state,
+                  recovery_point, locked_until, attempts, resource_id, processor_key, created_at,
+                  expires_at, updated_at, request_body)
+             VALUES (",
+        );
+        sql.value(scope.tenant.as_str())
+            .push(", ")
+            .value(scope.operation.as_str())
+            .push(", ")
+            .value(key.as_str())
+            .push(", ")
+            .value(fingerprint.as_bytes().as_slice())
+            .push(", ")
+            .value(i64::from(fingerprint.request_version()))
+            .push(", 'pending', 'started', ");
+        S::Db::push_now_plus(&mut sql, policy.lock_timeout);
+        sql.push(", 1, ")
+            .value(generation)
+            .push(", ")
+            .value(format!("effect_{}", generation.simple()))
+            .push(", ")
+            .push(S::Db::NOW)
+            .push(", ");
+        S::Db::push_now_plus(&mut sql, policy.ttl);
+        sql.push(", ")
+            .push(S::Db::NOW)
+            .push(", ")
+            .value(request_body)
+            .push(")");
         self.write_one(sql).await?;
         Ok(Fence {
             attempt: Attempt(1),
-            generation: resource_id,
+            generation,
         })
     }
 }

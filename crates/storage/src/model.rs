@@ -6,34 +6,9 @@ use payments_domain::{
     ItemResult, Money, Payout, PayoutId, Refund, RefundId, ResolutionAction, ResolutionNote,
     SettlementKind, TenantId,
 };
-use payments_idempotency::{Attempt, IdempotencyKey, RecoveryPoint, Scope, StoredResponse};
-use uuid::Uuid;
+use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
 
-pub(crate) use payments_idempotency::engine::{
-    Abandoned, Claim, Claimed, Completion, End, Finish, Owner, Unmade, Verdict,
-};
-
-/// What the takeover statement of either backend returns.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct TakenOver {
-    #[sqlx(rename = "attempts")]
-    pub attempt: i32,
-    pub resource_id: Uuid,
-    pub processor_key: String,
-}
-
-impl TakenOver {
-    /// The claim of the attempt that took the record over, resuming `from`.
-    pub(crate) fn claimed(self, from: RecoveryPoint, effect_id: Option<String>) -> Claimed {
-        Claimed::taken_over(
-            Attempt(self.attempt),
-            self.resource_id,
-            self.processor_key,
-            from,
-            effect_id,
-        )
-    }
-}
+pub(crate) use payments_idempotency::engine::Owner;
 
 /// A page request: newest first, after an optional cursor.
 #[derive(Debug, Clone, Copy)]
@@ -74,16 +49,7 @@ pub struct EventPage {
     pub has_more: bool,
 }
 
-/// What reconciliation found of the pending record a processor key belongs to.
-#[derive(Debug, Clone)]
-pub enum PendingEffect {
-    /// Its lock had ended: taken over, to be settled now.
-    TakenOver(Abandoned),
-    /// It is pending under a live lock: its attempt is at work.
-    InFlight,
-    /// No pending record holds the key.
-    None,
-}
+pub use payments_idempotency_sql::PendingEffect;
 
 /// Where an exception stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -399,44 +365,6 @@ impl Backlog {
         Self {
             unpublished,
             oldest_age_secs: oldest_age_secs.unwrap_or(0.0),
-        }
-    }
-}
-
-/// The processor key is derived from the record's resource id, fixed at claim time: it is
-/// the same on every attempt and unique across tenants and expiry generations.
-pub(crate) fn processor_key_for(resource_id: Uuid) -> String {
-    format!("pay_{}", resource_id.simple())
-}
-
-/// A claim's new generation of a record: the id of the resource it creates (half of its
-/// fence) and the key it sends to the processor.
-#[derive(Debug, Clone)]
-pub(crate) struct Generation {
-    pub resource_id: Uuid,
-    pub processor_key: String,
-}
-
-impl Generation {
-    /// The claim of a new request in this generation.
-    pub(crate) fn claimed(self, attempt: i32) -> Claimed {
-        Claimed::fresh(Attempt(attempt), self.resource_id, self.processor_key)
-    }
-
-    /// The claim of a new generation in the row of an expired or failed record.
-    pub(crate) fn replacing(self, attempt: i32) -> Claimed {
-        Claimed::replacing(Attempt(attempt), self.resource_id, self.processor_key)
-    }
-
-    pub(crate) fn new() -> Self {
-        Self::of(Uuid::new_v4())
-    }
-
-    /// The generation whose resource id is `resource_id`.
-    pub(crate) fn of(resource_id: Uuid) -> Self {
-        Self {
-            resource_id,
-            processor_key: processor_key_for(resource_id),
         }
     }
 }

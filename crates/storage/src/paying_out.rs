@@ -6,6 +6,7 @@
 //! it, in the transaction the engine ends the record in either way.
 
 use crate::StoreError;
+use crate::Transaction;
 use crate::dialect::{Dialect, Statement};
 use crate::holding;
 use crate::model::{Funds, ListPayouts, Owner, PayoutPage, PayoutReservation};
@@ -14,7 +15,6 @@ use crate::reading;
 use crate::repository::PayoutRepository;
 use crate::rows::{self, PayoutRow};
 use crate::sql_store::SqlStore;
-use crate::transaction::Transaction;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{

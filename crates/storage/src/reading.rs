@@ -8,12 +8,12 @@ use payments_domain::{Charge, ChargeId, TenantId};
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::Transaction;
 use crate::dialect::{Dialect, Statement};
 use crate::model::{Balance, ChargePage};
 use crate::repository::ChargeRepository;
 use crate::rows::{self, ChargeRow};
 use crate::sql_store::SqlStore;
-use crate::transaction::Transaction;
 
 const SELECT_CHARGES: &str = "SELECT id, tenant_id, amount, currency, source, description, \
                               processor_charge_id, created_at, amount_refunded FROM charges";

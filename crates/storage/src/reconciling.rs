@@ -12,13 +12,10 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::dialect::{Dialect, Statement};
-use crate::model::{
-    ExceptionPage, ListExceptions, PendingEffect, ReconciliationException, SavedRun,
-};
+use crate::model::{ExceptionPage, ListExceptions, ReconciliationException, SavedRun};
 use crate::repository::ReconciliationRepository;
-use crate::rows::{self, AbandonedRow, BooksRow, ExceptionRow};
+use crate::rows::{self, BooksRow, ExceptionRow};
 use crate::sql_store::SqlStore;
-use crate::workers::take_over;
 
 /// Each kind of effect's table, its processor id column, and what makes a row of it made.
 fn books_table(kind: SettlementKind) -> (&'static str, &'static str, &'static str) {
@@ -106,36 +103,6 @@ impl<S: SqlStore> ReconciliationRepository for S {
         let mut connection = self.pool().acquire().await?;
         let row: Option<BooksRow> = sql.fetch_optional(&mut connection).await?;
         row.map(BooksRow::into_entry).transpose()
-    }
-
-    /// The takeover is the completer's, with the lock's end instead of the settle grace: the
-    /// report says the effect exists, so no call under its key can still be on its way to
-    /// make it, and the grace has nothing to wait for.
-    async fn take_over_pending_effect(
-        &self,
-        processor_key: &str,
-    ) -> Result<PendingEffect, StoreError> {
-        let sql = take_over::<S::Db>(self.policy().lock_timeout, |sql| {
-            sql.push("processor_key = ")
-                .value(processor_key)
-                .push(" AND locked_until < ")
-                .push(S::Db::NOW);
-        });
-        let row: Option<AbandonedRow> = self.write_one_returning(sql).await?;
-        if let Some(row) = row {
-            return Ok(PendingEffect::TakenOver(row.into_abandoned()?));
-        }
-        let mut pending = Statement::<S::Db>::new(
-            "SELECT count(*) FROM idempotency_records WHERE state = 'pending' AND processor_key = ",
-        );
-        pending.value(processor_key);
-        let mut connection = self.pool().acquire().await?;
-        let (count,): (i64,) = pending.fetch_one(&mut connection).await?;
-        Ok(if count > 0 {
-            PendingEffect::InFlight
-        } else {
-            PendingEffect::None
-        })
     }
 
     async fn resolved_among(

@@ -9,6 +9,7 @@
 //! record in either way.
 
 use crate::StoreError;
+use crate::Transaction;
 use crate::dialect::{Dialect, Statement};
 use crate::holding;
 use crate::model::{ListRefunds, Owner, RefundPage, RefundRefusal, Reservation};
@@ -17,7 +18,6 @@ use crate::reading;
 use crate::repository::RefundRepository;
 use crate::rows::{self, RefundRow, RefundableRow, ReservedRow};
 use crate::sql_store::SqlStore;
-use crate::transaction::Transaction;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{

@@ -30,97 +30,20 @@ use payments_domain::{
     BooksEntry, Charge, ChargeId, EventId, ExceptionId, Payout, PayoutId, PayoutRequest,
     ReconciledItem, Refund, RefundId, RefundRequest, SettlementKind, TenantId,
 };
-use payments_idempotency::{
-    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope,
-};
+use payments_idempotency::IdempotencyPolicy;
+#[cfg(feature = "bench")]
+use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
 
 use crate::StoreError;
 use crate::model::{
-    Abandoned, Backlog, Balance, ChargePage, Claim, Completion, Durability, End, EventPage,
-    EventPruning, ExceptionHold, ExceptionPage, Finish, Funds, ListCharges, ListEvents,
-    ListExceptions, ListPayouts, ListRefunds, NewResolution, Owner, PayoutPage, PayoutReservation,
-    PendingEffect, ReconciliationException, RefundPage, Reservation, SavedRun, StoredEvent,
-    Verdict,
+    Backlog, Balance, ChargePage, Durability, EventPage, EventPruning, ExceptionHold,
+    ExceptionPage, Funds, ListCharges, ListEvents, ListExceptions, ListPayouts, ListRefunds,
+    NewResolution, Owner, PayoutPage, PayoutReservation, ReconciliationException, RefundPage,
+    Reservation, SavedRun, StoredEvent,
 };
 use crate::stream::{EventSink, RelayError};
-use crate::transaction::Transaction;
-
-/// Idempotency records: the claim, the fenced writes of the attempt that owns a record, and
-/// the transaction the engine ends it in. Nothing here knows an operation's tables.
-#[async_trait]
-pub trait RecordRepository: Send + Sync {
-    /// Claims `key` for a request with `fingerprint`, or says why this attempt may not run.
-    ///
-    /// Most requests that find a record are answered from it: a replay, a 409 while another
-    /// attempt holds the lock, a 422 for another payload. Those answers need no lock, so the
-    /// claim first reads the record in one autocommit round trip, without a transaction and
-    /// (on SQLite) without the write lock, and answers from that read. Only a key that is new,
-    /// or whose record must be taken over or replaced, goes on to
-    /// [`claim_exclusive`](Self::claim_exclusive), which decides again under the lock: what
-    /// the read saw may have changed since.
-    async fn claim(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        request_body: &[u8],
-    ) -> Result<Claim, StoreError> {
-        if let Some((record, now)) = self.find_record(scope, key).await?
-            && let Verdict::Answer(answer) = Verdict::of(&record, fingerprint, now)
-        {
-            return Ok(answer);
-        }
-        self.claim_exclusive(scope, key, fingerprint, request_body)
-            .await
-    }
-
-    /// The claim under the lock: inserts a new record, or reads the existing one locked,
-    /// judges it and takes it over or replaces it, atomically.
-    async fn claim_exclusive(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        request_body: &[u8],
-    ) -> Result<Claim, StoreError>;
-
-    /// Reads a record and the database clock, without locking.
-    async fn find_record(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreError>;
-
-    /// Records that the processor confirmed the charge, so that a takeover resumes from here.
-    async fn record_effect(&self, owner: Owner<'_>, effect_id: &str) -> Result<Finish, StoreError>;
-
-    /// Gives up the lock after an unknown outcome (the processor timed out or was unreachable):
-    /// the record stays pending and becomes stale at once, so the next retry resumes it and, if
-    /// nobody retries, the completer settles it with the processor once the settle grace has
-    /// passed. Marking it failed instead would leave a charge the processor did make unrecorded.
-    async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreError>;
-
-    /// Begins a write transaction over the record `owner` holds by reading it, fenced, under a
-    /// row lock, which holds it until the transaction ends: a claim, a takeover or another
-    /// attempt's fenced write of the record waits for it. `None` when another attempt or
-    /// generation owns the record.
-    async fn begin_over(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreError>;
-
-    /// Ends the record in `transaction` as `end` says, fenced: completed with its response, or
-    /// failed once the processor has tombstoned its key (the next retry starts a new
-    /// generation with a new effect key). Its retention counts from now. A record that holds
-    /// an effect id never ends without one: this writes nothing and answers
-    /// [`Completion::Fenced`], and the caller drops the transaction.
-    async fn end_record(
-        &self,
-        transaction: &mut Transaction,
-        owner: Owner<'_>,
-        end: End<'_>,
-    ) -> Result<Completion, StoreError>;
-
-    /// Commits `transaction`.
-    async fn commit(&self, transaction: Transaction) -> Result<(), StoreError>;
-}
+use crate::{Backend, Transaction};
+use payments_idempotency_sql::SqlRecords;
 
 /// Charges and the ledger: the charge operation's finish, and the reads within one tenant.
 #[async_trait]
@@ -276,25 +199,10 @@ pub trait PayoutRepository: Send + Sync {
     async fn funds(&self, tenant: &TenantId) -> Result<Vec<Funds>, StoreError>;
 }
 
-/// What the background workers need, each backend its own way: abandoned records to complete,
-/// expired ones to delete, and events to publish.
+/// What the outbox relay needs, each backend its own way. (The completer's takeover and the
+/// reaper are the record store's: [`Store::records`].)
 #[async_trait]
 pub trait WorkerRepository: Send + Sync {
-    /// Takes over one pending record whose lock ended at least `settle_after` ago (so that any
-    /// processor call an attempt made under its lock has had time to finish), oldest first.
-    /// The takeover bumps `attempts`, so the original attempt, if merely slow rather than
-    /// dead, is fenced off; concurrent completers never take the same record.
-    async fn take_over_abandoned(
-        &self,
-        settle_after: Duration,
-    ) -> Result<Option<Abandoned>, StoreError>;
-
-    /// Deletes up to `batch` expired completed or failed records, the longest expired first
-    /// (along the expiry index, so a batch stays short however much is expired), and returns
-    /// how many. Pending records are never reaped, however old: the card may have been charged;
-    /// nor is a failed record holding an effect id, which no operation has recorded.
-    async fn reap_expired(&self, batch: i64) -> Result<u64, StoreError>;
-
     /// Publishes up to `batch` unpublished events and marks them published; returns how many.
     /// Rows are marked only after the stream accepted them: at least once, never lost.
     async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError>;
@@ -339,14 +247,6 @@ pub trait ReconciliationRepository: Send + Sync {
         kind: SettlementKind,
         processor_id: &str,
     ) -> Result<Option<BooksEntry>, StoreError>;
-
-    /// Takes over the pending record whose effect key is `processor_key` once its lock has
-    /// ended, fenced like the completer's takeover, so that the engine settles it now; or says
-    /// it is in flight, or that none is pending.
-    async fn take_over_pending_effect(
-        &self,
-        processor_key: &str,
-    ) -> Result<PendingEffect, StoreError>;
 
     /// Which of `items` (a kind and a processor id each) an operator has resolved the kept
     /// exception of, in as few reads as the database's limit on bound values allows.
@@ -454,27 +354,10 @@ pub trait FloorRepository: Send + Sync {
     ) -> Result<payments_idempotency::engine::Fence, StoreError>;
 }
 
-/// Which database a store writes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Postgres,
-    Sqlite,
-}
-
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Postgres => "postgres",
-            Self::Sqlite => "sqlite",
-        }
-    }
-}
-
 /// Everything the service needs from its database.
 #[async_trait]
 pub trait Store:
-    RecordRepository
-    + ChargeRepository
+    ChargeRepository
     + RefundRepository
     + PayoutRepository
     + WorkerRepository
@@ -491,6 +374,11 @@ pub trait Store:
     fn floors(&self) -> &dyn FloorRepository;
 
     fn policy(&self) -> IdempotencyPolicy;
+
+    /// The engine's record store on the same database: the claim, the fenced writes of an
+    /// attempt, the transaction an operation's rows are written in, the completer's takeover
+    /// and the reaper.
+    fn records(&self) -> SqlRecords;
 
     /// Applies the backend's embedded migrations; safe to run from several instances at once.
     async fn migrate(&self) -> Result<(), StoreError>;

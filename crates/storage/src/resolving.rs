@@ -7,14 +7,13 @@ use async_trait::async_trait;
 use payments_domain::ExceptionId;
 
 use crate::StoreError;
+use crate::Transaction;
 use crate::dialect::{Dialect, Statement};
-use crate::fenced;
 use crate::model::{ExceptionHold, ExceptionStatus, NewResolution, Owner, Posting};
 use crate::reconciling::SELECT_EXCEPTIONS;
 use crate::repository::ResolutionRepository;
 use crate::rows::ExceptionRow;
 use crate::sql_store::SqlStore;
-use crate::transaction::Transaction;
 
 #[async_trait]
 impl<S: SqlStore> ResolutionRepository for S {
@@ -54,7 +53,6 @@ impl<S: SqlStore> ResolutionRepository for S {
         owner: Owner<'_>,
         resolution: &NewResolution<'_>,
     ) -> Result<(), StoreError> {
-        let ttl = self.policy().ttl;
         let write = S::write_in(transaction)?;
         let exception = resolution.exception.as_uuid();
         let mut resolved = Statement::<S::Db>::new(
@@ -78,8 +76,8 @@ impl<S: SqlStore> ResolutionRepository for S {
                 if let Some(held) = held {
                     // None when the record has ended meanwhile (reaped, or finished): nothing
                     // is left to end.
-                    fenced::complete_held::<S::Db>(held.scope, held.key, held.response, ttl)?
-                        .execute(write)
+                    self.records()
+                        .complete_held(transaction, held.scope, held.key, held.response)
                         .await?;
                 }
             }

@@ -7,108 +7,13 @@ use payments_domain::{
     PayoutStatus, Refund, RefundId, RefundReason, RefundStatus, ResolutionAction, SettlementKind,
     TenantId,
 };
-use payments_idempotency::{
-    Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, SchemaVersion, Scope, StoredResponse,
-};
 use uuid::Uuid;
 
 use crate::StoreError;
 use crate::model::{
-    Abandoned, Balance, BooksSide, ChargePage, EventPage, ExceptionPage, ExceptionStatus, Funds,
-    PayoutPage, ProcessorSide, ReconciliationException, RefundPage, Resolution, StoredEvent,
+    Balance, BooksSide, ChargePage, EventPage, ExceptionPage, ExceptionStatus, Funds, PayoutPage,
+    ProcessorSide, ReconciliationException, RefundPage, Resolution, StoredEvent,
 };
-
-/// An `idempotency_records` row.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct RecordRow {
-    pub tenant_id: String,
-    pub operation: String,
-    pub idempotency_key: String,
-    pub fingerprint: Vec<u8>,
-    pub request_version: i32,
-    pub state: String,
-    pub resource_id: Uuid,
-    pub recovery_point: String,
-    pub locked_until: Option<DateTime<Utc>>,
-    pub attempts: i32,
-    pub processor_key: String,
-    pub effect_id: Option<String>,
-    pub response_status: Option<i16>,
-    pub response_headers: Option<serde_json::Value>,
-    pub response_body: Option<Vec<u8>>,
-    pub response_schema_version: Option<i32>,
-    pub created_at: DateTime<Utc>,
-    pub expires_at: DateTime<Utc>,
-}
-
-impl RecordRow {
-    pub(crate) fn into_record(self) -> Result<IdempotencyRecord, StoreError> {
-        let response = match (self.response_status, self.response_body) {
-            (Some(status), Some(body)) => Some(StoredResponse {
-                schema_version: schema_version(self.response_schema_version)?,
-                status: u16::try_from(status).map_err(|_| corrupt("response_status", status))?,
-                headers: headers_from_json(self.response_headers)?,
-                body,
-            }),
-            _ => None,
-        };
-        Ok(IdempotencyRecord {
-            scope: Scope {
-                tenant: self.tenant_id,
-                operation: self.operation,
-            },
-            key: IdempotencyKey::parse(&self.idempotency_key)
-                .map_err(|e| StoreError::Corrupt(format!("idempotency_key: {e}")))?,
-            fingerprint: u32::try_from(self.request_version)
-                .ok()
-                .and_then(|version| Fingerprint::stored(version, &self.fingerprint).ok())
-                .ok_or_else(|| corrupt("fingerprint", (self.request_version, &self.fingerprint)))?,
-            state: self
-                .state
-                .parse()
-                .map_err(|_| corrupt("state", &self.state))?,
-            generation: self.resource_id,
-            recovery_point: self
-                .recovery_point
-                .parse()
-                .map_err(|_| corrupt("recovery_point", &self.recovery_point))?,
-            locked_until: self.locked_until,
-            attempts: Attempt(self.attempts),
-            effect_key: self.processor_key,
-            effect_id: self.effect_id,
-            response,
-            created_at: self.created_at,
-            expires_at: self.expires_at,
-        })
-    }
-}
-
-/// A stored response's schema version: present, and at least 1.
-fn schema_version(stored: Option<i32>) -> Result<SchemaVersion, StoreError> {
-    stored
-        .and_then(|version| u32::try_from(version).ok())
-        .and_then(SchemaVersion::from_stored)
-        .ok_or_else(|| corrupt("response_schema_version", stored))
-}
-
-/// Headers are stored as a JSON array of `[name, value]` pairs, keeping their order.
-pub(crate) fn headers_to_json(headers: &[(String, String)]) -> serde_json::Value {
-    serde_json::Value::Array(
-        headers
-            .iter()
-            .map(|(n, v)| serde_json::json!([n, v]))
-            .collect(),
-    )
-}
-
-fn headers_from_json(
-    value: Option<serde_json::Value>,
-) -> Result<Vec<(String, String)>, StoreError> {
-    let Some(value) = value else {
-        return Ok(Vec::new());
-    };
-    serde_json::from_value(value).map_err(|e| StoreError::Corrupt(format!("response_headers: {e}")))
-}
 
 /// A `charges` row.
 #[derive(Debug, sqlx::FromRow)]
@@ -236,66 +141,6 @@ pub(crate) struct RefundableRow {
     pub currency: String,
     pub amount_reserved: i64,
     pub processor_charge_id: String,
-}
-
-/// A response status as the `smallint` column stores it.
-pub(crate) fn stored_status(response: &StoredResponse) -> Result<i16, StoreError> {
-    i16::try_from(response.status)
-        .map_err(|_| StoreError::Corrupt(format!("status {} out of range", response.status)))
-}
-
-/// A record and the database's clock, read in one statement (`claiming::read_record`): all
-/// instances judge lock expiry by the same clock, never their own.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct RecordWithClock {
-    #[sqlx(flatten)]
-    pub row: RecordRow,
-    pub db_now: DateTime<Utc>,
-}
-
-impl RecordWithClock {
-    pub(crate) fn into_record(self) -> Result<(IdempotencyRecord, DateTime<Utc>), StoreError> {
-        Ok((self.row.into_record()?, self.db_now))
-    }
-}
-
-/// A record taken over by the completer, as the takeover statement returns it.
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct AbandonedRow {
-    tenant_id: String,
-    operation: String,
-    idempotency_key: String,
-    attempts: i32,
-    resource_id: Uuid,
-    processor_key: String,
-    recovery_point: String,
-    effect_id: Option<String>,
-    request_body: Option<Vec<u8>>,
-    request_version: i32,
-}
-
-impl AbandonedRow {
-    pub(crate) fn into_abandoned(self) -> Result<Abandoned, StoreError> {
-        Ok(Abandoned {
-            key: IdempotencyKey::parse(&self.idempotency_key)
-                .map_err(|e| StoreError::Corrupt(format!("idempotency_key: {e}")))?,
-            scope: Scope {
-                tenant: self.tenant_id,
-                operation: self.operation,
-            },
-            attempt: Attempt(self.attempts),
-            generation: self.resource_id,
-            effect_key: self.processor_key,
-            recovery_point: self
-                .recovery_point
-                .parse()
-                .map_err(|_| corrupt("recovery_point", &self.recovery_point))?,
-            effect_id: self.effect_id,
-            request_body: self.request_body,
-            request_version: u32::try_from(self.request_version)
-                .map_err(|_| corrupt("request_version", self.request_version))?,
-        })
-    }
 }
 
 /// One row of the balance query: account, currency and the signed sum.

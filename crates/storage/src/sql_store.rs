@@ -1,7 +1,7 @@
-//! What a backend's store supplies, as one trait, [`SqlStore`]: its pool and policy, its write
-//! path and the transaction the engine holds, how a claim takes its lock, a charge's inserts
-//! and how the outbox relay takes its rows. Everything else is written once over it, as plain generic impls:
-//! `RecordRepository` (`recording.rs`), `ChargeRepository` (`reading.rs`), `RefundRepository`
+//! What a backend's store supplies, as one trait, [`SqlStore`]: its pool, policy and record
+//! store, its write path and the transaction the engine holds, a charge's inserts and how the
+//! outbox relay takes its rows. Everything else is written once over it, as plain generic impls:
+//! `ChargeRepository` (`reading.rs`), `RefundRepository`
 //! (`refunding.rs`), `PayoutRepository` (`paying_out.rs`), `WorkerRepository` (`workers.rs`),
 //! the bench floors (`floors.rs`), and `Store` and `OutboxRepository` here.
 
@@ -13,13 +13,15 @@ use payments_idempotency::IdempotencyPolicy;
 use sqlx::{Database, Pool};
 
 use crate::StoreError;
-use crate::claiming::NewClaim;
-use crate::dialect::{Dialect, Reads, Statement};
-use crate::model::{Backlog, Claim, Completion, Durability, EventPruning};
+use payments_idempotency_sql::SqlRecords;
+
+use crate::Backend;
+use crate::Transaction;
+use crate::dialect::{Dialect, Statement};
+use crate::model::{Backlog, Durability, EventPruning};
 use crate::outbox;
-use crate::repository::{Backend, OutboxRepository, Store};
+use crate::repository::{OutboxRepository, Store};
 use crate::stream::{EventSink, RelayError};
-use crate::transaction::Transaction;
 
 /// A backend's store: the little that differs between PostgreSQL and SQLite beyond the SQL
 /// its [`Dialect`] writes.
@@ -38,6 +40,9 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
 
     fn policy(&self) -> IdempotencyPolicy;
 
+    /// The engine's record store on the same database, whose pool this store shares.
+    fn records(&self) -> SqlRecords;
+
     /// Begins a write transaction. Cancel-safe: a caller dropped while it begins leaves no
     /// transaction open on a pooled connection.
     async fn begin_write(&self) -> Result<Self::Write, StoreError>;
@@ -46,9 +51,6 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
 
     /// The backend's write transaction in `transaction`.
     fn write_in(transaction: &mut Transaction) -> Result<&mut Self::Write, StoreError>;
-
-    /// `transaction`, as the backend's write transaction, to commit.
-    fn into_write(transaction: Transaction) -> Result<Self::Write, StoreError>;
 
     /// Where one write statement (a fenced write, a takeover, a prune) runs on its own:
     /// PostgreSQL's pooled connection, autocommit; SQLite's write transaction.
@@ -66,24 +68,6 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
         Self::end_one_write(write).await?;
         Ok(changed)
     }
-
-    /// Runs one write statement on its own and reads the row it returned, if any.
-    async fn write_one_returning<R: Send>(
-        &self,
-        sql: Statement<'_, Self::Db>,
-    ) -> Result<Option<R>, StoreError>
-    where
-        Self::Db: Reads<R>,
-    {
-        let mut write = self.begin_one_write().await?;
-        let row = sql.fetch_optional(&mut write).await?;
-        Self::end_one_write(write).await?;
-        Ok(row)
-    }
-
-    /// Claims a key under the lock (the lock-free read that answers replays, 409s and 422s
-    /// comes first, in `RecordRepository::claim`), with the steps of `recording.rs`.
-    async fn claim_under_lock(&self, claim: NewClaim<'_>) -> Result<Claim, StoreError>;
 
     /// A charge's inserts (the charge, its ledger transaction and its event), on the caller's
     /// transaction (PostgreSQL: one statement; SQLite: one statement each).
@@ -107,14 +91,10 @@ pub(crate) trait SqlStore: Debug + Send + Sync {
     async fn write_charge_alone(&self, charge: &payments_domain::Charge) -> Result<(), StoreError>;
 }
 
-/// Runs a completing statement (`RETURNING expires_at`, fenced) on the caller's connection:
-/// the write that ends a record, with what ends with it.
-pub(crate) async fn complete_on<DB: Dialect>(
-    connection: &mut DB::Connection,
-    sql: Statement<'_, DB>,
-) -> Result<Completion, StoreError> {
-    let expires_at = sql.fetch_optional(connection).await?;
-    Ok(Completion::from_expiry(expires_at.map(|(at,)| at)))
+/// A transaction of the other backend than the store's: never made by the service, which
+/// opens one store.
+pub(crate) fn of_another_backend() -> StoreError {
+    StoreError::Corrupt("a transaction of another backend's store".to_owned())
 }
 
 #[async_trait]
@@ -130,6 +110,10 @@ impl<S: SqlStore> Store for S {
 
     fn policy(&self) -> IdempotencyPolicy {
         SqlStore::policy(self)
+    }
+
+    fn records(&self) -> SqlRecords {
+        SqlStore::records(self)
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {

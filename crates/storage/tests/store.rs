@@ -10,11 +10,14 @@ use chrono::Utc;
 use payments_domain::{
     Amount, Charge, ChargeId, Currency, EventId, Money, PaymentSource, RefundRequest, TenantId,
 };
-use payments_idempotency::engine::{Claim, Claimed, Completion, End, Fence, Finish, Owner, Unmade};
+use payments_idempotency::engine::{
+    Claim, Claimed, Completion, End, Fence, Finish, Owner, RecordStore, Unmade,
+};
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, SchemaVersion, Scope,
     StoredResponse,
 };
+use payments_idempotency_sql::SqlRecords;
 use payments_storage::{
     Backend, Database, EventPruning, ListEvents, PoolSettings, RefundRefusal, RefundRepository,
     Reservation, Store, StoreError, Transaction,
@@ -22,6 +25,9 @@ use payments_storage::{
 use serde_json::json;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Connection, PgConnection};
+
+/// A failure of the store or of its records, as the engine's writes would see it.
+type Failure = Box<dyn std::error::Error + Send + Sync>;
 
 /// The operation names the service's charges and refunds are stored under.
 const CHARGES_CREATE: &str = "charges.create";
@@ -58,32 +64,31 @@ trait AsTheEngineWrites {
         owner: Owner<'_>,
         charge: &Charge,
         response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
+    ) -> Result<Completion, Failure>;
 
     async fn complete_without_effect(
         &self,
         owner: Owner<'_>,
         response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
+    ) -> Result<Completion, Failure>;
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreError>;
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, Failure>;
 
     async fn reserve_refund(
         &self,
         owner: Owner<'_>,
         request: &RefundRequest,
         created_at: chrono::DateTime<Utc>,
-    ) -> Result<Option<Reservation>, StoreError>;
+    ) -> Result<Option<Reservation>, Failure>;
 
     async fn finish_refund(
         &self,
         owner: Owner<'_>,
         refund: &payments_domain::Refund,
         response: &StoredResponse,
-    ) -> Result<Completion, StoreError>;
+    ) -> Result<Completion, Failure>;
 
-    async fn end_refund(&self, owner: Owner<'_>, end: Unmade<'_>)
-    -> Result<Completion, StoreError>;
+    async fn end_refund(&self, owner: Owner<'_>, end: Unmade<'_>) -> Result<Completion, Failure>;
 }
 
 impl AsTheEngineWrites for Arc<dyn Store> {
@@ -92,7 +97,7 @@ impl AsTheEngineWrites for Arc<dyn Store> {
         owner: Owner<'_>,
         charge: &Charge,
         response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
+    ) -> Result<Completion, Failure> {
         let write =
             async |transaction: &mut Transaction| self.insert_charge(transaction, charge).await;
         end_in_transaction(self.as_ref(), owner, End::Made(response), write).await
@@ -102,12 +107,12 @@ impl AsTheEngineWrites for Arc<dyn Store> {
         &self,
         owner: Owner<'_>,
         response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
+    ) -> Result<Completion, Failure> {
         let end = End::Unmade(Unmade::Answered(response));
         end_in_transaction(self.as_ref(), owner, end, async |_| Ok(())).await
     }
 
-    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, StoreError> {
+    async fn fail(&self, owner: Owner<'_>) -> Result<Completion, Failure> {
         let end = End::Unmade(Unmade::Tombstoned);
         end_in_transaction(self.as_ref(), owner, end, async |_| Ok(())).await
     }
@@ -117,8 +122,8 @@ impl AsTheEngineWrites for Arc<dyn Store> {
         owner: Owner<'_>,
         request: &RefundRequest,
         created_at: chrono::DateTime<Utc>,
-    ) -> Result<Option<Reservation>, StoreError> {
-        let Some(mut transaction) = self.begin_over(owner).await? else {
+    ) -> Result<Option<Reservation>, Failure> {
+        let Some(mut transaction) = self.records().begin(owner).await? else {
             return Ok(None);
         };
         let reservation = RefundRepository::reserve_refund(
@@ -129,7 +134,7 @@ impl AsTheEngineWrites for Arc<dyn Store> {
             created_at,
         )
         .await?;
-        self.commit(transaction).await?;
+        self.records().commit(transaction).await?;
         Ok(Some(reservation))
     }
 
@@ -138,18 +143,14 @@ impl AsTheEngineWrites for Arc<dyn Store> {
         owner: Owner<'_>,
         refund: &payments_domain::Refund,
         response: &StoredResponse,
-    ) -> Result<Completion, StoreError> {
+    ) -> Result<Completion, Failure> {
         let write = async |transaction: &mut Transaction| {
             RefundRepository::finish_refund(self.as_ref(), transaction, refund).await
         };
         end_in_transaction(self.as_ref(), owner, End::Made(response), write).await
     }
 
-    async fn end_refund(
-        &self,
-        owner: Owner<'_>,
-        end: Unmade<'_>,
-    ) -> Result<Completion, StoreError> {
+    async fn end_refund(&self, owner: Owner<'_>, end: Unmade<'_>) -> Result<Completion, Failure> {
         let release =
             async |transaction: &mut Transaction| self.release_refund(transaction, owner).await;
         end_in_transaction(self.as_ref(), owner, End::Unmade(end), release).await
@@ -162,14 +163,15 @@ async fn end_in_transaction(
     owner: Owner<'_>,
     end: End<'_>,
     write: impl AsyncFnOnce(&mut Transaction) -> Result<(), StoreError>,
-) -> Result<Completion, StoreError> {
-    let Some(mut transaction) = store.begin_over(owner).await? else {
+) -> Result<Completion, Failure> {
+    let records = store.records();
+    let Some(mut transaction) = records.begin(owner).await? else {
         return Ok(Completion::Fenced);
     };
     write(&mut transaction).await?;
-    let completion = store.end_record(&mut transaction, owner, end).await?;
+    let completion = records.end(&mut transaction, owner, end).await?;
     if completion != Completion::Fenced {
-        store.commit(transaction).await?;
+        records.commit(transaction).await?;
     }
     Ok(completion)
 }
@@ -178,6 +180,8 @@ async fn end_in_transaction(
 /// test's own reads and time travel. Dropping it removes the database.
 struct TestDb {
     store: Arc<dyn Store>,
+    /// The store's idempotency records, as the engine works on them.
+    records: SqlRecords,
     raw: AnyPool,
     backend: Backend,
     cleanup: Cleanup,
@@ -223,11 +227,11 @@ async fn test_db(backend: Backend) -> TestDb {
         acquire_timeout: std::time::Duration::from_secs(10),
         statement_timeout: std::time::Duration::from_secs(30),
     };
-    let store = Database::parse(&url)
-        .expect("test database URL")
-        .open(&settings, IdempotencyPolicy::default())
+    let database = Database::parse(&url).expect("test database URL");
+    let store = payments_storage::open_store(&database, &settings, IdempotencyPolicy::default())
         .await
         .expect("open and migrate the test database");
+    let records = store.records();
     let raw = AnyPoolOptions::new()
         .max_connections(2)
         .connect(&url)
@@ -235,6 +239,7 @@ async fn test_db(backend: Backend) -> TestDb {
         .expect("connect to the test database");
     TestDb {
         store,
+        records,
         raw,
         backend,
         cleanup,
@@ -300,7 +305,7 @@ impl TestDb {
     /// Claims `k` for the request with fingerprint 100, which must win the record.
     async fn claim_owned(&self, s: &Scope, k: &IdempotencyKey) -> Claimed {
         owned(
-            self.store
+            self.records
                 .claim(s, k, &fingerprint(100), b"{}")
                 .await
                 .expect("claim"),
@@ -313,7 +318,7 @@ impl TestDb {
         s: &Scope,
         k: &IdempotencyKey,
     ) -> payments_idempotency::IdempotencyRecord {
-        let found = self.store.find_record(s, k).await.expect("read");
+        let found = self.records.find_record(s, k).await.expect("read");
         found.map(|(record, _)| record).expect("a record")
     }
 
@@ -372,7 +377,7 @@ fn response(body: &str) -> StoredResponse {
 async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend: Backend) {
     let db = test_db(backend).await;
     let first = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
@@ -381,7 +386,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
 
     // While the lock is live a duplicate is refused.
     let duplicate = db
-        .store
+        .records
         .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
         .await
         .expect("claim");
@@ -389,7 +394,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
 
     db.move_into_past(&["locked_until"]).await;
     let second = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("takeover"),
@@ -405,7 +410,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     let s = scope();
     let k = key("k");
     assert_eq!(
-        db.store
+        db.records
             .record_effect(Owner::new(&s, &k, first.fence()), "sim_old")
             .await
             .expect("write"),
@@ -456,7 +461,7 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
     assert_eq!(db.count("charges").await, 1);
 
     let replay = db
-        .store
+        .records
         .claim(&s, &k, &fingerprint(100), b"{}")
         .await
         .expect("claim");
@@ -466,13 +471,13 @@ async fn a_stale_record_is_taken_over_and_the_old_attempt_is_fenced_off(backend:
 async fn a_takeover_resumes_from_charged_with_the_effect_id(backend: Backend) {
     let db = test_db(backend).await;
     let first = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
     );
     assert_eq!(
-        db.store
+        db.records
             .record_effect(Owner::new(&scope(), &key("k"), first.fence()), "sim_42")
             .await
             .expect("write"),
@@ -481,7 +486,7 @@ async fn a_takeover_resumes_from_charged_with_the_effect_id(backend: Backend) {
     db.move_into_past(&["locked_until"]).await;
 
     let second = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("takeover"),
@@ -493,7 +498,7 @@ async fn a_takeover_resumes_from_charged_with_the_effect_id(backend: Backend) {
 async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key(backend: Backend) {
     let db = test_db(backend).await;
     let first = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
@@ -506,7 +511,7 @@ async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key
     assert!(matches!(failed, Completion::Stored { .. }));
 
     let retry = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("retry"),
@@ -519,7 +524,7 @@ async fn a_failed_record_is_retried_as_a_new_generation_with_a_new_processor_key
     assert_eq!(retry.resume_from, RecoveryPoint::Started);
     // A different payload still cannot use the key.
     assert_eq!(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
             .await
             .expect("claim"),
@@ -558,9 +563,9 @@ async fn answers_from_a_record_need_no_lock(backend: Backend) {
     }
     let answers = async {
         (
-            db.store.claim(&s, &k, &fingerprint(100), b"{}").await,
-            db.store.claim(&s, &k, &fingerprint(999), b"{}").await,
-            db.store.claim(&s, &busy, &fingerprint(100), b"{}").await,
+            db.records.claim(&s, &k, &fingerprint(100), b"{}").await,
+            db.records.claim(&s, &k, &fingerprint(999), b"{}").await,
+            db.records.claim(&s, &busy, &fingerprint(100), b"{}").await,
         )
     };
     let (replay, mismatch, in_flight) =
@@ -593,14 +598,14 @@ async fn a_stale_writer_from_a_reaped_generation_writes_nothing(backend: Backend
 
     let stale = old.fence();
     assert_eq!(
-        db.store
+        db.records
             .record_effect(Owner::new(&s, &k, stale), "sim_old")
             .await
             .expect("write"),
         Finish::Fenced
     );
     assert_eq!(
-        db.store
+        db.records
             .release(Owner::new(&s, &k, stale))
             .await
             .expect("write"),
@@ -684,7 +689,7 @@ async fn every_completion_counts_retention_from_itself(backend: Backend) {
     let record = db.record(&s, &k).await;
     assert_eq!(record.expires_at, expires_at);
     assert!(matches!(
-        db.store
+        db.records
             .claim(&s, &k, &fingerprint(100), b"{}")
             .await
             .expect("claim"),
@@ -700,7 +705,7 @@ async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_ch
     let db = test_db(backend).await;
     let (s, k) = (scope(), key("k"));
     let claimed = db.claim_owned(&s, &k).await;
-    db.store
+    db.records
         .record_effect(Owner::new(&s, &k, claimed.fence()), "sim_known")
         .await
         .expect("charged");
@@ -726,7 +731,7 @@ async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_ch
         .await
         .expect("fail by hand");
     db.move_into_past(&["expires_at"]).await;
-    assert_eq!(db.store.reap_expired(100).await.expect("reap"), 0);
+    assert_eq!(db.records.reap_expired(100).await.expect("reap"), 0);
     assert_eq!(db.count("idempotency_records").await, 1);
     // The same request resumes it from `charged`, never as a new generation.
     let resumed = db.claim_owned(&s, &k).await;
@@ -742,13 +747,13 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
     let db = test_db(backend).await;
     let (s, k) = (scope(), key("k"));
     let claimed = db.claim_owned(&s, &k).await;
-    db.store
+    db.records
         .release(Owner::new(&s, &k, claimed.fence()))
         .await
         .expect("release");
     let grace = std::time::Duration::from_secs(30);
     assert!(
-        db.store
+        db.records
             .take_over_abandoned(grace)
             .await
             .expect("take")
@@ -757,13 +762,13 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
     // A client retry may take the released record at once.
     let retry = db.claim_owned(&s, &k).await;
     assert!(retry.took_over);
-    db.store
+    db.records
         .release(Owner::new(&s, &k, retry.fence()))
         .await
         .expect("release");
     db.move_into_past(&["locked_until"]).await;
     let taken = db
-        .store
+        .records
         .take_over_abandoned(std::time::Duration::from_millis(500))
         .await
         .expect("take")
@@ -780,7 +785,7 @@ async fn the_completer_takes_a_released_record_only_after_the_settle_grace(backe
 async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backend) {
     let db = test_db(backend).await;
     let first = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
@@ -791,7 +796,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backen
         .await
         .expect("finish");
     assert_eq!(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
             .await
             .expect("claim"),
@@ -800,7 +805,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backen
 
     db.move_into_past(&["expires_at"]).await;
     let fresh = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
             .await
             .expect("claim"),
@@ -825,7 +830,7 @@ async fn an_expired_finished_record_is_replaced_by_a_new_request(backend: Backen
 async fn an_unfinished_record_never_expires_away(backend: Backend) {
     let db = test_db(backend).await;
     owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
@@ -833,14 +838,14 @@ async fn an_unfinished_record_never_expires_away(backend: Backend) {
     db.move_into_past(&["expires_at", "locked_until"]).await;
     // The card may have been charged: another payload is refused, the same one resumes.
     assert_eq!(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(999), b"{}")
             .await
             .expect("claim"),
         Claim::Mismatch
     );
     let resumed = owned(
-        db.store
+        db.records
             .claim(&scope(), &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
@@ -860,7 +865,7 @@ async fn keys_are_scoped_by_tenant_and_operation(backend: Backend) {
     };
     for scope in [scope(), other_tenant, other_operation] {
         let claim = db
-            .store
+            .records
             .claim(&scope, &key("k"), &fingerprint(100), b"{}")
             .await
             .expect("claim");
@@ -875,7 +880,7 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
     let db = test_db(backend).await;
     let s = scope();
     let first = owned(
-        db.store
+        db.records
             .claim(&s, &key("first"), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
@@ -894,7 +899,7 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
     ));
 
     let second = owned(
-        db.store
+        db.records
             .claim(&s, &key("second"), &fingerprint(200), b"{}")
             .await
             .expect("claim"),
@@ -934,7 +939,7 @@ async fn a_finish_refused_part_way_writes_nothing(backend: Backend) {
 /// Claims `name` and finishes it with a charge of its own, which writes one outbox row.
 async fn write_charge(db: &TestDb, name: &str) -> ChargeId {
     let claimed = owned(
-        db.store
+        db.records
             .claim(&scope(), &key(name), &fingerprint(100), b"{}")
             .await
             .expect("claim"),
@@ -1136,7 +1141,7 @@ async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) 
     write_charge(&db, "live").await;
     let mut left = Vec::new();
     for _ in 0..3 {
-        assert_eq!(db.store.reap_expired(1).await.expect("reap"), 1);
+        assert_eq!(db.records.reap_expired(1).await.expect("reap"), 1);
         let keys: Vec<String> = sqlx::query_scalar(
             "SELECT idempotency_key FROM idempotency_records ORDER BY idempotency_key",
         )
@@ -1146,7 +1151,7 @@ async fn the_reaper_deletes_the_longest_expired_records_first(backend: Backend) 
         left.push(keys.join(","));
     }
     assert_eq!(left, ["live,mid,new", "live,new", "live"]);
-    assert_eq!(db.store.reap_expired(10).await.expect("reap"), 0);
+    assert_eq!(db.records.reap_expired(10).await.expect("reap"), 0);
 }
 
 fn refund_scope() -> Scope {
@@ -1462,7 +1467,13 @@ mod floors {
     async fn the_floors_insert_a_record_the_finish_completes_and_read_it_back(backend: Backend) {
         let db = test_db(backend).await;
         let (s, k) = (scope(), key("floor"));
-        assert!(db.store.find_record(&s, &k).await.expect("read").is_none());
+        assert!(
+            db.records
+                .find_record(&s, &k)
+                .await
+                .expect("read")
+                .is_none()
+        );
         let resource_id = uuid::Uuid::new_v4();
         let fence = db
             .store
@@ -1498,72 +1509,4 @@ mod floors {
     }
 
     on_every_backend!(the_floors_insert_a_record_the_finish_completes_and_read_it_back);
-}
-
-/// The record-store port's conformance suite (`engine::conformance`), the checks the
-/// in-memory store passes, against `Records`, the engine's record store over this crate's
-/// `Store`, on each backend.
-mod conformance {
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use async_trait::async_trait;
-    use payments_idempotency::IdempotencyPolicy;
-    use payments_idempotency::engine::conformance::Subject;
-    use payments_storage::{Backend, Records};
-
-    use super::{TestDb, test_db};
-
-    /// `Records` over a store on a fresh database of `backend`.
-    pub(super) struct Sql {
-        db: TestDb,
-        records: Records,
-    }
-
-    pub(super) async fn on(backend: Backend) -> Sql {
-        let db = test_db(backend).await;
-        let records = Records::new(Arc::clone(&db.store));
-        Sql { db, records }
-    }
-
-    #[async_trait]
-    impl Subject for Sql {
-        type Store = Records;
-
-        fn store(&self) -> &Records {
-            &self.records
-        }
-
-        fn policy(&self) -> IdempotencyPolicy {
-            self.db.store.policy()
-        }
-
-        /// Every time a record holds moves `by` into the past: the store judges them by the
-        /// database's own clock, which the test cannot move.
-        async fn advance(&self, by: Duration) {
-            let secs = by.as_secs_f64();
-            let earlier = |column: &str| match self.db.backend {
-                Backend::Postgres => format!("{column} = {column} - interval '{secs} seconds'"),
-                Backend::Sqlite => format!(
-                    "{column} = strftime('%Y-%m-%dT%H:%M:%fZ', {column}, '-{secs} seconds')"
-                ),
-            };
-            let columns = ["created_at", "updated_at", "locked_until", "expires_at"];
-            let set: Vec<String> = columns.into_iter().map(earlier).collect();
-            let sql = format!("UPDATE idempotency_records SET {}", set.join(", "));
-            self.db.execute(&sql).await;
-        }
-    }
-
-    mod postgres {
-        payments_idempotency::record_store_conformance!(super::on(
-            payments_storage::Backend::Postgres
-        ));
-    }
-
-    mod sqlite {
-        payments_idempotency::record_store_conformance!(super::on(
-            payments_storage::Backend::Sqlite
-        ));
-    }
 }

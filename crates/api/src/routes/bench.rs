@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, TenantId};
-use payments_idempotency::engine::{self, Completion, End, Owner};
+use payments_idempotency::engine::{self, Completion, End, Owner, RecordStore};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -56,6 +56,7 @@ pub(super) async fn read(
         IdempotencyKey::parse(&params.key).map_err(|e| ApiError::InvalidRequest(e.to_string()))?;
     let (record, _) = state
         .store
+        .records()
         .find_record(&scope(), &key)
         .await?
         .ok_or_else(|| ApiError::NotFound("No record with this key.".into()))?;
@@ -102,11 +103,12 @@ pub(super) async fn charge_in_two_commits(
     // The finish's transaction, as the engine writes it.
     let owner = Owner::new(&scope, &key, fence);
     let taken = || ApiError::Internal("the record inserted a statement ago is not its own".into());
-    let mut transaction = state.store.begin_over(owner).await?.ok_or_else(taken)?;
+    let records = state.store.records();
+    let mut transaction = records.begin(owner).await?.ok_or_else(taken)?;
     state.store.insert_charge(&mut transaction, &charge).await?;
     let end = End::Made(&response);
-    match state.store.end_record(&mut transaction, owner, end).await? {
-        Completion::Stored { .. } => state.store.commit(transaction).await?,
+    match records.end(&mut transaction, owner, end).await? {
+        Completion::Stored { .. } => records.commit(transaction).await?,
         Completion::Fenced => return Err(taken()),
     }
     Ok((
@@ -138,11 +140,14 @@ pub(super) async fn reap(
     // Never signalled: the reap runs to the end (the sender lives as long as the reap).
     let (_running, mut shutdown) = watch::channel(false);
     let times = Mutex::new(Vec::new());
-    let (store, times_ref) = (&state.store, &times);
+    let (records, times_ref) = (&state.store.records(), &times);
     let started = Instant::now();
     let reaped = reaper::in_batches(batch, &mut shutdown, || async move {
         let statement = Instant::now();
-        let deleted = store.reap_expired(batch).await;
+        let deleted = records
+            .reap_expired(batch)
+            .await
+            .map_err(payments_storage::StoreError::from);
         if let Ok(mut times) = times_ref.lock() {
             times.push(statement.elapsed().as_secs_f64() * 1e3);
         }

@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use chrono::SecondsFormat;
-use payments_idempotency::engine::Operation;
+use payments_idempotency::engine::{Operation, RecordStore};
 use payments_idempotency::{IdempotencyKey, IdempotencyRecord, RecordState};
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +104,7 @@ pub(super) async fn show(
     let not_found = || ApiError::NotFound(format!("No such idempotency key: {key}"));
     let (record, now) = state
         .store
+        .records()
         .find_record(&scope, &key)
         .await?
         .ok_or_else(not_found)?;

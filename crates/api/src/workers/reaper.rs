@@ -23,7 +23,9 @@ pub(crate) async fn run_round(
     outbox_retention: Duration,
     shutdown: &mut watch::Receiver<bool>,
 ) {
-    let records = in_batches(batch, shutdown, || state.store.reap_expired(batch)).await;
+    let store = state.store.records();
+    let reap = || async { store.reap_expired(batch).await.map_err(StoreError::from) };
+    let records = in_batches(batch, shutdown, reap).await;
     records.log("idempotency_records");
     if records.deleted > 0 {
         tracing::info!(

@@ -12,7 +12,7 @@ impl Dialect for Postgres {
     const NOW: &'static str = "now()";
 
     fn answer_bound() -> Option<Duration> {
-        super::answer_bound()
+        payments_idempotency_sql::postgres::answer_bound()
     }
     // Concurrent claims of one existing key queue here, so exactly one of them can take a
     // stale record over.

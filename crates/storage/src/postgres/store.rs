@@ -1,6 +1,5 @@
-//! What PostgreSQL's store does its own way ([`SqlStore`]): a claim inserts on its own and
-//! locks only an existing record, one write statement runs on the pool, and a charge's inserts
-//! are one statement.
+//! What PostgreSQL's store does its own way ([`SqlStore`]): one write statement runs on the
+//! pool, and a charge's inserts are one statement.
 
 use async_trait::async_trait;
 use payments_domain::Charge;
@@ -11,15 +10,13 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use super::MIGRATOR;
 use super::PgStore;
 use super::charges::push_charge_writes;
+use crate::Backend;
 use crate::StoreError;
-use crate::claiming::NewClaim;
 use crate::dialect::{Statement, answered};
-use crate::model::{Claim, Durability};
-use crate::recording;
-use crate::repository::Backend;
-use crate::sql_store::SqlStore;
+use crate::model::Durability;
+use crate::sql_store::{SqlStore, of_another_backend};
 use crate::stream::{EventSink, RelayError};
-use crate::transaction::{self, Begun};
+use payments_idempotency_sql::SqlRecords;
 
 #[async_trait]
 impl SqlStore for PgStore {
@@ -29,11 +26,15 @@ impl SqlStore for PgStore {
     const BACKEND: Backend = Backend::Postgres;
 
     fn pool(&self) -> &PgPool {
-        &self.pool
+        self.records.pool()
     }
 
     fn policy(&self) -> IdempotencyPolicy {
-        self.policy
+        self.records.policy()
+    }
+
+    fn records(&self) -> SqlRecords {
+        SqlRecords::Postgres(self.records.clone())
     }
 
     async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, StoreError> {
@@ -47,18 +48,9 @@ impl SqlStore for PgStore {
     fn write_in(
         transaction: &mut crate::Transaction,
     ) -> Result<&mut Transaction<'static, Postgres>, StoreError> {
-        match &mut transaction.0 {
-            Begun::Postgres(write) => Ok(write),
-            Begun::Sqlite(_) => Err(transaction::of_another_backend()),
-        }
-    }
-
-    fn into_write(
-        transaction: crate::Transaction,
-    ) -> Result<Transaction<'static, Postgres>, StoreError> {
-        match transaction.0 {
-            Begun::Postgres(write) => Ok(write),
-            Begun::Sqlite(_) => Err(transaction::of_another_backend()),
+        match transaction {
+            crate::Transaction::Postgres(write) => Ok(write),
+            crate::Transaction::Sqlite(_) => Err(of_another_backend()),
         }
     }
 
@@ -66,46 +58,11 @@ impl SqlStore for PgStore {
     type OneWrite = PoolConnection<Postgres>;
 
     async fn begin_one_write(&self) -> Result<PoolConnection<Postgres>, StoreError> {
-        Ok(self.pool.acquire().await?)
+        Ok(self.pool().acquire().await?)
     }
 
     async fn end_one_write(_: Self::OneWrite) -> Result<(), StoreError> {
         Ok(())
-    }
-
-    /// A fresh key is claimed by a single `INSERT .. ON CONFLICT DO NOTHING`: the primary key
-    /// decides between concurrent duplicates, with no check-then-act window. Only when the key
-    /// exists does the claim read the record under `FOR UPDATE` and judge it, in one short
-    /// transaction, so that two retries cannot both take over a stale record.
-    async fn claim_under_lock(&self, claim: NewClaim<'_>) -> Result<Claim, StoreError> {
-        // Two rounds at most: the record can vanish (reaped) between the failed insert and the
-        // locking read, and then the insert is tried once more.
-        for _ in 0..2 {
-            let mut connection = self.pool.acquire().await?;
-            let inserted =
-                recording::insert_pending::<Postgres>(&mut connection, &claim, self.policy);
-            if let Some(claimed) = inserted.await? {
-                return Ok(Claim::Owned(claimed));
-            }
-            drop(connection);
-            let mut tx = self.begin().await?;
-            let Some(locked) =
-                recording::read_record::<Postgres>(&mut tx, claim.scope, claim.key, true).await?
-            else {
-                continue;
-            };
-            // Judged absent: the record vanished in between; try the insert again.
-            let acted = recording::act_on_locked::<Postgres>(&mut tx, locked, &claim, self.policy);
-            let Some(outcome) = acted.await? else {
-                continue;
-            };
-            answered::<Postgres, _>(tx.commit()).await?;
-            return Ok(outcome);
-        }
-        Err(StoreError::Corrupt(format!(
-            "key {} neither inserts nor reads back",
-            claim.key
-        )))
     }
 
     /// A charge, its balanced ledger transaction and its event as ONE statement
@@ -132,7 +89,7 @@ impl SqlStore for PgStore {
     /// Migrations may rewrite a large table: they run on a connection of their own without
     /// the statement timeout, which is closed afterwards rather than pooled.
     async fn run_migrations(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        let mut connection = self.pool.acquire().await?;
+        let mut connection = self.pool().acquire().await?;
         connection.close_on_drop();
         Statement::<Postgres>::new("SET statement_timeout = 0")
             .execute(&mut connection)
@@ -144,7 +101,7 @@ impl SqlStore for PgStore {
     /// Read from the settings of a pooled connection, so that a session-level
     /// `synchronous_commit` (in the URL's options) counts too.
     async fn durability(&self) -> Result<Durability, StoreError> {
-        let mut connection = self.pool.acquire().await?;
+        let mut connection = self.pool().acquire().await?;
         let (commit, standbys): (String, String) = Statement::<Postgres>::new(
             "SELECT current_setting('synchronous_commit'), \
              current_setting('synchronous_standby_names')",
@@ -158,7 +115,7 @@ impl SqlStore for PgStore {
     /// one commit, no idempotency record at all.
     #[cfg(feature = "bench")]
     async fn write_charge_alone(&self, charge: &Charge) -> Result<(), StoreError> {
-        let mut connection = self.pool.acquire().await?;
+        let mut connection = self.pool().acquire().await?;
         Self::insert_charge(&mut connection, charge).await
     }
 }

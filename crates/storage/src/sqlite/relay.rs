@@ -44,7 +44,7 @@ impl SqliteStore {
                 .fetch_all(&mut write)
                 .await
                 .map_err(StoreError::from)?;
-            write.commit().await?;
+            write.commit().await.map_err(StoreError::from)?;
             rows
         };
         if leased.is_empty() {
@@ -72,7 +72,7 @@ impl SqliteStore {
                 .value(event.id);
             settle.execute(&mut write).await.map_err(StoreError::from)?;
         }
-        write.commit().await?;
+        write.commit().await.map_err(StoreError::from)?;
         published?;
         Ok(events.len())
     }

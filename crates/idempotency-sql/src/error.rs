@@ -1,0 +1,124 @@
+//! The record store's one error type, and how a database error is judged: unavailable (the
+//! database could not be reached or did not answer: a retry later may succeed, and nothing was
+//! written) or anything else.
+
+use payments_idempotency::engine::StoreFailure;
+use sqlx::error::DatabaseError;
+
+/// Why a record-store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database could not be reached or did not answer in time.
+    #[error("the database is unavailable")]
+    Unavailable(#[source] sqlx::Error),
+    /// Any other database error.
+    #[error("database error")]
+    Database(#[source] sqlx::Error),
+    /// A stored value could not be read back into its type.
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    /// The database cannot be used where it was configured (a directory that cannot be
+    /// created, say).
+    #[error("{0}")]
+    Unusable(String),
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(error: sqlx::Error) -> Self {
+        if is_unavailable(&error) {
+            if distrusts_connections(&error) {
+                crate::postgres::distrust_open_connections();
+            }
+            return Self::Unavailable(error);
+        }
+        Self::Database(error)
+    }
+}
+
+/// What the engine sees: unavailability (503, retry later) or anything else.
+impl From<Error> for StoreFailure {
+    fn from(error: Error) -> Self {
+        match error {
+            Error::Unavailable(_) => Self::unavailable(error),
+            other => Self::other(other),
+        }
+    }
+}
+
+pub(crate) fn corrupt(column: &str, value: impl std::fmt::Debug) -> Error {
+    Error::Corrupt(format!("{column} = {value:?}"))
+}
+
+/// The result code of an SQLite error; `None` for any other database's error.
+pub fn sqlite_code(db: &dyn DatabaseError) -> Option<i32> {
+    db.try_downcast_ref::<sqlx::sqlite::SqliteError>()?;
+    db.code()?.parse().ok()
+}
+
+/// A write on a primary that has been demoted to a standby.
+const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
+
+/// Whether PostgreSQL refused a write because the node is (now) a standby.
+fn is_read_only(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .filter(|db| sqlite_code(*db).is_none())
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == READ_ONLY_SQL_TRANSACTION)
+}
+
+/// Whether `error` means the database could not be reached or did not answer: nothing ran, and
+/// a retry later can succeed. [`Error::from`] also distrusts the open PostgreSQL connections
+/// when it says a node was demoted or went silent.
+pub fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        // A protocol error means the connection itself is broken (a handshake cut short, a
+        // peer that is not PostgreSQL): nothing ran, and retrying later can succeed.
+        sqlx::Error::Io(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        // 08xxx connection exceptions, 57P01 admin_shutdown, 57P03 cannot_connect_now, 57014
+        // a statement cancelled by `statement_timeout` (rolled back: nothing it did holds),
+        // and 25006 a write on a primary that was demoted (nothing written).
+        sqlx::Error::Database(db) => match sqlite_code(db.as_ref()) {
+            // SQLite: another writer kept the database locked past the busy timeout.
+            Some(code) => matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED),
+            None => db.code().is_some_and(|code| {
+                code.starts_with("08")
+                    || matches!(
+                        &*code,
+                        "57P01" | "57P03" | "57014" | READ_ONLY_SQL_TRANSACTION
+                    )
+            }),
+        },
+        _ => false,
+    }
+}
+
+/// Whether unavailable `error` should make every open PostgreSQL connection suspect: the node
+/// was demoted, or did not answer at all.
+pub fn distrusts_connections(error: &sqlx::Error) -> bool {
+    is_read_only(error) || is_no_answer(error)
+}
+
+/// The error of a round trip the database did not answer within `bound`: an I/O timeout,
+/// unavailable like a broken connection (503, nothing stored).
+pub fn no_answer(bound: std::time::Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "the database did not answer within {} ms",
+            bound.as_millis()
+        ),
+    ))
+}
+
+/// Whether `error` is [`no_answer`]'s.
+fn is_no_answer(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut)
+}

@@ -1,0 +1,447 @@
+//! The idempotency engine's record store on PostgreSQL and SQLite, for any service that keeps
+//! its records in one of them: the claim, the takeover of a stale record, the fence on every
+//! later write, the completion in the transaction the engine ends a record in, the release,
+//! the completer's takeover and the reaper, as whole SQL statements (each backend's module has
+//! its own text, under the same names, in the same order).
+//!
+//! A service applies the records table (`schema/postgres.sql`, `schema/sqlite.sql`) and opens
+//! a [`SqlRecords`]; the engine claims and ends records through it, and the service's
+//! operations write their own rows in its [`Transaction`], whose [`Connection`] is the
+//! backend's own. This crate knows no operation's tables, no web framework, no cache, and no
+//! crate of the workspace but the engine.
+
+mod error;
+pub mod postgres;
+mod row;
+pub mod sqlite;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use payments_idempotency::engine::{
+    Abandoned, Claim, Completion, End, Finish, Owner, RecordStore, StoreFailure, Verdict,
+};
+use payments_idempotency::{
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
+};
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{PgConnection, Postgres, SqliteConnection};
+
+pub use error::{Error, distrusts_connections, is_unavailable, no_answer, sqlite_code};
+pub use postgres::PgRecords;
+pub use sqlite::{SqliteRecords, WriteTx};
+
+/// How to reach the database.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    /// How long a request waits for a connection (or, on SQLite, for another process's write)
+    /// before it fails as unavailable: short, so that a lost database fails requests fast
+    /// instead of queueing them.
+    pub acquire_timeout: Duration,
+    /// PostgreSQL cancels a statement that runs longer (`statement_timeout`), so that a lock
+    /// held forever or a node too loaded to answer fails a request as unavailable instead of
+    /// holding it to its timeout.
+    pub statement_timeout: Duration,
+}
+
+/// Where the records live, parsed from a database URL.
+#[derive(Clone)]
+pub enum Database {
+    /// `postgres://` or `postgresql://`.
+    Postgres {
+        url: String,
+        options: PgConnectOptions,
+    },
+    /// `sqlite://path`, `sqlite:path` or `sqlite::memory:`.
+    Sqlite(SqliteConnectOptions),
+}
+
+/// The backend a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Sqlite => "sqlite",
+        }
+    }
+}
+
+// The URL may carry a password: only the backend and the location are ever printed.
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl Database {
+    /// Parses a database URL. The scheme is checked here because the drivers' parsers accept
+    /// other schemes and would quietly connect to their defaults.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let scheme = url
+            .split_once(':')
+            .map(|(scheme, _)| scheme)
+            .unwrap_or_default();
+        match scheme {
+            "postgres" | "postgresql" => PgConnectOptions::from_str(url)
+                .map(|options| Self::Postgres {
+                    url: url.to_owned(),
+                    options,
+                })
+                .map_err(|e| format!("not a valid PostgreSQL URL ({e})")),
+            "sqlite" => SqliteConnectOptions::from_str(url)
+                .map(Self::Sqlite)
+                .map_err(|e| format!("not a valid SQLite URL ({e})")),
+            _ => Err(format!(
+                "unsupported scheme {scheme:?}: expected postgres://, postgresql:// or sqlite:"
+            )),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Self::Postgres { .. } => Backend::Postgres,
+            Self::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    /// The backend and where it is, without credentials: `postgres at host:5432/db`,
+    /// `sqlite at data/payments.db`, `sqlite in memory`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Postgres { options, .. } => format!(
+                "postgres at {}:{}/{}",
+                options.get_host(),
+                options.get_port(),
+                options.get_database().unwrap_or_default()
+            ),
+            Self::Sqlite(options) if is_in_memory(options) => "sqlite in memory".to_owned(),
+            Self::Sqlite(options) => {
+                format!("sqlite at {}", options.get_filename().display())
+            }
+        }
+    }
+
+    /// Opens the records. PostgreSQL's database is created if missing and its pool connects
+    /// lazily afterwards; SQLite's file and directory are created if missing. The schema is
+    /// the service's to apply (its migrations, or [`SqlRecords::create_schema`]).
+    pub async fn open(
+        &self,
+        settings: &PoolSettings,
+        policy: IdempotencyPolicy,
+    ) -> Result<SqlRecords, Error> {
+        Ok(match self {
+            Self::Postgres { url, options } => {
+                if !Postgres::database_exists(url).await? {
+                    Postgres::create_database(url).await?;
+                }
+                let pool = postgres::connect_lazy(options.clone(), settings);
+                SqlRecords::Postgres(PgRecords::new(pool, settings, policy))
+            }
+            Self::Sqlite(options) => {
+                SqlRecords::Sqlite(SqliteRecords::open(options.clone(), settings, policy).await?)
+            }
+        })
+    }
+}
+
+fn is_in_memory(options: &SqliteConnectOptions) -> bool {
+    options
+        .get_filename()
+        .to_string_lossy()
+        .starts_with("file:sqlx-in-memory")
+}
+
+/// The idempotency records of a database, on either backend. Cheap to clone.
+#[derive(Debug, Clone)]
+pub enum SqlRecords {
+    Postgres(PgRecords),
+    Sqlite(SqliteRecords),
+}
+
+/// A write transaction begun over one idempotency record, which it holds until it ends: the
+/// engine begins it, the operation writes its rows in it ([`Transaction::connection`]), the
+/// engine ends the record in it and commits. Dropped uncommitted, it is rolled back.
+#[derive(Debug)]
+pub enum Transaction {
+    Postgres(sqlx::Transaction<'static, Postgres>),
+    /// SQLite's in-process write gate and its `BEGIN IMMEDIATE` transaction.
+    Sqlite(WriteTx),
+}
+
+impl From<sqlx::Transaction<'static, Postgres>> for Transaction {
+    fn from(tx: sqlx::Transaction<'static, Postgres>) -> Self {
+        Self::Postgres(tx)
+    }
+}
+
+impl From<WriteTx> for Transaction {
+    fn from(write: WriteTx) -> Self {
+        Self::Sqlite(write)
+    }
+}
+
+/// The connection of a [`Transaction`], on which an operation writes its rows.
+#[derive(Debug)]
+pub enum Connection<'a> {
+    Postgres(&'a mut PgConnection),
+    Sqlite(&'a mut SqliteConnection),
+}
+
+impl Transaction {
+    pub fn connection(&mut self) -> Connection<'_> {
+        match self {
+            Self::Postgres(tx) => Connection::Postgres(tx),
+            Self::Sqlite(write) => Connection::Sqlite(write),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Self::Postgres(_) => Backend::Postgres,
+            Self::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+}
+
+/// A claim of `key` for a request: its scope, its fingerprint, and the canonical body stored
+/// with the record for the completer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewClaim<'a> {
+    pub(crate) scope: &'a Scope,
+    pub(crate) key: &'a IdempotencyKey,
+    pub(crate) fingerprint: &'a Fingerprint,
+    pub(crate) request_body: &'a [u8],
+}
+
+impl SqlRecords {
+    pub fn backend(&self) -> Backend {
+        match self {
+            Self::Postgres(_) => Backend::Postgres,
+            Self::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    pub fn policy(&self) -> IdempotencyPolicy {
+        match self {
+            Self::Postgres(records) => records.policy(),
+            Self::Sqlite(records) => records.policy(),
+        }
+    }
+
+    /// Creates the records table and its indexes where they are missing, for a service
+    /// without migrations of its own (one with migrations copies `schema/<backend>.sql`).
+    pub async fn create_schema(&self) -> Result<(), Error> {
+        match self {
+            Self::Postgres(records) => records.create_schema().await,
+            Self::Sqlite(records) => records.create_schema().await,
+        }
+    }
+
+    /// Begins a write transaction over no record, for a service's own writes (on SQLite it
+    /// queues behind this process's other writers, as the engine's transactions do).
+    pub async fn begin_write(&self) -> Result<Transaction, Error> {
+        Ok(match self {
+            Self::Postgres(records) => Transaction::Postgres(records.begin_transaction().await?),
+            Self::Sqlite(records) => Transaction::Sqlite(records.begin_write().await?),
+        })
+    }
+
+    /// Deletes up to `batch` expired records, the longest expired first, and returns how many.
+    ///
+    /// Pending records are never reaped, however old: the effect may have been made, and only
+    /// a resume or the completer may settle them. Nor is a failed record that holds an effect
+    /// id. A completed record holding an effect id was completed in the transaction that
+    /// wrote its effect's rows (a completion without an effect matches no record that holds
+    /// one), so the reaper judges a record by the record alone.
+    pub async fn reap_expired(&self, batch: i64) -> Result<u64, Error> {
+        match self {
+            Self::Postgres(records) => records.reap_expired(batch).await,
+            Self::Sqlite(records) => records.reap_expired(batch).await,
+        }
+    }
+
+    /// Takes over the pending record that holds `effect_key`, once its lock has ended: a
+    /// reconciler found the effect at its maker and settles the record now, without the
+    /// completer's grace (no call under the key can still be on its way to make it).
+    pub async fn take_over_by_effect_key(&self, effect_key: &str) -> Result<PendingEffect, Error> {
+        match self {
+            Self::Postgres(records) => records.take_over_by_effect_key(effect_key).await,
+            Self::Sqlite(records) => records.take_over_by_effect_key(effect_key).await,
+        }
+    }
+
+    /// Completes, in `transaction`, the pending record under `key` that no attempt will ever
+    /// finish (an operator voided its effect) with `response`, whichever attempt holds it; the
+    /// attempt number moves on, so an attempt still at work is fenced off. A record holding an
+    /// effect id is left alone. Returns how many records it completed (0 or 1).
+    pub async fn complete_held(
+        &self,
+        transaction: &mut Transaction,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        response: &StoredResponse,
+    ) -> Result<u64, Error> {
+        match (self, transaction) {
+            (Self::Postgres(records), Transaction::Postgres(tx)) => {
+                records.complete_held(tx, scope, key, response).await
+            }
+            (Self::Sqlite(records), Transaction::Sqlite(write)) => {
+                records.complete_held(write, scope, key, response).await
+            }
+            _ => Err(of_another_backend()),
+        }
+    }
+
+    /// The claim: most requests that find a record are answered from it (a replay, a 409
+    /// while another attempt holds the lock, a 422 for another payload), and those need no
+    /// lock, so the claim first reads the record without one and answers from that read. Only
+    /// a key that is new, or whose record must be taken over or replaced, goes on to the
+    /// claim under the lock, which decides again: what the read saw may have changed since.
+    async fn claim_record(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
+        if let Some((record, now)) = self.find(claim.scope, claim.key).await?
+            && let Verdict::Answer(answer) = Verdict::of(&record, claim.fingerprint, now)
+        {
+            return Ok(answer);
+        }
+        match self {
+            Self::Postgres(records) => records.claim_exclusive(claim).await,
+            Self::Sqlite(records) => records.claim_exclusive(claim).await,
+        }
+    }
+
+    async fn find(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, Error> {
+        match self {
+            Self::Postgres(records) => records.find_record(scope, key).await,
+            Self::Sqlite(records) => records.find_record(scope, key).await,
+        }
+    }
+}
+
+/// What a reconciler finds of the pending record an effect key belongs to.
+#[derive(Debug, Clone)]
+pub enum PendingEffect {
+    /// Its lock had ended: taken over, to be settled now.
+    TakenOver(Abandoned),
+    /// It is pending under a live lock: its attempt is at work.
+    InFlight,
+    /// No pending record holds the key.
+    None,
+}
+
+impl PendingEffect {
+    fn in_flight_if(pending: bool) -> Self {
+        if pending { Self::InFlight } else { Self::None }
+    }
+}
+
+/// A transaction of the other backend than the store's: never made by a service that opens
+/// one store.
+fn of_another_backend() -> Error {
+    Error::Corrupt("a transaction of another backend's store".to_owned())
+}
+
+#[async_trait]
+impl RecordStore for SqlRecords {
+    type Transaction = Transaction;
+
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreFailure> {
+        let claim = NewClaim {
+            scope,
+            key,
+            fingerprint,
+            request_body,
+        };
+        Ok(self.claim_record(claim).await?)
+    }
+
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure> {
+        Ok(self.find(scope, key).await?)
+    }
+
+    async fn record_effect(
+        &self,
+        owner: Owner<'_>,
+        effect_id: &str,
+    ) -> Result<Finish, StoreFailure> {
+        Ok(match self {
+            Self::Postgres(records) => records.record_effect(owner, effect_id).await?,
+            Self::Sqlite(records) => records.record_effect(owner, effect_id).await?,
+        })
+    }
+
+    async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        Ok(match self {
+            Self::Postgres(records) => records.release(owner).await?,
+            Self::Sqlite(records) => records.release(owner).await?,
+        })
+    }
+
+    async fn begin(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
+        Ok(match self {
+            Self::Postgres(records) => records.begin(owner).await?.map(Transaction::Postgres),
+            Self::Sqlite(records) => records.begin(owner).await?.map(Transaction::Sqlite),
+        })
+    }
+
+    async fn end(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        end: End<'_>,
+    ) -> Result<Completion, StoreFailure> {
+        Ok(match (self, transaction) {
+            (Self::Postgres(records), Transaction::Postgres(tx)) => {
+                records.end(tx, owner, end).await?
+            }
+            (Self::Sqlite(records), Transaction::Sqlite(write)) => {
+                records.end(write, owner, end).await?
+            }
+            _ => return Err(of_another_backend().into()),
+        })
+    }
+
+    async fn commit(&self, transaction: Transaction) -> Result<(), StoreFailure> {
+        match transaction {
+            Transaction::Postgres(tx) => {
+                postgres::answered(tx.commit()).await.map_err(Error::from)?
+            }
+            Transaction::Sqlite(write) => write.commit().await?,
+        }
+        Ok(())
+    }
+
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreFailure> {
+        Ok(match self {
+            Self::Postgres(records) => records.take_over_abandoned(settle_after).await?,
+            Self::Sqlite(records) => records.take_over_abandoned(settle_after).await?,
+        })
+    }
+}

@@ -1,0 +1,600 @@
+//! The record store on SQLite, the embedded backend: one file (or memory) and no server.
+//!
+//! SQLite has one writer at a time and no row locks, so the guarantees are kept differently
+//! from PostgreSQL, with the same outcomes:
+//! - every write runs in a `BEGIN IMMEDIATE` transaction, which takes the database's write
+//!   lock before its first read: two claims of one key cannot both see it free or stale,
+//!   whether they come from one process or several, and the transaction the engine ends a
+//!   record in holds the whole database until it ends;
+//! - inside one process, writers also queue on an async mutex first, so that they wait their
+//!   turn in order instead of spinning in SQLite's busy handler. A service writes its own rows
+//!   through the same gate ([`SqliteRecords::begin_write`]);
+//! - the clock is SQLite's (`strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`), so lock expiry is judged
+//!   the same way by every process on the file.
+//!
+//! The statements are PostgreSQL's (`postgres.rs`), in the same order under the same names,
+//! with SQLite's clock and without its row locks.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use payments_idempotency::engine::{
+    Abandoned, Claim, Claimed, Completion, End, Finish, Owner, Unmade, Verdict,
+};
+use payments_idempotency::{
+    IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
+};
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Sqlite, SqliteConnection};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::error::Error;
+use crate::row::{
+    AbandonedRow, Generation, RecordWithClock, ResponseColumns, TakenOver, request_version,
+};
+use crate::{NewClaim, PendingEffect, PoolSettings};
+
+const INSERT_PENDING: &str = "
+INSERT INTO idempotency_records
+    (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
+     locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at,
+     request_body)
+VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 'started', strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?6), 1,
+        ?7, ?8, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+        strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?9), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?10)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING attempts";
+
+/// Without a row lock: under the claim's write transaction, the whole database is locked.
+const READ: &str = "
+SELECT r.*, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS db_now FROM idempotency_records r
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3";
+
+const TAKE_OVER: &str = "
+UPDATE idempotency_records
+SET state = 'pending', attempts = attempts + 1,
+    locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?4),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+RETURNING attempts, resource_id, processor_key";
+
+const REPLACE: &str = "
+UPDATE idempotency_records
+SET fingerprint = ?4, request_version = ?5, state = 'pending', recovery_point = 'started',
+    attempts = attempts + 1, locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?6),
+    resource_id = ?7, processor_key = ?8, effect_id = NULL, response_status = NULL,
+    response_headers = NULL, response_body = NULL, response_schema_version = NULL,
+    created_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?9),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), request_body = ?10
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+RETURNING attempts";
+
+const RECORD_EFFECT: &str = "
+UPDATE idempotency_records
+SET recovery_point = 'charged', effect_id = ?6, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'";
+
+const RELEASE: &str = "
+UPDATE idempotency_records
+SET locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'";
+
+/// The fence's check: the write transaction it runs in holds the whole database already.
+const LOCK: &str = "
+SELECT attempts FROM idempotency_records
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'";
+
+const COMPLETE: &str = "
+UPDATE idempotency_records
+SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = ?6,
+    response_headers = ?7, response_body = ?8, response_schema_version = ?9,
+    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?10),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'
+RETURNING expires_at";
+
+const COMPLETE_WITHOUT_EFFECT: &str = "
+UPDATE idempotency_records
+SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = ?6,
+    response_headers = ?7, response_body = ?8, response_schema_version = ?9,
+    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?10),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending' AND effect_id IS NULL
+RETURNING expires_at";
+
+const FAIL: &str = "
+UPDATE idempotency_records
+SET state = 'failed', locked_until = NULL, expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?6),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending' AND effect_id IS NULL
+RETURNING expires_at";
+
+/// One writer at a time: the write lock keeps every other completer out, so no `SKIP LOCKED`.
+const TAKE_OVER_ABANDONED: &str = "
+UPDATE idempotency_records
+SET attempts = attempts + 1, locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?1),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE (tenant_id, operation, idempotency_key) IN (
+    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
+    WHERE state = 'pending' AND locked_until < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?2)
+    ORDER BY locked_until
+    LIMIT 1)
+RETURNING tenant_id, operation, idempotency_key, attempts, resource_id, processor_key,
+          recovery_point, effect_id, request_body, request_version";
+
+const REAP_EXPIRED: &str = "
+DELETE FROM idempotency_records
+WHERE (tenant_id, operation, idempotency_key) IN (
+    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
+    WHERE state <> 'pending' AND expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+      AND (effect_id IS NULL OR state = 'completed')
+    ORDER BY expires_at
+    LIMIT ?1)";
+
+const TAKE_OVER_BY_EFFECT_KEY: &str = "
+UPDATE idempotency_records
+SET attempts = attempts + 1, locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?1),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE (tenant_id, operation, idempotency_key) IN (
+    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
+    WHERE state = 'pending' AND processor_key = ?2
+      AND locked_until < strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+    LIMIT 1)
+RETURNING tenant_id, operation, idempotency_key, attempts, resource_id, processor_key,
+          recovery_point, effect_id, request_body, request_version";
+
+const COUNT_PENDING_BY_EFFECT_KEY: &str = "
+SELECT count(*) FROM idempotency_records WHERE state = 'pending' AND processor_key = ?1";
+
+const COMPLETE_HELD: &str = "
+UPDATE idempotency_records
+SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = ?4,
+    response_headers = ?5, response_body = ?6, response_schema_version = ?7,
+    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?8), attempts = attempts + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+  AND state = 'pending' AND effect_id IS NULL";
+
+/// The records table, as a service applies it.
+pub const SCHEMA: &str = include_str!("../schema/sqlite.sql");
+
+/// The records of an SQLite database. Cheap to clone (the pool and the write gate are shared).
+#[derive(Debug, Clone)]
+pub struct SqliteRecords {
+    pool: SqlitePool,
+    policy: IdempotencyPolicy,
+    write_gate: Arc<Mutex<()>>,
+}
+
+/// A write transaction: the in-process gate, then SQLite's write lock. Dropped uncommitted,
+/// it is rolled back.
+#[derive(Debug)]
+pub struct WriteTx {
+    tx: sqlx::Transaction<'static, Sqlite>,
+    _gate: OwnedMutexGuard<()>,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
+impl WriteTx {
+    /// Commits and, by consuming the transaction, also releases the gate.
+    pub async fn commit(self) -> Result<(), Error> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl SqliteRecords {
+    /// Opens (creating the file and its directory if missing, readable by its owner only) and
+    /// checks the database now, so that an unusable path stops start-up instead of failing
+    /// the first request.
+    pub async fn open(
+        options: SqliteConnectOptions,
+        settings: &PoolSettings,
+        policy: IdempotencyPolicy,
+    ) -> Result<Self, Error> {
+        let in_memory = crate::is_in_memory(&options);
+        if !in_memory {
+            create_parent_directory(options.get_filename())?;
+            owner_only(options.get_filename())?;
+        }
+        let options = options
+            .create_if_missing(true)
+            // WAL lets readers go on while one writer writes; FULL makes each commit durable
+            // before the client hears of it, as PostgreSQL does.
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            // Another process's write transaction is waited for, not failed at once.
+            .busy_timeout(settings.acquire_timeout);
+        let mut pool = SqlitePoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout);
+        if in_memory {
+            // An in-memory database lives as long as one connection to it does.
+            pool = pool
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None);
+        }
+        let pool = pool.connect_with(options).await?;
+        Ok(Self {
+            pool,
+            policy,
+            write_gate: Arc::new(Mutex::new(())),
+        })
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    pub fn policy(&self) -> IdempotencyPolicy {
+        self.policy
+    }
+
+    /// Waits for this process's other writers, then holds the gate (migrations, which write
+    /// outside a transaction of this store's).
+    pub async fn lock_writes(&self) -> OwnedMutexGuard<()> {
+        Arc::clone(&self.write_gate).lock_owned().await
+    }
+
+    /// Begins a write transaction that holds the write lock from its first statement on.
+    pub async fn begin_write(&self) -> Result<WriteTx, Error> {
+        let gate = self.lock_writes().await;
+        // The SQLite driver's custom BEGIN is not cancel-safe: a request dropped while it runs
+        // (its client went away, or it timed out) can leave the connection inside a
+        // transaction that nothing will roll back, holding the write lock for good. On a task
+        // of its own the BEGIN always finishes, and a transaction whose caller is gone is
+        // dropped there, which rolls it back. Once the caller holds it, dropping it is safe.
+        let pool = self.pool.clone();
+        let tx = tokio::spawn(async move { pool.begin_with("BEGIN IMMEDIATE").await })
+            .await
+            .map_err(|_| Error::from(sqlx::Error::WorkerCrashed))??;
+        Ok(WriteTx { tx, _gate: gate })
+    }
+
+    pub(crate) async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, Error> {
+        let mut connection = self.pool.acquire().await?;
+        read(&mut connection, scope, key)
+            .await?
+            .map(RecordWithClock::into_record)
+            .transpose()
+    }
+
+    /// The insert, the read and the decision run in one `BEGIN IMMEDIATE` transaction: the
+    /// write lock is held from the first statement, so no other claim can interleave.
+    pub(crate) async fn claim_exclusive(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
+        let mut write = self.begin_write().await?;
+        if let Some(claimed) = self.insert_pending(&mut write, &claim).await? {
+            write.commit().await?;
+            return Ok(Claim::Owned(claimed));
+        }
+        let corrupt = |what: &str| Error::Corrupt(format!("key {} {what}", claim.key));
+        let found = read(&mut write, claim.scope, claim.key)
+            .await?
+            .ok_or_else(|| corrupt("neither inserts nor reads back"))?;
+        let (record, now) = found.into_record()?;
+        let outcome = match Verdict::of(&record, claim.fingerprint, now) {
+            Verdict::Answer(answer) => answer,
+            Verdict::Resume(from) => {
+                let taken: TakenOver = sqlx::query_as(TAKE_OVER)
+                    .bind(claim.scope.tenant.as_str())
+                    .bind(claim.scope.operation.as_str())
+                    .bind(claim.key.as_str())
+                    .bind(after(self.policy.lock_timeout))
+                    .fetch_one(&mut *write)
+                    .await?;
+                Claim::Owned(taken.claimed(from, record.effect_id))
+            }
+            Verdict::Replace => {
+                let new = Generation::new();
+                let (attempts,): (i32,) = sqlx::query_as(REPLACE)
+                    .bind(claim.scope.tenant.as_str())
+                    .bind(claim.scope.operation.as_str())
+                    .bind(claim.key.as_str())
+                    .bind(claim.fingerprint.as_bytes().as_slice())
+                    .bind(request_version(claim.fingerprint))
+                    .bind(after(self.policy.lock_timeout))
+                    .bind(new.id)
+                    .bind(new.effect_key.as_str())
+                    .bind(after(self.policy.ttl))
+                    .bind(claim.request_body)
+                    .fetch_one(&mut *write)
+                    .await?;
+                Claim::Owned(new.replacing(attempts))
+            }
+            // Under the write lock the record read just now cannot be absent.
+            Verdict::Absent => return Err(corrupt("exists but was judged absent")),
+        };
+        write.commit().await?;
+        Ok(outcome)
+    }
+
+    async fn insert_pending(
+        &self,
+        connection: &mut SqliteConnection,
+        claim: &NewClaim<'_>,
+    ) -> Result<Option<Claimed>, Error> {
+        let new = Generation::new();
+        let inserted: Option<(i32,)> = sqlx::query_as(INSERT_PENDING)
+            .bind(claim.scope.tenant.as_str())
+            .bind(claim.scope.operation.as_str())
+            .bind(claim.key.as_str())
+            .bind(claim.fingerprint.as_bytes().as_slice())
+            .bind(request_version(claim.fingerprint))
+            .bind(after(self.policy.lock_timeout))
+            .bind(new.id)
+            .bind(new.effect_key.as_str())
+            .bind(after(self.policy.ttl))
+            .bind(claim.request_body)
+            .fetch_optional(connection)
+            .await?;
+        Ok(inserted.map(|(attempts,)| new.claimed(attempts)))
+    }
+
+    pub(crate) async fn record_effect(
+        &self,
+        owner: Owner<'_>,
+        effect_id: &str,
+    ) -> Result<Finish, Error> {
+        let mut write = self.begin_write().await?;
+        let done = fenced(RECORD_EFFECT, owner)
+            .bind(effect_id)
+            .execute(&mut *write)
+            .await?;
+        write.commit().await?;
+        Ok(Finish::from_rows(done.rows_affected()))
+    }
+
+    pub(crate) async fn release(&self, owner: Owner<'_>) -> Result<Finish, Error> {
+        let mut write = self.begin_write().await?;
+        let done = fenced(RELEASE, owner).execute(&mut *write).await?;
+        write.commit().await?;
+        Ok(Finish::from_rows(done.rows_affected()))
+    }
+
+    pub(crate) async fn begin(&self, owner: Owner<'_>) -> Result<Option<WriteTx>, Error> {
+        let mut write = self.begin_write().await?;
+        let locked: Option<(i32,)> = fenced_as(LOCK, owner).fetch_optional(&mut *write).await?;
+        // Not found: dropped, the transaction is rolled back having written nothing.
+        Ok(locked.map(|_| write))
+    }
+
+    pub(crate) async fn end(
+        &self,
+        write: &mut SqliteConnection,
+        owner: Owner<'_>,
+        end: End<'_>,
+    ) -> Result<Completion, Error> {
+        let ttl = after(self.policy.ttl);
+        let expires_at: Option<(DateTime<Utc>,)> = match end {
+            End::Made(response) | End::Unmade(Unmade::Answered(response)) => {
+                let statement = match end {
+                    End::Made(_) => COMPLETE,
+                    _ => COMPLETE_WITHOUT_EFFECT,
+                };
+                let columns = ResponseColumns::of(response)?;
+                fenced_as(statement, owner)
+                    .bind(columns.status)
+                    .bind(columns.headers)
+                    .bind(columns.body)
+                    .bind(columns.schema_version)
+                    .bind(ttl)
+                    .fetch_optional(&mut *write)
+                    .await?
+            }
+            End::Unmade(Unmade::Tombstoned) => {
+                fenced_as(FAIL, owner)
+                    .bind(ttl)
+                    .fetch_optional(&mut *write)
+                    .await?
+            }
+        };
+        Ok(Completion::from_expiry(expires_at.map(|(at,)| at)))
+    }
+
+    pub(crate) async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, Error> {
+        let mut write = self.begin_write().await?;
+        let row: Option<AbandonedRow> = sqlx::query_as(TAKE_OVER_ABANDONED)
+            .bind(after(self.policy.lock_timeout))
+            .bind(ago(settle_after))
+            .fetch_optional(&mut *write)
+            .await?;
+        write.commit().await?;
+        row.map(AbandonedRow::into_abandoned).transpose()
+    }
+
+    pub(crate) async fn take_over_by_effect_key(
+        &self,
+        effect_key: &str,
+    ) -> Result<PendingEffect, Error> {
+        let mut write = self.begin_write().await?;
+        let row: Option<AbandonedRow> = sqlx::query_as(TAKE_OVER_BY_EFFECT_KEY)
+            .bind(after(self.policy.lock_timeout))
+            .bind(effect_key)
+            .fetch_optional(&mut *write)
+            .await?;
+        let (pending,): (i64,) = sqlx::query_as(COUNT_PENDING_BY_EFFECT_KEY)
+            .bind(effect_key)
+            .fetch_one(&mut *write)
+            .await?;
+        write.commit().await?;
+        match row {
+            Some(row) => Ok(PendingEffect::TakenOver(row.into_abandoned()?)),
+            None => Ok(PendingEffect::in_flight_if(pending > 0)),
+        }
+    }
+
+    pub(crate) async fn complete_held(
+        &self,
+        write: &mut SqliteConnection,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        response: &StoredResponse,
+    ) -> Result<u64, Error> {
+        let columns = ResponseColumns::of(response)?;
+        let done = sqlx::query(COMPLETE_HELD)
+            .bind(scope.tenant.as_str())
+            .bind(scope.operation.as_str())
+            .bind(key.as_str())
+            .bind(columns.status)
+            .bind(columns.headers)
+            .bind(columns.body)
+            .bind(columns.schema_version)
+            .bind(after(self.policy.ttl))
+            .execute(write)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// One batch per write transaction keeps a request waiting for one batch at most.
+    pub(crate) async fn reap_expired(&self, batch: i64) -> Result<u64, Error> {
+        let mut write = self.begin_write().await?;
+        let done = sqlx::query(REAP_EXPIRED)
+            .bind(batch)
+            .execute(&mut *write)
+            .await?;
+        write.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Creates the records table and its indexes if they are missing (`schema/sqlite.sql`).
+    pub(crate) async fn create_schema(&self) -> Result<(), Error> {
+        let _gate = self.lock_writes().await;
+        sqlx::raw_sql(SCHEMA).execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+async fn read(
+    connection: &mut SqliteConnection,
+    scope: &Scope,
+    key: &IdempotencyKey,
+) -> Result<Option<RecordWithClock>, Error> {
+    Ok(sqlx::query_as(READ)
+        .bind(scope.tenant.as_str())
+        .bind(scope.operation.as_str())
+        .bind(key.as_str())
+        .fetch_optional(connection)
+        .await?)
+}
+
+type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
+type QueryAs<'q, R> = sqlx::query::QueryAs<'q, Sqlite, R, SqliteArguments<'q>>;
+
+/// A fenced statement with the owner's five values bound as `?1` to `?5`.
+fn fenced<'q>(statement: &'q str, owner: Owner<'q>) -> Query<'q> {
+    sqlx::query(statement)
+        .bind(owner.scope.tenant.as_str())
+        .bind(owner.scope.operation.as_str())
+        .bind(owner.key.as_str())
+        .bind(owner.fence.attempt.0)
+        .bind(owner.fence.generation)
+}
+
+/// [`fenced`], reading rows back.
+fn fenced_as<'q, R>(statement: &'q str, owner: Owner<'q>) -> QueryAs<'q, R>
+where
+    R: for<'r> sqlx::FromRow<'r, SqliteRow>,
+{
+    sqlx::query_as(statement)
+        .bind(owner.scope.tenant.as_str())
+        .bind(owner.scope.operation.as_str())
+        .bind(owner.key.as_str())
+        .bind(owner.fence.attempt.0)
+        .bind(owner.fence.generation)
+}
+
+/// The modifier of `strftime(.., 'now', ?)` for a time `duration` from now.
+fn after(duration: Duration) -> String {
+    format!("+{:.3} seconds", duration.as_secs_f64())
+}
+
+/// The modifier for a time `duration` before now.
+fn ago(duration: Duration) -> String {
+    format!("-{:.3} seconds", duration.as_secs_f64())
+}
+
+fn create_parent_directory(file: &Path) -> Result<(), Error> {
+    match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir).map_err(|e| {
+            Error::Unusable(format!("cannot create directory {}: {e}", dir.display()))
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Creates the database file readable and writable by its owner only (0600), or narrows an
+/// existing one to that: it holds stored responses and request bodies. SQLite gives the `-wal`
+/// and `-shm` files the permissions of the database file; existing ones are narrowed too.
+#[cfg(unix)]
+fn owner_only(file: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+    const OWNER_ONLY: u32 = 0o600;
+    let unusable = |path: &Path, e: std::io::Error| {
+        Error::Unusable(format!(
+            "cannot restrict {} to its owner: {e}",
+            path.display()
+        ))
+    };
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(OWNER_ONLY)
+        .open(file)
+        .map_err(|e| unusable(file, e))?;
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = file.as_os_str().to_owned();
+        path.push(suffix);
+        let path = Path::new(&path);
+        let Ok(metadata) = std::fs::metadata(path) else {
+            continue;
+        };
+        if metadata.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(file = %path.display(), "narrowing the database file's permissions to 0600");
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(OWNER_ONLY))
+                .map_err(|e| unusable(path, e))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn owner_only(_file: &Path) -> Result<(), Error> {
+    Ok(())
+}
