@@ -8,14 +8,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use payments_idempotency::StoredResponse;
 use payments_storage::StoreError;
-use serde::Serialize;
 
 use crate::error_chain;
 use crate::reconcile::ReconcileError;
 use payments_idempotency::engine::{ProtocolError, StoreFailure};
 
-/// The media type of every error body.
-pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
+pub(crate) use payments_idempotency_axum::{PROBLEM_JSON, Problem};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -263,26 +261,24 @@ impl ApiError {
         }
     }
 
-    /// The problem document for this error.
+    /// The problem document for this error, with its `Retry-After`.
     pub fn problem(&self) -> Problem {
-        let status = self.status();
-        Problem {
-            kind: "about:blank",
-            title: status.canonical_reason().unwrap_or("Error"),
-            status: status.as_u16(),
-            detail: self.to_string(),
-            code: self.code(),
-            decline_code: match self {
-                Self::CardDeclined(decline)
-                | Self::RefundDeclined(decline)
-                | Self::PayoutDeclined(decline)
-                | Self::ResolutionDeclined(decline) => Some(decline.code.clone()),
-                _ => None,
-            },
-            available: match self {
-                Self::InsufficientBalance { available } => Some(*available),
-                _ => None,
-            },
+        let mut problem = Problem::new(self.status(), self.code(), self.to_string());
+        match self {
+            Self::CardDeclined(decline)
+            | Self::RefundDeclined(decline)
+            | Self::PayoutDeclined(decline)
+            | Self::ResolutionDeclined(decline) => {
+                problem = problem.with("decline_code", decline.code.clone());
+            }
+            Self::InsufficientBalance { available } => {
+                problem = problem.with("available", *available);
+            }
+            _ => {}
+        }
+        match self.retry_after() {
+            Some(secs) => problem.retry_after(secs),
+            None => problem,
         }
     }
 
@@ -359,29 +355,6 @@ impl From<ReconcileError> for ApiError {
     }
 }
 
-/// An RFC 9457 problem details document with this service's `code` extension.
-#[derive(Debug, Clone, Serialize)]
-pub struct Problem {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub title: &'static str,
-    pub status: u16,
-    pub detail: String,
-    pub code: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub decline_code: Option<String>,
-    /// What the balance had available, for `insufficient_balance`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub available: Option<i64>,
-}
-
-impl Problem {
-    pub fn to_json_bytes(&self) -> Vec<u8> {
-        // Serialising plain strings and numbers cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-}
-
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -391,14 +364,12 @@ impl IntoResponse for ApiError {
         } else {
             tracing::debug!(error.code = self.code(), "request rejected");
         }
-        let mut response = (status, self.problem().to_json_bytes()).into_response();
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if let Some(secs) = self.retry_after() {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
+        let mut response = self.problem().into_response();
         if matches!(self, Self::Unauthorized) {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            let bearer = HeaderValue::from_static("Bearer");
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, bearer);
         }
         response
     }

@@ -4,9 +4,12 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use payments_domain::TenantId;
 use payments_idempotency::IdempotencyKey;
+use payments_idempotency_axum::{
+    self as adapter, BodyRejection, JsonBody, KeyRejection, PreferWait,
+};
 use serde::de::DeserializeOwned;
 
 use crate::auth::{OperatorName, Principal};
@@ -92,29 +95,21 @@ fn bearer_token(value: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The validated `Idempotency-Key` header.
+/// The validated `Idempotency-Key` header (the adapter's), which may not hold a card number.
 #[derive(Debug, Clone)]
 pub(crate) struct IdempotencyKeyHeader(pub IdempotencyKey);
 
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let mut values = parts.headers.get_all("idempotency-key").iter();
-        let value = values.next().ok_or(ApiError::IdempotencyKeyMissing)?;
-        // Two keys on one request cannot both be honoured; picking one would be a guess.
-        if values.next().is_some() {
-            return Err(ApiError::IdempotencyKeyInvalid(
-                "Send exactly one Idempotency-Key header.".into(),
-            ));
-        }
-        let text = value.to_str().map_err(|_| {
-            ApiError::IdempotencyKeyInvalid(
-                "the Idempotency-Key may contain only visible ASCII characters".into(),
-            )
-        })?;
-        let key = IdempotencyKey::parse(text)
-            .map_err(|e| ApiError::IdempotencyKeyInvalid(e.to_string()))?;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let adapter::IdempotencyKeyHeader(key) =
+            adapter::IdempotencyKeyHeader::from_request_parts(parts, state)
+                .await
+                .map_err(|rejection| match rejection {
+                    KeyRejection::Missing => ApiError::IdempotencyKeyMissing,
+                    KeyRejection::Invalid(reason) => ApiError::IdempotencyKeyInvalid(reason),
+                })?;
         // A key is stored with its record, named in the replay cache and logged: a card number
         // used as one (an order's card, say) would sit in all three for the retention.
         if payments_domain::contains_card_number(key.as_str()) {
@@ -127,7 +122,8 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
     }
 }
 
-/// A JSON request body as raw bytes, after checking its media type and size. Parsing is left
+/// A JSON request body as raw bytes, after checking its media type and size (the adapter's
+/// `JsonBody`, its refusals as this service's errors). Parsing is left
 /// to the handler, which needs both the typed request and the canonical form.
 #[derive(Debug)]
 pub(crate) struct JsonBytes(pub Bytes);
@@ -136,26 +132,20 @@ impl FromRequest<AppState> for JsonBytes {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let is_json = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(is_json_media_type);
-        if !is_json {
-            return Err(ApiError::UnsupportedMediaType);
-        }
         let limit = state.limits.body_limit_bytes;
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge { limit }
-                } else if caused_by_body_timeout(&rejection) {
-                    ApiError::RequestTimeout
-                } else {
-                    ApiError::InvalidRequest("The request body could not be read.".into())
-                }
-            })?;
+        let JsonBody(bytes) =
+            JsonBody::from_request(request, state)
+                .await
+                .map_err(|rejection| match rejection {
+                    BodyRejection::NotJson => ApiError::UnsupportedMediaType,
+                    BodyRejection::TooLarge => ApiError::PayloadTooLarge { limit },
+                    BodyRejection::Unreadable(rejection) if caused_by_body_timeout(&rejection) => {
+                        ApiError::RequestTimeout
+                    }
+                    BodyRejection::Unreadable(_) => {
+                        ApiError::InvalidRequest("The request body could not be read.".into())
+                    }
+                })?;
         Ok(Self(bytes))
     }
 }
@@ -170,12 +160,6 @@ fn caused_by_body_timeout(rejection: &BytesRejection) -> bool {
         source = error.source();
     }
     false
-}
-
-/// `application/json`, with any parameters (`; charset=utf-8`), in any case.
-fn is_json_media_type(value: &str) -> bool {
-    let essence = value.split(';').next().unwrap_or_default().trim();
-    essence.eq_ignore_ascii_case("application/json")
 }
 
 /// What the headers of every idempotent `POST` carry, checked in this order: the tenant, its
@@ -260,43 +244,6 @@ impl From<OperatorCall> for KeyedCall {
     }
 }
 
-/// `Prefer: wait=N` (RFC 7240 §4.3): how long the client is willing to wait for a duplicate's
-/// in-flight attempt instead of receiving 409 at once. Capped at [`PreferWait::MAX`]; other
-/// preferences and malformed values are ignored, as RFC 7240 asks.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PreferWait(pub Option<std::time::Duration>);
-
-impl PreferWait {
-    pub(crate) const MAX: std::time::Duration = std::time::Duration::from_secs(10);
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for PreferWait {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let seconds = parts
-            .headers
-            .get_all("prefer")
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .find_map(parse_wait);
-        Ok(Self(
-            seconds.map(|s| std::time::Duration::from_secs(s).min(Self::MAX)),
-        ))
-    }
-}
-
-/// The seconds of one `wait=N` preference, ignoring parameters after `;`.
-fn parse_wait(preference: &str) -> Option<u64> {
-    let token = preference.split(';').next()?.trim();
-    let (name, value) = token.split_once('=')?;
-    if !name.trim().eq_ignore_ascii_case("wait") {
-        return None;
-    }
-    value.trim().trim_matches('"').parse().ok()
-}
-
 /// A query string parsed into `T`, rejected as a problem+json 400.
 #[derive(Debug)]
 pub(crate) struct ApiQuery<T>(pub T);
@@ -325,24 +272,5 @@ mod tests {
         assert_eq!(bearer_token("Basic c2tfMQ=="), None);
         assert_eq!(bearer_token("Bearer "), None);
         assert_eq!(bearer_token("Bearer"), None);
-    }
-
-    #[test]
-    fn prefer_wait_is_found_among_other_preferences() {
-        assert_eq!(parse_wait("wait=5"), Some(5));
-        assert_eq!(parse_wait(" WAIT = 3 "), Some(3));
-        assert_eq!(parse_wait("wait=\"7\""), Some(7));
-        assert_eq!(parse_wait("respond-async"), None);
-        assert_eq!(parse_wait("wait=soon"), None);
-        assert_eq!(parse_wait("handling=lenient"), None);
-    }
-
-    #[test]
-    fn json_media_type_allows_parameters_and_any_case() {
-        assert!(is_json_media_type("application/json"));
-        assert!(is_json_media_type("Application/JSON; charset=utf-8"));
-        assert!(!is_json_media_type("text/plain"));
-        assert!(!is_json_media_type("application/jsonx"));
-        assert!(!is_json_media_type("application/x-www-form-urlencoded"));
     }
 }

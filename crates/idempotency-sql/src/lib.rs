@@ -212,6 +212,16 @@ impl Transaction {
             Self::Sqlite(_) => Backend::Sqlite,
         }
     }
+
+    /// Commits (the engine commits the transactions it begins through `RecordStore::commit`;
+    /// this is for a service's own, from [`SqlRecords::begin_write`]).
+    pub async fn commit(self) -> Result<(), Error> {
+        match self {
+            Self::Postgres(tx) => postgres::answered(tx.commit()).await?,
+            Self::Sqlite(write) => write.commit().await?,
+        }
+        Ok(())
+    }
 }
 
 /// A claim of `key` for a request: its scope, its fingerprint, and the canonical body stored
@@ -426,13 +436,7 @@ impl RecordStore for SqlRecords {
     }
 
     async fn commit(&self, transaction: Transaction) -> Result<(), StoreFailure> {
-        match transaction {
-            Transaction::Postgres(tx) => {
-                postgres::answered(tx.commit()).await.map_err(Error::from)?
-            }
-            Transaction::Sqlite(write) => write.commit().await?,
-        }
-        Ok(())
+        Ok(transaction.commit().await?)
     }
 
     async fn take_over_abandoned(

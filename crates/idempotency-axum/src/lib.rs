@@ -1,0 +1,22 @@
+//! The idempotency engine over HTTP, for an axum service: what a request carries (its
+//! `Idempotency-Key`, how long it would wait for a duplicate in flight, its JSON body), and what
+//! goes back (the stored answer, byte for byte, with the headers that say it is a replay and
+//! until when its key holds; and the RFC 9457 problem documents of the protocol's refusals).
+//!
+//! A handler extracts [`IdempotencyKeyHeader`], [`PreferWait`] and [`JsonBody`], runs its
+//! operation through the engine (`Engine::run`, with `KeyedRequest::of`, whose fingerprint
+//! covers the method, the route and the canonical body) and answers with [`respond`] or, for a
+//! refusal, [`ProtocolProblem`]. This crate knows no database, no operation and no crate of the
+//! workspace but the engine.
+
+mod body;
+mod key;
+mod problem;
+mod replay;
+
+pub use body::{BodyRejection, JsonBody};
+pub use key::{IdempotencyKeyHeader, KeyRejection, PreferWait};
+pub use problem::{PROBLEM_JSON, Problem, ProtocolProblem};
+pub use replay::{
+    IDEMPOTENCY_KEY_EXPIRES, IDEMPOTENT_REPLAYED, IDEMPOTENT_SCHEMA_VERSION, http_date, respond,
+};
