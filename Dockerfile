@@ -46,10 +46,13 @@ RUN cargo --version
 COPY Cargo.toml Cargo.lock ./
 COPY crates/domain/Cargo.toml crates/domain/
 COPY crates/idempotency/Cargo.toml crates/idempotency/
+COPY crates/idempotency-sql/Cargo.toml crates/idempotency-sql/
+COPY crates/idempotency-axum/Cargo.toml crates/idempotency-axum/
 COPY crates/storage/Cargo.toml crates/storage/
 COPY crates/card-sim/Cargo.toml crates/card-sim/
 COPY crates/api/Cargo.toml crates/api/
-RUN for manifest in crates/*/Cargo.toml; do \
+COPY examples/orders/Cargo.toml examples/orders/
+RUN for manifest in crates/*/Cargo.toml examples/*/Cargo.toml; do \
         crate=${manifest%/Cargo.toml}; \
         mkdir -p "$crate/src" && : >"$crate/src/lib.rs"; \
         awk -v crate="$crate" ' \
@@ -64,17 +67,18 @@ RUN for manifest in crates/*/Cargo.toml; do \
     done \
     && mkdir -p crates/api/tests && echo 'fn main() {}' >crates/api/tests/e2e.rs \
     && cargo build --release --locked -p payments-api -p payments-card-sim --bins --test e2e \
-    && rm -rf crates
+    && rm -rf crates examples
 
-# The workspace itself. migrations/ is read at compile time: sqlx::migrate!() embeds the SQL
+# The workspace itself (examples/ holds a member of it). migrations/ is read at compile time: sqlx::migrate!() embeds the SQL
 # files into the binary, so the runtime image needs no migrations directory. The sources are
 # touched so that cargo rebuilds every workspace crate over the stand-ins' artifacts, whatever
 # the files' dates in the build context.
 COPY crates ./crates
+COPY examples ./examples
 COPY migrations ./migrations
 # --locked: build exactly the versions in Cargo.lock, and fail instead of updating it. The
 # e2e test binary is copied to a fixed path for the e2e stage.
-RUN find crates -name '*.rs' -exec touch {} + \
+RUN find crates examples -name '*.rs' -exec touch {} + \
     && cargo build --release --locked -p payments-api -p payments-card-sim --bins --test e2e \
         --message-format=json-render-diagnostics >/tmp/build.json \
     && e2e=$(grep '"name":"e2e"' /tmp/build.json | grep -o '"executable":"[^"]*"' | cut -d'"' -f4) \
