@@ -184,7 +184,8 @@ struct TestDb {
     records: SqlRecords,
     raw: AnyPool,
     backend: Backend,
-    cleanup: Cleanup,
+    /// Dropped last, it removes the database.
+    _cleanup: Cleanup,
 }
 
 enum Cleanup {
@@ -242,13 +243,13 @@ async fn test_db(backend: Backend) -> TestDb {
         records,
         raw,
         backend,
-        cleanup,
+        _cleanup: cleanup,
     }
 }
 
-impl Drop for TestDb {
+impl Drop for Cleanup {
     fn drop(&mut self) {
-        match &self.cleanup {
+        match self {
             Cleanup::RemoveDirectory(dir) => {
                 let _ = std::fs::remove_dir_all(dir);
             }
@@ -1380,7 +1381,75 @@ async fn a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished
     );
 }
 
+/// A database of `backend` with nothing in it but the record store's table, as another service
+/// applies it (`SqlRecords::create_schema`, from `crates/idempotency-sql/schema/`).
+async fn records_table_alone(backend: Backend) -> (SqlRecords, Cleanup) {
+    let name = format!("payments_test_{}", uuid::Uuid::new_v4().simple());
+    let (url, cleanup) = match backend {
+        Backend::Postgres => {
+            let admin = admin_url();
+            let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+            (format!("{base}/{name}"), Cleanup::DropDatabase(name))
+        }
+        Backend::Sqlite => {
+            let dir = std::env::temp_dir().join(name);
+            let url = format!("sqlite://{}", dir.join("records.db").display());
+            (url, Cleanup::RemoveDirectory(dir))
+        }
+    };
+    let settings = PoolSettings {
+        max_connections: 2,
+        acquire_timeout: Duration::from_secs(10),
+        statement_timeout: Duration::from_secs(30),
+    };
+    let database = Database::parse(&url).expect("test database URL");
+    let records = database
+        .open(&settings, IdempotencyPolicy::default())
+        .await
+        .expect("open the records' database");
+    records
+        .create_schema()
+        .await
+        .expect("apply the records table");
+    (records, cleanup)
+}
+
+/// The records table's columns: name, type, nullable, default.
+async fn record_columns(records: &SqlRecords) -> Vec<(String, String, bool, Option<String>)> {
+    match records {
+        SqlRecords::Postgres(records) => sqlx::query_as(
+            "SELECT column_name::text, data_type::text, is_nullable = 'YES', column_default::text
+             FROM information_schema.columns
+             WHERE table_name = 'idempotency_records' AND table_schema = current_schema()
+             ORDER BY column_name",
+        )
+        .fetch_all(records.pool())
+        .await,
+        SqlRecords::Sqlite(records) => {
+            sqlx::query_as(
+                "SELECT name, type, \"notnull\" = 0, dflt_value
+             FROM pragma_table_info('idempotency_records') ORDER BY name",
+            )
+            .fetch_all(records.pool())
+            .await
+        }
+    }
+    .expect("read the records table's columns")
+}
+
+/// The table another service applies for the record store and the one this service's
+/// migrations built over time have the same columns: the record store's statements run on
+/// either.
+async fn the_records_table_a_service_applies_is_the_one_the_migrations_build(backend: Backend) {
+    let db = test_db(backend).await;
+    let (applied, _cleanup) = records_table_alone(backend).await;
+    let migrated = record_columns(&db.records).await;
+    assert_eq!(migrated.len(), 20, "{migrated:?}");
+    assert_eq!(record_columns(&applied).await, migrated);
+}
+
 on_every_backend!(
+    the_records_table_a_service_applies_is_the_one_the_migrations_build,
     a_reservation_is_made_once_per_generation_and_never_exceeds_the_charge,
     a_fenced_off_attempt_reserves_nothing,
     a_refund_ended_without_a_refund_releases_its_reservation_and_a_finished_one_posts_it,
