@@ -331,7 +331,7 @@ impl From<ProtocolError> for ApiError {
             ProtocolError::KeyInUse { retry_after_secs } => {
                 Self::IdempotencyKeyInUse { retry_after_secs }
             }
-            ProtocolError::ProcessorUnavailable => Self::ProcessorUnavailable,
+            ProtocolError::EffectUnavailable => Self::ProcessorUnavailable,
             ProtocolError::Store(failure) if failure.is_unavailable() => {
                 Self::StoreUnavailable(failure.into_source())
             }

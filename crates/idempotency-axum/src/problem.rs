@@ -107,7 +107,7 @@ impl ProtocolProblem {
                  indicated delay, or send `Prefer: wait=N` to wait for its answer.",
             )
             .retry_after(*retry_after_secs),
-            ProtocolError::ProcessorUnavailable => Problem::new(
+            ProtocolError::EffectUnavailable => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "effect_unavailable",
                 "The outcome is not known yet. Retry with the same Idempotency-Key.",

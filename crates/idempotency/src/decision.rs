@@ -21,12 +21,12 @@ pub enum Decision {
     /// this request cannot be compared with: answer 409, never execute.
     Incomparable,
     /// The previous attempt was abandoned (stale lock, or released after an unknown outcome):
-    /// take the record over and continue from where it got to. The processor key is kept, so
-    /// a charge the earlier attempt made is found, not repeated.
+    /// take the record over and continue from where it got to. The effect port key is kept, so
+    /// an effect the earlier attempt made is found, not repeated.
     Resume { from: RecoveryPoint },
-    /// The record failed: the processor confirmed that nothing was charged under its key and
+    /// The record failed: the effect port confirmed that nothing was made under its key and
     /// tombstoned that key. The same request starts a new generation of the record, with a
-    /// new processor key.
+    /// new effect key.
     RetryFailed,
     /// The record outlived its retention: the key is fresh again, whatever the payload.
     ReplaceExpired,
@@ -37,7 +37,7 @@ pub enum Decision {
 /// Order matters. An expired record ([`IdempotencyRecord::is_expired`]: finished, and past its
 /// retention) is gone as far as the client is concerned, so expiry is checked first. A
 /// fingerprint mismatch is checked before anything is replayed or
-/// resumed, so one request can never receive another's response or reuse its processor key.
+/// resumed, so one request can never receive another's response or reuse its effect key.
 pub fn decide(
     existing: Option<&IdempotencyRecord>,
     fingerprint: &Fingerprint,
@@ -60,13 +60,13 @@ pub fn decide(
             // A completed record always has its response (a database CHECK enforces it);
             // resuming is the safe reading of one that does not: it replays nothing wrong.
             None => Decision::Resume {
-                from: RecoveryPoint::Charged,
+                from: RecoveryPoint::EffectMade,
             },
         },
         // A failed record never holds an effect id today (the store refuses to fail one that
-        // does); one written by an older version is finished from its charge, not retried.
+        // does); one written by an older version is finished from its effect, not retried.
         RecordState::Failed if record.holds_unrecorded_effect() => Decision::Resume {
-            from: RecoveryPoint::Charged,
+            from: RecoveryPoint::EffectMade,
         },
         RecordState::Failed => Decision::RetryFailed,
         RecordState::Pending => match record.locked_until {
@@ -146,14 +146,14 @@ mod tests {
         let completed = record(RecordState::Completed, RecoveryPoint::Finished, None);
         let failed = record(RecordState::Failed, RecoveryPoint::Started, None);
         let pending = record(RecordState::Pending, RecoveryPoint::Started, None);
-        let mut failed_with_charge = failed.clone();
-        failed_with_charge.effect_id = Some("ch_1".into());
+        let mut failed_with_effect = failed.clone();
+        failed_with_effect.effect_id = Some("ch_1".into());
         assert!(completed.is_expired(after) && failed.is_expired(after));
         assert!(!completed.is_expired(before) && !failed.is_expired(before));
         assert!(!pending.is_expired(after), "a pending record never expires");
         assert!(
-            !failed_with_charge.is_expired(after),
-            "a known charge must reach the ledger first"
+            !failed_with_effect.is_expired(after),
+            "a known effect must reach its rows first"
         );
     }
 
@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_stale_pending_record_is_resumed_from_its_recovery_point() {
-        for point in [RecoveryPoint::Started, RecoveryPoint::Charged] {
+        for point in [RecoveryPoint::Started, RecoveryPoint::EffectMade] {
             let rec = record(
                 RecordState::Pending,
                 point,
@@ -279,15 +279,15 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_record_holding_a_charge_id_is_finished_and_never_expires() {
-        let mut rec = record(RecordState::Failed, RecoveryPoint::Charged, None);
+    fn a_failed_record_holding_an_effect_id_is_finished_and_never_expires() {
+        let mut rec = record(RecordState::Failed, RecoveryPoint::EffectMade, None);
         rec.effect_id = Some("sim_1".into());
         let later = t0() + Duration::hours(25);
         for now in [t0(), later] {
             assert_eq!(
                 decide(Some(&rec), &fingerprint(100), now),
                 Decision::Resume {
-                    from: RecoveryPoint::Charged
+                    from: RecoveryPoint::EffectMade
                 }
             );
         }
@@ -310,17 +310,17 @@ mod tests {
     }
 
     #[test]
-    fn an_expired_pending_record_is_never_replaced_because_the_card_may_be_charged() {
+    fn an_expired_pending_record_is_never_replaced_because_the_effect_may_have_been_made() {
         let later = t0() + Duration::hours(25);
         let rec = record(
             RecordState::Pending,
-            RecoveryPoint::Charged,
+            RecoveryPoint::EffectMade,
             Some(t0() + Duration::seconds(30)),
         );
         assert_eq!(
             decide(Some(&rec), &fingerprint(100), later),
             Decision::Resume {
-                from: RecoveryPoint::Charged
+                from: RecoveryPoint::EffectMade
             }
         );
         assert_eq!(

@@ -14,15 +14,15 @@ pub struct IdempotencyPolicy {
 impl IdempotencyPolicy {
     /// The contract's default retention: 24 hours.
     pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-    /// The default lock: long enough for a slow processor call, short enough for a prompt retry.
+    /// The default lock: long enough for a slow effect call, short enough for a prompt retry.
     pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
-    /// Checks the policy against the processor's own idempotency window: a record must not
-    /// outlive the processor's memory of its key, or a late resume could charge again.
+    /// Checks the policy against the effect port's own idempotency window: a record must not
+    /// outlive the effect port's memory of its key, or a late resume could make the effect again.
     pub fn new(
         ttl: Duration,
         lock_timeout: Duration,
-        processor_key_window: Duration,
+        effect_key_window: Duration,
     ) -> Result<Self, PolicyError> {
         if ttl.is_zero() {
             return Err(PolicyError::ZeroTtl);
@@ -36,10 +36,10 @@ impl IdempotencyPolicy {
                 lock_secs: lock_timeout.as_secs(),
             });
         }
-        if ttl > processor_key_window {
-            return Err(PolicyError::TtlBeyondProcessorWindow {
+        if ttl > effect_key_window {
+            return Err(PolicyError::TtlBeyondEffectKeyWindow {
                 ttl_secs: ttl.as_secs(),
-                window_secs: processor_key_window.as_secs(),
+                window_secs: effect_key_window.as_secs(),
             });
         }
         Ok(Self { ttl, lock_timeout })
@@ -69,9 +69,9 @@ pub enum PolicyError {
     TtlNotLongerThanLock { ttl_secs: u64, lock_secs: u64 },
     #[error(
         "idempotency.ttl_secs ({ttl_secs}) must not exceed processor.key_window_secs ({window_secs}): \
-         a retry after the processor forgot its key could charge twice"
+         a retry after the effect port forgot its key could make the effect twice"
     )]
-    TtlBeyondProcessorWindow { ttl_secs: u64, window_secs: u64 },
+    TtlBeyondEffectKeyWindow { ttl_secs: u64, window_secs: u64 },
 }
 
 #[cfg(test)]
@@ -82,16 +82,16 @@ mod tests {
     const LOCK: Duration = Duration::from_secs(30);
 
     #[test]
-    fn a_ttl_within_the_processor_window_is_accepted() {
+    fn a_ttl_within_the_effect_key_window_is_accepted() {
         assert!(IdempotencyPolicy::new(DAY, LOCK, DAY).is_ok());
     }
 
     #[test]
-    fn a_ttl_longer_than_the_processor_window_is_refused() {
+    fn a_ttl_longer_than_the_effect_key_window_is_refused() {
         let err = IdempotencyPolicy::new(DAY * 2, LOCK, DAY);
         assert!(matches!(
             err,
-            Err(PolicyError::TtlBeyondProcessorWindow { .. })
+            Err(PolicyError::TtlBeyondEffectKeyWindow { .. })
         ));
     }
 

@@ -55,7 +55,7 @@ pub enum RecordState {
     Pending,
     /// Finished with a response that is replayed until the record expires.
     Completed,
-    /// Nothing was made, for good: the processor tombstoned the record's effect key, so no
+    /// Nothing was made, for good: the effect port tombstoned the record's effect key, so no
     /// call under it can ever make the effect. The next retry starts a new generation with a
     /// new effect key.
     Failed,
@@ -64,11 +64,11 @@ pub enum RecordState {
 /// How far a pending operation got, so that a takeover resumes instead of starting again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecoveryPoint {
-    /// Claimed; the processor may or may not have been called.
+    /// Claimed; the effect port may or may not have been called.
     Started,
-    /// The processor confirmed the effect (stored as `charged`, the name it had when charges
+    /// The effect port confirmed the effect (stored as `charged`, the name it had when charges
     /// were the only operation); the local writes are still to do.
-    Charged,
+    EffectMade,
     /// The operation's rows and the response are committed.
     Finished,
 }
@@ -107,7 +107,7 @@ macro_rules! stored_names {
 }
 
 stored_names!(RecordState { Pending => "pending", Completed => "completed", Failed => "failed" });
-stored_names!(RecoveryPoint { Started => "started", Charged => "charged", Finished => "finished" });
+stored_names!(RecoveryPoint { Started => "started", EffectMade => "charged", Finished => "finished" });
 
 /// The number of the attempt that claimed a record, counting from 1. It is also the fencing
 /// token: an attempt may only write to the record while the record still holds its number.
@@ -175,9 +175,9 @@ pub struct IdempotencyRecord {
     pub locked_until: Option<DateTime<Utc>>,
     pub attempts: Attempt,
     /// The key the effect is made under with every attempt of the generation, so that the
-    /// effect's own port (the processor) deduplicates them too.
+    /// effect's own port (the effect port) deduplicates them too.
     pub effect_key: String,
-    /// The processor's id of the effect (a charge, a refund) once the recovery point is
+    /// The effect port's id of the effect (a charge, a refund) once the recovery point is
     /// `charged` or later.
     pub effect_id: Option<String>,
     /// Present exactly when the state is `completed`.
@@ -189,7 +189,7 @@ pub struct IdempotencyRecord {
 impl IdempotencyRecord {
     /// Whether the record outlived its retention at `now`, so that its key is fresh again.
     ///
-    /// Only a finished record expires. A pending one never does: the processor may have made
+    /// Only a finished record expires. A pending one never does: the effect port may have made
     /// its effect, and only a resume (or the completer) may settle it. Nor does a failed record
     /// that holds an effect id: a known effect must reach the ledger first.
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
@@ -219,7 +219,7 @@ mod tests {
         }
         for point in [
             RecoveryPoint::Started,
-            RecoveryPoint::Charged,
+            RecoveryPoint::EffectMade,
             RecoveryPoint::Finished,
         ] {
             assert_eq!(point.as_str().parse(), Ok(point));

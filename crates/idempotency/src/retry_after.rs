@@ -1,7 +1,7 @@
 //! When a duplicate of a request in flight should come back: `Retry-After` from how long
 //! attempts of the operation have recently taken, not from how long the lock has left.
 //!
-//! A lock lasts long enough for the slowest processor call (30 s by default), so "the rest of
+//! A lock lasts long enough for the slowest effect call (30 s by default), so "the rest of
 //! the lock" sends a client away for far longer than a typical attempt takes. The estimate is
 //! the 90th percentile of the last [`RecentDurations::WINDOW`] attempts, in whole seconds
 //! rounded up, at least 1 and never more than the lock has left. Memory is fixed: one ring of

@@ -492,7 +492,7 @@ async fn a_takeover_resumes_from_charged_with_the_effect_id(backend: Backend) {
             .await
             .expect("takeover"),
     );
-    assert_eq!(second.resume_from, RecoveryPoint::Charged);
+    assert_eq!(second.resume_from, RecoveryPoint::EffectMade);
     assert_eq!(second.effect_id.as_deref(), Some("sim_42"));
 }
 
@@ -738,7 +738,7 @@ async fn a_record_holding_an_effect_id_is_never_failed_nor_reaped_without_its_ch
     let resumed = db.claim_owned(&s, &k).await;
     assert_eq!(
         (resumed.resume_from, resumed.effect_id.as_deref()),
-        (RecoveryPoint::Charged, Some("sim_known"))
+        (RecoveryPoint::EffectMade, Some("sim_known"))
     );
 }
 

@@ -59,10 +59,10 @@ pub enum ProtocolError {
     /// Another attempt holds the key (409).
     #[error("the idempotency key is in use; retry after {retry_after_secs} s")]
     KeyInUse { retry_after_secs: u64 },
-    /// The outcome at the processor is unknown, or its effect was not the one requested;
+    /// The outcome at the effect port is unknown, or its effect was not the one requested;
     /// nothing was stored, and a retry with the same key resumes the record (503).
-    #[error("the processor is unavailable")]
-    ProcessorUnavailable,
+    #[error("the effect port is unavailable")]
+    EffectUnavailable,
     /// The records could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreFailure),

@@ -49,7 +49,7 @@ impl Future for YieldOnce {
     }
 }
 
-/// One interleaving point, for ports of tests (a fake processor's call) as for this store.
+/// One interleaving point, for ports of tests (a fake effect port's call) as for this store.
 pub async fn yield_once() {
     YieldOnce::default().await;
 }
@@ -414,7 +414,7 @@ impl RecordStore for MemoryRecords {
         let Some(record) = inner.owned(owner) else {
             return Ok(Finish::Fenced);
         };
-        record.recovery_point = RecoveryPoint::Charged;
+        record.recovery_point = RecoveryPoint::EffectMade;
         record.effect_id = Some(effect_id.to_owned());
         Ok(Finish::Written)
     }

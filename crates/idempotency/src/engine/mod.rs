@@ -389,8 +389,8 @@ impl<T: Send + 'static> Engine<T> {
         };
         self.observer.reached(Checkpoint::AfterClaim).await;
         let (effect_id, recorded) = match (claimed.resume_from, claimed.effect_id) {
-            // The processor already confirmed the effect: do not call it again.
-            (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => (id, true),
+            // The effect port already confirmed the effect: do not call it again.
+            (RecoveryPoint::EffectMade | RecoveryPoint::Finished, Some(id)) => (id, true),
             _ => {
                 let started = Instant::now();
                 let effect = op.effect(&plan, &claimed.effect_key).await;
@@ -402,7 +402,7 @@ impl<T: Send + 'static> Engine<T> {
                             // Never recorded: the record stays pending and released, for the
                             // completer (and a person reading the metric) to look at again.
                             self.release(owner).await?;
-                            return Err(ProtocolError::ProcessorUnavailable);
+                            return Err(ProtocolError::EffectUnavailable);
                         }
                         // No `charged` write here: the finish records the effect, and an
                         // attempt that dies before it is recovered by the effect key (a
@@ -419,9 +419,9 @@ impl<T: Send + 'static> Engine<T> {
                         // is stored and the lock is released. A retry resumes with the same
                         // effect key; if none comes, the completer settles the record once
                         // the settle grace has passed.
-                        tracing::warn!(processor.error = %reason, "processor unavailable");
+                        tracing::warn!(effect.error = %reason, "the effect's outcome is unknown");
                         self.release(owner).await?;
-                        return Err(ProtocolError::ProcessorUnavailable);
+                        return Err(ProtocolError::EffectUnavailable);
                     }
                 }
             }
@@ -489,7 +489,7 @@ impl<T: Send + 'static> Engine<T> {
         Ok(Answer::fresh(response, expires_at))
     }
 
-    /// Whether the processor's effect is the one the request asked for. A mismatch is logged
+    /// Whether the effect port's effect is the one the request asked for. A mismatch is logged
     /// and observed, and never reaches the records.
     fn confirms<O: Operation>(&self, effect: &O::Effect, plan: &O::Plan) -> bool {
         let Err(mismatch) = O::confirms(effect, plan) else {
@@ -497,9 +497,9 @@ impl<T: Send + 'static> Engine<T> {
         };
         self.observer.effect_mismatch();
         tracing::error!(
-            processor.effect_id = %O::effect_id(effect),
+            effect.id = %O::effect_id(effect),
             error = %mismatch,
-            "the processor reported an effect that is not the one requested; it is not recorded"
+            "the effect port reported an effect that is not the one requested; it is not recorded"
         );
         false
     }
@@ -511,8 +511,8 @@ impl<T: Send + 'static> Engine<T> {
         Ok(())
     }
 
-    /// The finish failed after the processor made the effect: record the `charged` recovery
-    /// point, so that whoever resumes the record finishes it without asking the processor
+    /// The finish failed after the effect port made the effect: record the `charged` recovery
+    /// point, so that whoever resumes the record finishes it without asking the effect port
     /// again. Best effort: if this write fails too, the effect key still finds the effect.
     async fn leave_effect_behind(&self, owner: Owner<'_>, effect_id: &str) {
         match self.records.record_effect(owner, effect_id).await {

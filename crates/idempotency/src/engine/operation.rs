@@ -17,7 +17,7 @@ use crate::{SchemaVersion, StoredResponse};
 pub enum Prepared<P> {
     /// Go on to the effect with this plan.
     Ready(P),
-    /// A final answer, decided by the state the request meets rather than by the processor
+    /// A final answer, decided by the state the request meets rather than by the effect port
     /// (a refund larger than what is left): stored and replayed like a decline.
     Refused(StoredResponse),
     /// Another attempt owns the record now: answer from the record.
@@ -103,12 +103,13 @@ impl<'a, T: Send + 'static> Preparing<'a, T> {
 ///
 /// After the claim, the engine asks the operation to [`prepare`](Self::prepare) the effect
 /// (a refund reserves its amount there), then calls [`effect`](Self::effect) at most once per
-/// attempt, always with the record's effect key, so that the processor deduplicates every
+/// attempt, always with the record's effect key, so that the effect port deduplicates every
 /// attempt of one request; [`settle`](Self::settle) is the completer's definitive question
 /// under the same key, and must never create anything. The operation holds its own ports (its
-/// processor); its rows are written in the record store's transactions, which the engine
-/// begins over the record, ends the record in and commits ([`finish`](Self::finish),
-/// [`end_unmade`](Self::end_unmade)). The engine sees only these methods.
+/// effect port: a card processor, a mail service); its rows are written in the record store's
+/// transactions, which the engine begins over the record, ends the record in and commits
+/// ([`finish`](Self::finish), [`end_unmade`](Self::end_unmade)). The engine sees only these
+/// methods.
 #[async_trait]
 pub trait Operation: Send + Sync + 'static {
     /// The validated request.
@@ -116,7 +117,7 @@ pub trait Operation: Send + Sync + 'static {
     /// What the effect is made of, once prepared: the request itself, or what the request
     /// came to against the state it met (a refund's reserved amount).
     type Plan: Send + Sync;
-    /// What the processor reports the effect to be.
+    /// What the effect port reports the effect to be.
     type Effect: Send + Sync;
     /// The transaction of the record store the operation's rows live in
     /// ([`RecordStore::Transaction`]).
@@ -181,14 +182,14 @@ pub trait Operation: Send + Sync + 'static {
     /// tombstone that makes any later effect under it impossible.
     async fn settle(&self, effect_key: &str) -> Result<Settled<Self::Effect>, EffectError>;
 
-    /// The processor's id of the effect, kept by the `charged` recovery point.
+    /// The effect port's id of the effect, kept by the `charged` recovery point.
     fn effect_id(effect: &Self::Effect) -> String;
 
-    /// Whether the processor's effect is the one `plan` asked for; a mismatch is never
+    /// Whether the effect port's effect is the one `plan` asked for; a mismatch is never
     /// recorded. The reason goes to the log.
     fn confirms(effect: &Self::Effect, plan: &Self::Plan) -> Result<(), String>;
 
-    /// The stored answer to a definitive refusal by the processor (a decline).
+    /// The stored answer to a definitive refusal by the effect port (a decline).
     fn declined(&self, code: String, message: String) -> StoredResponse;
 
     /// The answer to a retry that meets a final response stored by another schema version

@@ -208,7 +208,7 @@ pub enum Unmade<'a> {
     /// With a final answer that created nothing: a decline, or a refusal by the operation's
     /// preparation. Stored and replayed like a success.
     Answered(&'a StoredResponse),
-    /// Failed, once the processor has tombstoned the key: nothing was made, and nothing can be.
+    /// Failed, once the effect port has tombstoned the key: nothing was made, and nothing can be.
     /// The next retry starts a new generation under a new effect key.
     Tombstoned,
 }
@@ -262,7 +262,7 @@ pub trait RecordStore: Send + Sync + 'static {
         key: &IdempotencyKey,
     ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure>;
 
-    /// Records that the processor confirmed the effect (the `charged` recovery point), so
+    /// Records that the effect port confirmed the effect (the `charged` recovery point), so
     /// that a takeover resumes from here.
     async fn record_effect(
         &self,
@@ -365,9 +365,9 @@ pub enum Outcome {
     TakenOver,
     /// The attempt lost its record to another and answered from it.
     Fenced,
-    /// The completer finished a record whose effect the processor had made.
+    /// The completer finished a record whose effect the effect port had made.
     CompletedByCompleter,
-    /// The completer failed a record after the processor tombstoned its key.
+    /// The completer failed a record after the effect port tombstoned its key.
     FailedByCompleter,
 }
 
@@ -402,9 +402,9 @@ pub enum CacheCall {
 /// The points of an attempt where a test may stop or pause the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Checkpoint {
-    /// The record is claimed and the effect prepared; the processor has not been called.
+    /// The record is claimed and the effect prepared; the effect port has not been called.
     AfterClaim,
-    /// The processor made the effect; the finishing transaction has not run.
+    /// The effect port made the effect; the finishing transaction has not run.
     AfterEffect,
     /// The finish failed and the attempt recorded the effect's id instead.
     AfterRecordEffect,
@@ -425,7 +425,7 @@ pub trait Observer: Send + Sync {
     /// [`Operation::EFFECT`]: super::Operation::EFFECT
     fn effect_called(&self, _effect: &'static str, _took: Duration) {}
 
-    /// The processor reported an effect that is not the one requested: never recorded.
+    /// The effect port reported an effect that is not the one requested: never recorded.
     fn effect_mismatch(&self) {}
 
     /// A cache entry failed its check: never served.

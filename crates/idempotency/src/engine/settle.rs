@@ -2,13 +2,13 @@
 //! answer, on behalf of a client that may never retry, for any operation.
 //!
 //! The record was taken over only once its lock ended at least the settle grace ago, so any
-//! effect call made under that lock has finished at the processor. The processor is then
+//! effect call made under that lock has finished at the effect port. The effect port is then
 //! asked for a definitive answer under the record's effect key ([`Operation::settle`]), which
 //! never creates anything:
 //! - the effect exists: prepared again from the stored request (which finds what the attempt
 //!   that made it prepared), checked against that, then finished exactly as the request would
 //!   have finished it;
-//! - a call is still processing, or the processor cannot be reached: the record stays
+//! - a call is still processing, or the effect port cannot be reached: the record stays
 //!   pending, released, and a later round asks again;
 //! - none, and the key is now tombstoned: only then is the record failed (with what its
 //!   preparation held, [`Operation::end_unmade`]), and the client's retry starts a new generation
@@ -28,7 +28,7 @@ pub enum SettleOutcome {
     Finished,
     /// Still processing, no answer, or nothing to finish it with: released, asked again later.
     Released,
-    /// The processor reported an effect that is not the one requested: never recorded; the
+    /// The effect port reported an effect that is not the one requested: never recorded; the
     /// record is released and stays pending until a person resolves it.
     Mismatched,
     /// Nothing was made and the effect key is tombstoned: the record is failed.
@@ -37,9 +37,9 @@ pub enum SettleOutcome {
 
 /// What the completer knows of the effect of a record it took over.
 enum Found<E> {
-    /// The `charged` recovery point: the processor confirmed it, and this is its id.
+    /// The `charged` recovery point: the effect port confirmed it, and this is its id.
     Recorded(String),
-    /// The processor reported it just now, still to be checked against the request.
+    /// The effect port reported it just now, still to be checked against the request.
     Reported(E),
 }
 
@@ -53,13 +53,13 @@ impl<T: Send + 'static> Engine<T> {
         let owner = record.owner();
         let key = &record.key;
         let found = match (record.recovery_point, &record.effect_id) {
-            (RecoveryPoint::Charged | RecoveryPoint::Finished, Some(id)) => {
+            (RecoveryPoint::EffectMade | RecoveryPoint::Finished, Some(id)) => {
                 Found::Recorded(id.clone())
             }
             _ => match op.settle(&record.effect_key).await {
                 Ok(Settled::Exists(effect)) => Found::Reported(effect),
                 Ok(Settled::StillProcessing) => {
-                    tracing::info!(idempotency.key = %key, "completer: the processor is still processing; asking again later");
+                    tracing::info!(idempotency.key = %key, "completer: the effect port is still processing; asking again later");
                     return self.release(owner).await.map(|()| SettleOutcome::Released);
                 }
                 Ok(Settled::Tombstoned) => {
@@ -70,7 +70,7 @@ impl<T: Send + 'static> Engine<T> {
                     return Ok(SettleOutcome::Failed);
                 }
                 Err(error) => {
-                    tracing::warn!(idempotency.key = %key, error = %error, "completer: the processor did not answer; asking again later");
+                    tracing::warn!(idempotency.key = %key, error = %error, "completer: the effect port did not answer; asking again later");
                     return self.release(owner).await.map(|()| SettleOutcome::Released);
                 }
             },
