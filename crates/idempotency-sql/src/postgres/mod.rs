@@ -7,13 +7,15 @@
 //! attempt number it claimed with. `FOR UPDATE SKIP LOCKED` lets every instance run a
 //! completer and a reaper at once, each on different rows.
 //!
-//! The pool is this module's too ([`connect_lazy`]), because a failover is its business: a
-//! connection that found its node demoted, or got no answer, makes every connection opened
-//! before it suspect, and each is closed as it comes back to the pool.
+//! The statements are in `statements.rs`, whole. The pool is this module's too (`pool.rs`,
+//! [`connect_lazy`]), because a failover is its business: a connection that found its node
+//! demoted, or got no answer, makes every connection opened before it suspect, and each is
+//! closed as it comes back to the pool.
 
-use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+mod pool;
+mod statements;
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use payments_idempotency::engine::{
@@ -22,166 +24,17 @@ use payments_idempotency::engine::{
 use payments_idempotency::{
     IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool, Postgres};
+
+use pool::ANSWER_MARGIN;
+pub use pool::{answer_bound, answered, connect_lazy, distrust_open_connections};
+use statements::*;
 
 use crate::error::{Error, no_answer};
 use crate::row::{
     AbandonedRow, Generation, RecordWithClock, ResponseColumns, TakenOver, request_version,
 };
 use crate::{NewClaim, PendingEffect, PoolSettings};
-
-/// A fresh pending record at attempt 1, locked for the lock timeout (`$6` seconds), with a
-/// provisional expiry (`$9`) that its completion replaces. No row: the key exists.
-const INSERT_PENDING: &str = "
-INSERT INTO idempotency_records
-    (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
-     locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at,
-     request_body)
-VALUES ($1, $2, $3, $4, $5, 'pending', 'started', now() + make_interval(secs => $6), 1, $7, $8,
-        now(), now() + make_interval(secs => $9), now(), $10)
-ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING attempts";
-
-/// A record and the database's clock, without a lock.
-const READ: &str = "
-SELECT r.*, now() AS db_now FROM idempotency_records r
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3";
-
-/// The same, under the row lock: concurrent claims of one existing key queue here, so that
-/// exactly one of them can take a stale record over.
-const READ_LOCKED: &str = "
-SELECT r.*, now() AS db_now FROM idempotency_records r
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-FOR UPDATE";
-
-/// Gives a stale record to this attempt, keeping its generation, effect key and recovery
-/// point: it resumes the same request. `attempts + 1` fences off the attempt it takes over.
-const TAKE_OVER: &str = "
-UPDATE idempotency_records
-SET state = 'pending', attempts = attempts + 1, locked_until = now() + make_interval(secs => $4),
-    updated_at = now()
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-RETURNING attempts, resource_id, processor_key";
-
-/// Reuses an expired or failed record's row for a new generation, `attempts` still counting:
-/// a straggler of the old generation can never pass the new one's fence.
-const REPLACE: &str = "
-UPDATE idempotency_records
-SET fingerprint = $4, request_version = $5, state = 'pending', recovery_point = 'started',
-    attempts = attempts + 1, locked_until = now() + make_interval(secs => $6), resource_id = $7,
-    processor_key = $8, effect_id = NULL, response_status = NULL, response_headers = NULL,
-    response_body = NULL, response_schema_version = NULL, created_at = now(),
-    expires_at = now() + make_interval(secs => $9), updated_at = now(), request_body = $10
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-RETURNING attempts";
-
-/// The effect is made: a takeover resumes from here without making it again. Fenced, as every
-/// statement below: it matches only while the record is pending and still holds the attempt
-/// number (`$4`) and generation (`$5`) its owner claimed with.
-const RECORD_EFFECT: &str = "
-UPDATE idempotency_records SET recovery_point = 'charged', effect_id = $6, updated_at = now()
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-  AND attempts = $4 AND resource_id = $5 AND state = 'pending'";
-
-/// Gives up the lock after an unknown outcome: the record stays pending and is stale at once.
-const RELEASE: &str = "
-UPDATE idempotency_records SET locked_until = now(), updated_at = now()
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-  AND attempts = $4 AND resource_id = $5 AND state = 'pending'";
-
-/// Locks the record its owner holds, in the transaction the engine ends it in: no takeover or
-/// completer ends this generation meanwhile. A lock, not a write.
-const LOCK: &str = "
-SELECT attempts FROM idempotency_records
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-  AND attempts = $4 AND resource_id = $5 AND state = 'pending'
-FOR UPDATE";
-
-/// Completes the record with its response. Retention counts from the completion (`$10`
-/// seconds), never from the claim.
-const COMPLETE: &str = "
-UPDATE idempotency_records
-SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = $6,
-    response_headers = $7, response_body = $8, response_schema_version = $9,
-    expires_at = now() + make_interval(secs => $10), updated_at = now()
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-  AND attempts = $4 AND resource_id = $5 AND state = 'pending'
-RETURNING expires_at";
-
-/// Completes a record that made no effect (a decline, a refusal): a record holding an effect
-/// id never ends this way, since its effect must be written with its operation's rows.
-const COMPLETE_WITHOUT_EFFECT: &str = "
-UPDATE idempotency_records
-SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = $6,
-    response_headers = $7, response_body = $8, response_schema_version = $9,
-    expires_at = now() + make_interval(secs => $10), updated_at = now()
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-  AND attempts = $4 AND resource_id = $5 AND state = 'pending' AND effect_id IS NULL
-RETURNING expires_at";
-
-/// Fails the record once its effect key is tombstoned: the next claim starts a new generation.
-/// A record holding an effect id is never failed.
-const FAIL: &str = "
-UPDATE idempotency_records
-SET state = 'failed', locked_until = NULL, expires_at = now() + make_interval(secs => $6),
-    updated_at = now()
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-  AND attempts = $4 AND resource_id = $5 AND state = 'pending' AND effect_id IS NULL
-RETURNING expires_at";
-
-/// The completer's takeover: the pending record whose lock ended longest ago, if at least `$2`
-/// seconds ago, locked for `$1` seconds. `SKIP LOCKED`: each instance takes a different row.
-const TAKE_OVER_ABANDONED: &str = "
-UPDATE idempotency_records
-SET attempts = attempts + 1, locked_until = now() + make_interval(secs => $1), updated_at = now()
-WHERE (tenant_id, operation, idempotency_key) IN (
-    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
-    WHERE state = 'pending' AND locked_until < now() - make_interval(secs => $2)
-    ORDER BY locked_until
-    LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING tenant_id, operation, idempotency_key, attempts, resource_id, processor_key,
-          recovery_point, effect_id, request_body, request_version";
-
-/// The reaper: up to `$1` expired finished records, the longest expired first, along the
-/// partial index `idempotency_records_expiry`. Never a pending record, nor a failed one that
-/// holds an effect id.
-const REAP_EXPIRED: &str = "
-DELETE FROM idempotency_records
-WHERE (tenant_id, operation, idempotency_key) IN (
-    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
-    WHERE state <> 'pending' AND expires_at <= now()
-      AND (effect_id IS NULL OR state = 'completed')
-    ORDER BY expires_at
-    LIMIT $1 FOR UPDATE SKIP LOCKED)";
-
-/// Takes over the pending record that made (or is making) the effect under effect key `$2`,
-/// once its lock has ended, for `$1` seconds: a reconciler found the effect at its maker, so
-/// no call under the key can still be on its way, and there is no grace to wait for.
-const TAKE_OVER_BY_EFFECT_KEY: &str = "
-UPDATE idempotency_records
-SET attempts = attempts + 1, locked_until = now() + make_interval(secs => $1), updated_at = now()
-WHERE (tenant_id, operation, idempotency_key) IN (
-    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
-    WHERE state = 'pending' AND processor_key = $2 AND locked_until < now()
-    LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING tenant_id, operation, idempotency_key, attempts, resource_id, processor_key,
-          recovery_point, effect_id, request_body, request_version";
-
-/// Whether a pending record holds effect key `$1`.
-const COUNT_PENDING_BY_EFFECT_KEY: &str = "
-SELECT count(*) FROM idempotency_records WHERE state = 'pending' AND processor_key = $1";
-
-/// Completes a pending record that no attempt will ever finish (an operator voided its
-/// effect), whichever attempt holds it: `attempts + 1` fences off an attempt still at work,
-/// which then answers from the record. A record holding an effect id is left alone.
-const COMPLETE_HELD: &str = "
-UPDATE idempotency_records
-SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = $4,
-    response_headers = $5, response_body = $6, response_schema_version = $7,
-    expires_at = now() + make_interval(secs => $8), attempts = attempts + 1, updated_at = now()
-WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-  AND state = 'pending' AND effect_id IS NULL";
 
 /// The records of a PostgreSQL database. Cheap to clone (the pool is shared).
 #[derive(Debug, Clone)]
@@ -468,7 +321,7 @@ impl PgRecords {
 }
 
 /// The records table, as a service applies it.
-pub const SCHEMA: &str = include_str!("../schema/postgres.sql");
+pub const SCHEMA: &str = include_str!("../../schema/postgres.sql");
 
 async fn read(
     connection: &mut PgConnection,
@@ -510,94 +363,4 @@ where
         .bind(owner.key.as_str())
         .bind(owner.fence.attempt.0)
         .bind(owner.fence.generation)
-}
-
-/// When the process last had reason to distrust every open connection, in milliseconds on
-/// [`CLOCK`]; 0 for never. Two reasons: a statement found its database read-only (SQLSTATE
-/// 25006: the node it reached was demoted to a standby), or a statement got no answer within
-/// [`answer_bound`] (the node is frozen, or gone without a word). Every connection opened
-/// before then may lead to that node, so each is closed as it comes back to the pool, and the
-/// pool opens new ones (which a pooler in front sends to the new primary). Process-wide: one
-/// such node is reason enough for every pool of the process to reconnect.
-static DISTRUSTED_AT: AtomicU64 = AtomicU64::new(0);
-
-/// The clock of [`DISTRUSTED_AT`], started with the first pool.
-static CLOCK: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-/// The longest a statement, `BEGIN` or `COMMIT` waits for PostgreSQL's answer, in
-/// milliseconds (0: no pool yet). The server cancels a slow statement itself at its
-/// `statement_timeout`; this bound is for a server that answers nothing at all (a stopped
-/// process, a paused machine, a network that drops every packet), where that timeout never
-/// runs and TCP keepalives are answered by a kernel that is still alive. The largest of the
-/// process's pools, so that no pool's statements are cut short of their own timeout.
-static ANSWER_BOUND_MS: AtomicU64 = AtomicU64::new(0);
-
-/// How much longer than `statement_timeout` a statement is waited for before it is given up:
-/// a server that runs cancels it first, and its answer says why.
-const ANSWER_MARGIN: Duration = Duration::from_secs(1);
-
-fn millis_on_clock() -> u64 {
-    u64::try_from(CLOCK.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The connections opened until now leave the pool as they come back to it.
-pub fn distrust_open_connections() {
-    DISTRUSTED_AT.store(millis_on_clock().max(1), Ordering::Relaxed);
-}
-
-/// Whether a connection of this `age` was opened before the last reason to distrust it (or in
-/// the same millisecond).
-fn opened_before_distrust(age: Duration) -> bool {
-    let seen = DISTRUSTED_AT.load(Ordering::Relaxed);
-    let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-    seen != 0 && millis_on_clock().saturating_sub(age) <= seen
-}
-
-/// See [`ANSWER_BOUND_MS`].
-pub fn answer_bound() -> Option<Duration> {
-    match ANSWER_BOUND_MS.load(Ordering::Relaxed) {
-        0 => None,
-        millis => Some(Duration::from_millis(millis)),
-    }
-}
-
-/// Waits for `work`, a statement's or a `COMMIT`'s round trip, at most [`answer_bound`].
-/// Dropped there, the connection is left mid-conversation: the error distrusts it, so it
-/// leaves the pool as it comes back.
-pub async fn answered<T>(
-    work: impl Future<Output = Result<T, sqlx::Error>>,
-) -> Result<T, sqlx::Error> {
-    match answer_bound() {
-        None => work.await,
-        Some(bound) => tokio::time::timeout(bound, work)
-            .await
-            .unwrap_or_else(|_| Err(no_answer(bound))),
-    }
-}
-
-/// A pool that connects lazily: a service starts even while the database is down, answers
-/// 503 until it is back, and recovers without a restart. Its statements are cancelled by the
-/// server at `statement_timeout`, and given up by [`answered`] a little later.
-pub fn connect_lazy(options: PgConnectOptions, settings: &PoolSettings) -> PgPool {
-    LazyLock::force(&CLOCK);
-    let timeout_ms = settings.statement_timeout.as_millis();
-    let options = options.options([("statement_timeout", timeout_ms)]);
-    let bound = settings.statement_timeout + ANSWER_MARGIN;
-    ANSWER_BOUND_MS.fetch_max(
-        u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
-        Ordering::Relaxed,
-    );
-    // No ping before each acquire: it would add a round trip to every statement on the hot
-    // path. A connection that died is found by its next statement, which fails as unavailable
-    // (503, nothing executed) and is dropped from the pool; one that reached a demoted
-    // primary, or that went unanswered, is closed as it comes back (`opened_before_distrust`).
-    PgPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .acquire_timeout(settings.acquire_timeout)
-        .test_before_acquire(false)
-        .after_release(|_, connection| {
-            let keep = !opened_before_distrust(connection.age);
-            Box::pin(async move { Ok(keep) })
-        })
-        .connect_lazy_with(options)
 }

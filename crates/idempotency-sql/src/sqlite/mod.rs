@@ -12,10 +12,12 @@
 //! - the clock is SQLite's (`strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`), so lock expiry is judged
 //!   the same way by every process on the file.
 //!
-//! The statements are PostgreSQL's (`postgres.rs`), in the same order under the same names,
-//! with SQLite's clock and without its row locks.
+//! The statements are in `statements.rs`: PostgreSQL's, in the same order under the same
+//! names, with SQLite's clock and without its row locks.
 
-use std::path::Path;
+mod file;
+mod statements;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,143 +35,17 @@ use sqlx::sqlite::{
 use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use file::{create_parent_directory, owner_only};
+use statements::*;
+
 use crate::error::Error;
 use crate::row::{
     AbandonedRow, Generation, RecordWithClock, ResponseColumns, TakenOver, request_version,
 };
 use crate::{NewClaim, PendingEffect, PoolSettings};
 
-const INSERT_PENDING: &str = "
-INSERT INTO idempotency_records
-    (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
-     locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at,
-     request_body)
-VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 'started', strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?6), 1,
-        ?7, ?8, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
-        strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?9), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?10)
-ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING attempts";
-
-/// Without a row lock: under the claim's write transaction, the whole database is locked.
-const READ: &str = "
-SELECT r.*, strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS db_now FROM idempotency_records r
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3";
-
-const TAKE_OVER: &str = "
-UPDATE idempotency_records
-SET state = 'pending', attempts = attempts + 1,
-    locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?4),
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-RETURNING attempts, resource_id, processor_key";
-
-const REPLACE: &str = "
-UPDATE idempotency_records
-SET fingerprint = ?4, request_version = ?5, state = 'pending', recovery_point = 'started',
-    attempts = attempts + 1, locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?6),
-    resource_id = ?7, processor_key = ?8, effect_id = NULL, response_status = NULL,
-    response_headers = NULL, response_body = NULL, response_schema_version = NULL,
-    created_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
-    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?9),
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), request_body = ?10
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-RETURNING attempts";
-
-const RECORD_EFFECT: &str = "
-UPDATE idempotency_records
-SET recovery_point = 'charged', effect_id = ?6, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'";
-
-const RELEASE: &str = "
-UPDATE idempotency_records
-SET locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'";
-
-/// The fence's check: the write transaction it runs in holds the whole database already.
-const LOCK: &str = "
-SELECT attempts FROM idempotency_records
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'";
-
-const COMPLETE: &str = "
-UPDATE idempotency_records
-SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = ?6,
-    response_headers = ?7, response_body = ?8, response_schema_version = ?9,
-    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?10),
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'
-RETURNING expires_at";
-
-const COMPLETE_WITHOUT_EFFECT: &str = "
-UPDATE idempotency_records
-SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = ?6,
-    response_headers = ?7, response_body = ?8, response_schema_version = ?9,
-    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?10),
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending' AND effect_id IS NULL
-RETURNING expires_at";
-
-const FAIL: &str = "
-UPDATE idempotency_records
-SET state = 'failed', locked_until = NULL, expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?6),
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending' AND effect_id IS NULL
-RETURNING expires_at";
-
-/// One writer at a time: the write lock keeps every other completer out, so no `SKIP LOCKED`.
-const TAKE_OVER_ABANDONED: &str = "
-UPDATE idempotency_records
-SET attempts = attempts + 1, locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?1),
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE (tenant_id, operation, idempotency_key) IN (
-    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
-    WHERE state = 'pending' AND locked_until < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?2)
-    ORDER BY locked_until
-    LIMIT 1)
-RETURNING tenant_id, operation, idempotency_key, attempts, resource_id, processor_key,
-          recovery_point, effect_id, request_body, request_version";
-
-const REAP_EXPIRED: &str = "
-DELETE FROM idempotency_records
-WHERE (tenant_id, operation, idempotency_key) IN (
-    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
-    WHERE state <> 'pending' AND expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-      AND (effect_id IS NULL OR state = 'completed')
-    ORDER BY expires_at
-    LIMIT ?1)";
-
-const TAKE_OVER_BY_EFFECT_KEY: &str = "
-UPDATE idempotency_records
-SET attempts = attempts + 1, locked_until = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?1),
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE (tenant_id, operation, idempotency_key) IN (
-    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
-    WHERE state = 'pending' AND processor_key = ?2
-      AND locked_until < strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-    LIMIT 1)
-RETURNING tenant_id, operation, idempotency_key, attempts, resource_id, processor_key,
-          recovery_point, effect_id, request_body, request_version";
-
-const COUNT_PENDING_BY_EFFECT_KEY: &str = "
-SELECT count(*) FROM idempotency_records WHERE state = 'pending' AND processor_key = ?1";
-
-const COMPLETE_HELD: &str = "
-UPDATE idempotency_records
-SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = ?4,
-    response_headers = ?5, response_body = ?6, response_schema_version = ?7,
-    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?8), attempts = attempts + 1,
-    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
-  AND state = 'pending' AND effect_id IS NULL";
-
 /// The records table, as a service applies it.
-pub const SCHEMA: &str = include_str!("../schema/sqlite.sql");
+pub const SCHEMA: &str = include_str!("../../schema/sqlite.sql");
 
 /// The records of an SQLite database. Cheap to clone (the pool and the write gate are shared).
 #[derive(Debug, Clone)]
@@ -546,55 +422,4 @@ fn after(duration: Duration) -> String {
 /// The modifier for a time `duration` before now.
 fn ago(duration: Duration) -> String {
     format!("-{:.3} seconds", duration.as_secs_f64())
-}
-
-fn create_parent_directory(file: &Path) -> Result<(), Error> {
-    match file.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir).map_err(|e| {
-            Error::Unusable(format!("cannot create directory {}: {e}", dir.display()))
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// Creates the database file readable and writable by its owner only (0600), or narrows an
-/// existing one to that: it holds stored responses and request bodies. SQLite gives the `-wal`
-/// and `-shm` files the permissions of the database file; existing ones are narrowed too.
-#[cfg(unix)]
-fn owner_only(file: &Path) -> Result<(), Error> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-
-    const OWNER_ONLY: u32 = 0o600;
-    let unusable = |path: &Path, e: std::io::Error| {
-        Error::Unusable(format!(
-            "cannot restrict {} to its owner: {e}",
-            path.display()
-        ))
-    };
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(OWNER_ONLY)
-        .open(file)
-        .map_err(|e| unusable(file, e))?;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut path = file.as_os_str().to_owned();
-        path.push(suffix);
-        let path = Path::new(&path);
-        let Ok(metadata) = std::fs::metadata(path) else {
-            continue;
-        };
-        if metadata.permissions().mode() & 0o077 != 0 {
-            tracing::warn!(file = %path.display(), "narrowing the database file's permissions to 0600");
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(OWNER_ONLY))
-                .map_err(|e| unusable(path, e))?;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(not(unix))]
-fn owner_only(_file: &Path) -> Result<(), Error> {
-    Ok(())
 }

@@ -1,0 +1,103 @@
+//! The record store's pool on PostgreSQL, and what a failover asks of it: a bound on every
+//! round trip, and the connections opened before a node was demoted or went silent closed as
+//! they come back to the pool.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::PoolSettings;
+use crate::error::no_answer;
+
+/// When the process last had reason to distrust every open connection, in milliseconds on
+/// [`CLOCK`]; 0 for never. Two reasons: a statement found its database read-only (SQLSTATE
+/// 25006: the node it reached was demoted to a standby), or a statement got no answer within
+/// [`answer_bound`] (the node is frozen, or gone without a word). Every connection opened
+/// before then may lead to that node, so each is closed as it comes back to the pool, and the
+/// pool opens new ones (which a pooler in front sends to the new primary). Process-wide: one
+/// such node is reason enough for every pool of the process to reconnect.
+static DISTRUSTED_AT: AtomicU64 = AtomicU64::new(0);
+
+/// The clock of [`DISTRUSTED_AT`], started with the first pool.
+static CLOCK: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// The longest a statement, `BEGIN` or `COMMIT` waits for PostgreSQL's answer, in
+/// milliseconds (0: no pool yet). The server cancels a slow statement itself at its
+/// `statement_timeout`; this bound is for a server that answers nothing at all (a stopped
+/// process, a paused machine, a network that drops every packet), where that timeout never
+/// runs and TCP keepalives are answered by a kernel that is still alive. The largest of the
+/// process's pools, so that no pool's statements are cut short of their own timeout.
+static ANSWER_BOUND_MS: AtomicU64 = AtomicU64::new(0);
+
+/// How much longer than `statement_timeout` a statement is waited for before it is given up:
+/// a server that runs cancels it first, and its answer says why.
+pub(super) const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
+fn millis_on_clock() -> u64 {
+    u64::try_from(CLOCK.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The connections opened until now leave the pool as they come back to it.
+pub fn distrust_open_connections() {
+    DISTRUSTED_AT.store(millis_on_clock().max(1), Ordering::Relaxed);
+}
+
+/// Whether a connection of this `age` was opened before the last reason to distrust it (or in
+/// the same millisecond).
+fn opened_before_distrust(age: Duration) -> bool {
+    let seen = DISTRUSTED_AT.load(Ordering::Relaxed);
+    let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+    seen != 0 && millis_on_clock().saturating_sub(age) <= seen
+}
+
+/// See [`ANSWER_BOUND_MS`].
+pub fn answer_bound() -> Option<Duration> {
+    match ANSWER_BOUND_MS.load(Ordering::Relaxed) {
+        0 => None,
+        millis => Some(Duration::from_millis(millis)),
+    }
+}
+
+/// Waits for `work`, a statement's or a `COMMIT`'s round trip, at most [`answer_bound`].
+/// Dropped there, the connection is left mid-conversation: the error distrusts it, so it
+/// leaves the pool as it comes back.
+pub async fn answered<T>(
+    work: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    match answer_bound() {
+        None => work.await,
+        Some(bound) => tokio::time::timeout(bound, work)
+            .await
+            .unwrap_or_else(|_| Err(no_answer(bound))),
+    }
+}
+
+/// A pool that connects lazily: a service starts even while the database is down, answers
+/// 503 until it is back, and recovers without a restart. Its statements are cancelled by the
+/// server at `statement_timeout`, and given up by [`answered`] a little later.
+pub fn connect_lazy(options: PgConnectOptions, settings: &PoolSettings) -> PgPool {
+    LazyLock::force(&CLOCK);
+    let timeout_ms = settings.statement_timeout.as_millis();
+    let options = options.options([("statement_timeout", timeout_ms)]);
+    let bound = settings.statement_timeout + ANSWER_MARGIN;
+    ANSWER_BOUND_MS.fetch_max(
+        u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+    // No ping before each acquire: it would add a round trip to every statement on the hot
+    // path. A connection that died is found by its next statement, which fails as unavailable
+    // (503, nothing executed) and is dropped from the pool; one that reached a demoted
+    // primary, or that went unanswered, is closed as it comes back (`opened_before_distrust`).
+    PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        .test_before_acquire(false)
+        .after_release(|_, connection| {
+            let keep = !opened_before_distrust(connection.age);
+            Box::pin(async move { Ok(keep) })
+        })
+        .connect_lazy_with(options)
+}

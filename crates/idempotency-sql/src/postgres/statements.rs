@@ -1,0 +1,155 @@
+//! The record store's statements on PostgreSQL, each whole, its values bound in the order of
+//! its numbered placeholders. `sqlite/statements.rs` has SQLite's, under the same names and in
+//! the same order.
+
+/// A fresh pending record at attempt 1, locked for the lock timeout (`$6` seconds), with a
+/// provisional expiry (`$9`) that its completion replaces. No row: the key exists.
+pub(super) const INSERT_PENDING: &str = "
+INSERT INTO idempotency_records
+    (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
+     locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at,
+     request_body)
+VALUES ($1, $2, $3, $4, $5, 'pending', 'started', now() + make_interval(secs => $6), 1, $7, $8,
+        now(), now() + make_interval(secs => $9), now(), $10)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING attempts";
+
+/// A record and the database's clock, without a lock.
+pub(super) const READ: &str = "
+SELECT r.*, now() AS db_now FROM idempotency_records r
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3";
+
+/// The same, under the row lock: concurrent claims of one existing key queue here, so that
+/// exactly one of them can take a stale record over.
+pub(super) const READ_LOCKED: &str = "
+SELECT r.*, now() AS db_now FROM idempotency_records r
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+FOR UPDATE";
+
+/// Gives a stale record to this attempt, keeping its generation, effect key and recovery
+/// point: it resumes the same request. `attempts + 1` fences off the attempt it takes over.
+pub(super) const TAKE_OVER: &str = "
+UPDATE idempotency_records
+SET state = 'pending', attempts = attempts + 1, locked_until = now() + make_interval(secs => $4),
+    updated_at = now()
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+RETURNING attempts, resource_id, processor_key";
+
+/// Reuses an expired or failed record's row for a new generation, `attempts` still counting:
+/// a straggler of the old generation can never pass the new one's fence.
+pub(super) const REPLACE: &str = "
+UPDATE idempotency_records
+SET fingerprint = $4, request_version = $5, state = 'pending', recovery_point = 'started',
+    attempts = attempts + 1, locked_until = now() + make_interval(secs => $6), resource_id = $7,
+    processor_key = $8, effect_id = NULL, response_status = NULL, response_headers = NULL,
+    response_body = NULL, response_schema_version = NULL, created_at = now(),
+    expires_at = now() + make_interval(secs => $9), updated_at = now(), request_body = $10
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+RETURNING attempts";
+
+/// The effect is made: a takeover resumes from here without making it again. Fenced, as every
+/// statement below: it matches only while the record is pending and still holds the attempt
+/// number (`$4`) and generation (`$5`) its owner claimed with.
+pub(super) const RECORD_EFFECT: &str = "
+UPDATE idempotency_records SET recovery_point = 'charged', effect_id = $6, updated_at = now()
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+  AND attempts = $4 AND resource_id = $5 AND state = 'pending'";
+
+/// Gives up the lock after an unknown outcome: the record stays pending and is stale at once.
+pub(super) const RELEASE: &str = "
+UPDATE idempotency_records SET locked_until = now(), updated_at = now()
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+  AND attempts = $4 AND resource_id = $5 AND state = 'pending'";
+
+/// Locks the record its owner holds, in the transaction the engine ends it in: no takeover or
+/// completer ends this generation meanwhile. A lock, not a write.
+pub(super) const LOCK: &str = "
+SELECT attempts FROM idempotency_records
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+  AND attempts = $4 AND resource_id = $5 AND state = 'pending'
+FOR UPDATE";
+
+/// Completes the record with its response. Retention counts from the completion (`$10`
+/// seconds), never from the claim.
+pub(super) const COMPLETE: &str = "
+UPDATE idempotency_records
+SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = $6,
+    response_headers = $7, response_body = $8, response_schema_version = $9,
+    expires_at = now() + make_interval(secs => $10), updated_at = now()
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+  AND attempts = $4 AND resource_id = $5 AND state = 'pending'
+RETURNING expires_at";
+
+/// Completes a record that made no effect (a decline, a refusal): a record holding an effect
+/// id never ends this way, since its effect must be written with its operation's rows.
+pub(super) const COMPLETE_WITHOUT_EFFECT: &str = "
+UPDATE idempotency_records
+SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = $6,
+    response_headers = $7, response_body = $8, response_schema_version = $9,
+    expires_at = now() + make_interval(secs => $10), updated_at = now()
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+  AND attempts = $4 AND resource_id = $5 AND state = 'pending' AND effect_id IS NULL
+RETURNING expires_at";
+
+/// Fails the record once its effect key is tombstoned: the next claim starts a new generation.
+/// A record holding an effect id is never failed.
+pub(super) const FAIL: &str = "
+UPDATE idempotency_records
+SET state = 'failed', locked_until = NULL, expires_at = now() + make_interval(secs => $6),
+    updated_at = now()
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+  AND attempts = $4 AND resource_id = $5 AND state = 'pending' AND effect_id IS NULL
+RETURNING expires_at";
+
+/// The completer's takeover: the pending record whose lock ended longest ago, if at least `$2`
+/// seconds ago, locked for `$1` seconds. `SKIP LOCKED`: each instance takes a different row.
+pub(super) const TAKE_OVER_ABANDONED: &str = "
+UPDATE idempotency_records
+SET attempts = attempts + 1, locked_until = now() + make_interval(secs => $1), updated_at = now()
+WHERE (tenant_id, operation, idempotency_key) IN (
+    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
+    WHERE state = 'pending' AND locked_until < now() - make_interval(secs => $2)
+    ORDER BY locked_until
+    LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING tenant_id, operation, idempotency_key, attempts, resource_id, processor_key,
+          recovery_point, effect_id, request_body, request_version";
+
+/// The reaper: up to `$1` expired finished records, the longest expired first, along the
+/// partial index `idempotency_records_expiry`. Never a pending record, nor a failed one that
+/// holds an effect id.
+pub(super) const REAP_EXPIRED: &str = "
+DELETE FROM idempotency_records
+WHERE (tenant_id, operation, idempotency_key) IN (
+    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
+    WHERE state <> 'pending' AND expires_at <= now()
+      AND (effect_id IS NULL OR state = 'completed')
+    ORDER BY expires_at
+    LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+/// Takes over the pending record that made (or is making) the effect under effect key `$2`,
+/// once its lock has ended, for `$1` seconds: a reconciler found the effect at its maker, so
+/// no call under the key can still be on its way, and there is no grace to wait for.
+pub(super) const TAKE_OVER_BY_EFFECT_KEY: &str = "
+UPDATE idempotency_records
+SET attempts = attempts + 1, locked_until = now() + make_interval(secs => $1), updated_at = now()
+WHERE (tenant_id, operation, idempotency_key) IN (
+    SELECT tenant_id, operation, idempotency_key FROM idempotency_records
+    WHERE state = 'pending' AND processor_key = $2 AND locked_until < now()
+    LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING tenant_id, operation, idempotency_key, attempts, resource_id, processor_key,
+          recovery_point, effect_id, request_body, request_version";
+
+/// Whether a pending record holds effect key `$1`.
+pub(super) const COUNT_PENDING_BY_EFFECT_KEY: &str = "
+SELECT count(*) FROM idempotency_records WHERE state = 'pending' AND processor_key = $1";
+
+/// Completes a pending record that no attempt will ever finish (an operator voided its
+/// effect), whichever attempt holds it: `attempts + 1` fences off an attempt still at work,
+/// which then answers from the record. A record holding an effect id is left alone.
+pub(super) const COMPLETE_HELD: &str = "
+UPDATE idempotency_records
+SET state = 'completed', recovery_point = 'finished', locked_until = NULL, response_status = $4,
+    response_headers = $5, response_body = $6, response_schema_version = $7,
+    expires_at = now() + make_interval(secs => $8), attempts = attempts + 1, updated_at = now()
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+  AND state = 'pending' AND effect_id IS NULL";
