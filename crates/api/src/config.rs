@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::NaiveTime;
 use config::{Config, Environment, File, FileFormat};
 use payments_domain::TenantId;
-use payments_idempotency::IdempotencyPolicy;
+use payments_idempotency::{IdempotencyPolicy, PolicyError};
 use payments_storage::{CacheSecret, Database, PoolSettings};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
@@ -347,7 +347,7 @@ impl Settings {
             Duration::from_secs(self.idempotency.lock_timeout_secs),
             Duration::from_secs(self.processor.key_window_secs),
         )
-        .map_err(|e| StartupError::Load(e.to_string()))?;
+        .map_err(policy_refused)?;
         let processor_timeout = Duration::from_millis(self.processor.timeout_ms);
         if processor_timeout.is_zero() || processor_timeout >= policy.lock_timeout {
             return Err(invalid(
@@ -652,6 +652,36 @@ fn api_keys(
         operator_keys.push((DEMO_OPERATOR_KEY_HASH, name));
     }
     Ok(ApiKeys::new(keys).with_operators(operator_keys))
+}
+
+/// The engine's refusal of the idempotency policy, naming this service's settings.
+fn policy_refused(refused: PolicyError) -> StartupError {
+    match refused {
+        PolicyError::ZeroTtl => invalid("idempotency.ttl_secs", "must be at least 1"),
+        PolicyError::ZeroLockTimeout => {
+            invalid("idempotency.lock_timeout_secs", "must be at least 1")
+        }
+        PolicyError::TtlNotLongerThanLock {
+            ttl_secs,
+            lock_secs,
+        } => invalid(
+            "idempotency.ttl_secs",
+            &format!(
+                "({ttl_secs}) must be longer than idempotency.lock_timeout_secs ({lock_secs}): a \
+                 record must outlive the attempt that holds it"
+            ),
+        ),
+        PolicyError::TtlBeyondEffectKeyWindow {
+            ttl_secs,
+            window_secs,
+        } => invalid(
+            "idempotency.ttl_secs",
+            &format!(
+                "({ttl_secs}) must not exceed processor.key_window_secs ({window_secs}): a retry \
+                 after the processor forgot its key could charge twice"
+            ),
+        ),
+    }
 }
 
 fn invalid(key: &'static str, reason: &str) -> StartupError {

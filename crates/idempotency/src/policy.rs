@@ -55,21 +55,21 @@ impl Default for IdempotencyPolicy {
     }
 }
 
-/// An inconsistent policy. The messages name the configuration keys an operator sets.
+/// An inconsistent policy. A service names its own settings when it reports one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
-    #[error("idempotency.ttl_secs must be greater than 0")]
+    #[error("the retention must be longer than 0")]
     ZeroTtl,
-    #[error("idempotency.lock_timeout_secs must be greater than 0")]
+    #[error("the lock timeout must be longer than 0")]
     ZeroLockTimeout,
     #[error(
-        "idempotency.ttl_secs ({ttl_secs}) must be longer than idempotency.lock_timeout_secs \
-         ({lock_secs}): a record must outlive the attempt that holds it"
+        "the retention ({ttl_secs} s) must be longer than the lock timeout ({lock_secs} s): a \
+         record must outlive the attempt that holds it"
     )]
     TtlNotLongerThanLock { ttl_secs: u64, lock_secs: u64 },
     #[error(
-        "idempotency.ttl_secs ({ttl_secs}) must not exceed processor.key_window_secs ({window_secs}): \
-         a retry after the effect port forgot its key could make the effect twice"
+        "the retention ({ttl_secs} s) must not exceed the effect key window ({window_secs} s): a \
+         retry after the effect port forgot its key could make the effect twice"
     )]
     TtlBeyondEffectKeyWindow { ttl_secs: u64, window_secs: u64 },
 }
