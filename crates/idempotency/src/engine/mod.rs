@@ -13,8 +13,8 @@
 //!    operation undoes what its preparation holds ([`Operation::end_unmade`]).
 //!
 //! The `charged` recovery point is written only when the finish fails, to leave the effect's
-//! id behind; an attempt that dies before the finish is recovered through the effect key
-//! instead. Every write after the claim is fenced by the record's generation and attempt
+//! id behind (and the lock is released with it, for the retry); an attempt that dies before the
+//! finish is recovered through the effect key instead. Every write after the claim is fenced by the record's generation and attempt
 //! number: if another attempt took the record over meanwhile, this one writes nothing and
 //! answers from the record as it is.
 //!
@@ -513,10 +513,18 @@ impl<T: Send + 'static> Engine<T> {
 
     /// The finish failed after the effect port made the effect: record the `charged` recovery
     /// point, so that whoever resumes the record finishes it without asking the effect port
-    /// again. Best effort: if this write fails too, the effect key still finds the effect.
+    /// again, and release the lock, so that the retry the error asks for resumes it at once
+    /// instead of being told the key is in use until the lock runs out. Best effort: if these
+    /// writes fail too, the effect key still finds the effect, and the lock still ends.
     async fn leave_effect_behind(&self, owner: Owner<'_>, effect_id: &str) {
         match self.records.record_effect(owner, effect_id).await {
-            Ok(Finish::Written) => self.observer.reached(Checkpoint::AfterRecordEffect).await,
+            Ok(Finish::Written) => {
+                self.observer.reached(Checkpoint::AfterRecordEffect).await;
+                if let Err(error) = self.records.release(owner).await {
+                    tracing::warn!(error = %error_chain(&error),
+                        "could not release the record after its finish failed; its lock will end");
+                }
+            }
             Ok(Finish::Fenced) => {}
             Err(error) => tracing::warn!(
                 error = %error_chain(&error),
