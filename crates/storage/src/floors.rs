@@ -1,25 +1,57 @@
-//! The benchmark floors (`FloorRepository`), written once for both backends over any
-//! [`SqlStore`]: a pending record inserted on its own, as the claim's insert does but with none
-//! of its conflict handling, and the finish's inserts without a record, which each backend
-//! writes as its finish does (`insert_charge`), committed on their own (`write_charge_alone`).
-//! Compiled only with the `bench` feature; the read floor is the claim's own lock-free read,
+//! The benchmark floors (`FloorRepository`): a pending record inserted on its own, as the
+//! claim's insert does but with none of its conflict handling, and the finish's inserts without
+//! a record, which each backend writes as its finish does (`insert_charge`), committed on their
+//! own. Compiled only with the `bench` feature; the read floor is the claim's own lock-free read,
 //! `find_record`.
 
 use async_trait::async_trait;
 use payments_domain::Charge;
 use payments_idempotency::engine::Fence;
 use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, Scope};
+use payments_idempotency_sql::SqlRecords;
 use uuid::Uuid;
 
-use crate::StoreError;
-use crate::dialect::{Dialect, Statement};
 use crate::repository::FloorRepository;
-use crate::sql_store::SqlStore;
+use crate::sql::{Each, Sql};
+use crate::store::DatabaseStore;
+use crate::{StoreError, postgres, sqlite};
+
+/// A fresh pending record at attempt 1, locked for `$6` seconds and kept for `$9`.
+const INSERT_PENDING: Each = Each {
+    postgres: "
+INSERT INTO idempotency_records
+    (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
+     locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at,
+     request_body)
+VALUES ($1, $2, $3, $4, $5, 'pending', 'started', now() + make_interval(secs => $6), 1, $7, $8,
+        now(), now() + make_interval(secs => $9), now(), $10)",
+    sqlite: "
+INSERT INTO idempotency_records
+    (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
+     locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at,
+     request_body)
+VALUES ($1, $2, $3, $4, $5, 'pending', 'started',
+        strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || $6 || ' seconds'), 1, $7, $8,
+        strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+        strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '+' || $9 || ' seconds'),
+        strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), $10)",
+};
 
 #[async_trait]
-impl<S: SqlStore> FloorRepository for S {
+impl FloorRepository for DatabaseStore {
+    /// The finish's very inserts, committed on their own.
     async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError> {
-        self.write_charge_alone(charge).await
+        match self.record_store() {
+            SqlRecords::Postgres(records) => {
+                let mut connection = records.pool().acquire().await?;
+                postgres::insert_charge(&mut connection, charge).await
+            }
+            SqlRecords::Sqlite(records) => {
+                let mut write = records.begin_write().await?;
+                sqlite::insert_charge(&mut write, charge).await?;
+                Ok(write.commit().await?)
+            }
+        }
     }
 
     async fn insert_pending_unguarded(
@@ -30,39 +62,19 @@ impl<S: SqlStore> FloorRepository for S {
         request_body: &[u8],
         generation: Uuid,
     ) -> Result<Fence, StoreError> {
-        let policy = self.policy();
-        let mut sql = Statement::<S::Db>::new(
-            "INSERT INTO idempotency_records
-                 (tenant_id, operation, idempotency_key, fingerprint, request_version, state,
-                  recovery_point, locked_until, attempts, resource_id, processor_key, created_at,
-                  expires_at, updated_at, request_body)
-             VALUES (",
-        );
-        sql.value(scope.tenant.as_str())
-            .push(", ")
-            .value(scope.operation.as_str())
-            .push(", ")
-            .value(key.as_str())
-            .push(", ")
-            .value(fingerprint.as_bytes().as_slice())
-            .push(", ")
-            .value(i64::from(fingerprint.request_version()))
-            .push(", 'pending', 'started', ");
-        S::Db::push_now_plus(&mut sql, policy.lock_timeout);
-        sql.push(", 1, ")
-            .value(generation)
-            .push(", ")
-            .value(format!("effect_{}", generation.simple()))
-            .push(", ")
-            .push(S::Db::NOW)
-            .push(", ");
-        S::Db::push_now_plus(&mut sql, policy.ttl);
-        sql.push(", ")
-            .push(S::Db::NOW)
-            .push(", ")
-            .value(request_body)
-            .push(")");
-        self.write_one(sql).await?;
+        let policy = self.record_store().policy();
+        let effect_key = format!("effect_{}", generation.simple());
+        let insert = Sql::new(INSERT_PENDING)
+            .bind(scope.tenant.as_str())
+            .bind(scope.operation.as_str())
+            .bind(key.as_str())
+            .bind(fingerprint.as_bytes().as_slice())
+            .bind(i64::from(fingerprint.request_version()))
+            .bind(policy.lock_timeout.as_secs_f64())
+            .bind(generation)
+            .bind(effect_key.as_str())
+            .bind(policy.ttl.as_secs_f64());
+        self.write_one(insert.bind(request_body)).await?;
         Ok(Fence {
             attempt: Attempt(1),
             generation,

@@ -12,51 +12,49 @@
 //! ledger transaction in one transaction, so the funds read the same before and after it.
 
 use payments_domain::Currency;
+use payments_idempotency_sql::Connection;
 
 use crate::StoreError;
-use crate::dialect::{Dialect, Statement};
+use crate::sql::Sql;
+
+/// Locks the tenant's balance in a currency until the commit, creating its row the first
+/// time: an upsert locks the row on both backends.
+const LOCK_BALANCE: &str = "
+INSERT INTO balance_locks (tenant_id, currency) VALUES ($1, $2)
+ON CONFLICT (tenant_id, currency) DO UPDATE SET currency = excluded.currency";
+
+/// The tenant's (`$1`) funds per currency (in `$2` only, unless it is `NULL`), as rows of
+/// currency, available and pending, in one statement, so that they are read from one
+/// snapshot. The sums are cast back to bigints (PostgreSQL sums bigints as numeric).
+pub(crate) const FUNDS: &str = "
+SELECT currency, CAST(sum(available) AS BIGINT), CAST(sum(pending) AS BIGINT) FROM (
+    SELECT currency, -amount AS available, 0 AS pending FROM ledger_entries
+    WHERE account = 'customer_payments' AND tenant_id = $1 AND ($2 IS NULL OR currency = $2)
+    UNION ALL
+    SELECT currency, -amount, 0 FROM refunds
+    WHERE status = 'pending' AND tenant_id = $1 AND ($2 IS NULL OR currency = $2)
+    UNION ALL
+    SELECT currency, -amount, amount FROM payouts
+    WHERE status = 'pending' AND tenant_id = $1 AND ($2 IS NULL OR currency = $2)
+) held
+GROUP BY currency ORDER BY currency";
 
 /// Locks the tenant's balance in `currency` until the caller's commit and returns what is
 /// available in it.
-pub(crate) async fn lock_available<DB: Dialect>(
-    connection: &mut DB::Connection,
+pub(crate) async fn lock_available(
+    connection: &mut Connection<'_>,
     tenant: &str,
     currency: Currency,
 ) -> Result<i64, StoreError> {
-    // An upsert locks the row on both backends, and creates it the first time.
-    let mut lock = Statement::<DB>::new("INSERT INTO balance_locks (tenant_id, currency) VALUES (");
-    lock.values([tenant, currency.code()])
-        .push(") ON CONFLICT (tenant_id, currency) DO UPDATE SET currency = excluded.currency");
-    lock.execute(&mut *connection).await?;
-    let funds: Option<(String, i64, i64)> = funds::<DB>(tenant, Some(currency))
+    Sql::new(LOCK_BALANCE)
+        .bind(tenant)
+        .bind(currency.code())
+        .execute(connection)
+        .await?;
+    let funds: Option<(String, i64, i64)> = Sql::new(FUNDS)
+        .bind(tenant)
+        .bind(Some(currency.code()))
         .fetch_optional(connection)
         .await?;
     Ok(funds.map_or(0, |(_, available, _)| available))
-}
-
-/// The tenant's funds per currency (in `currency` only, when given) as rows of currency,
-/// available and pending, in one statement, so that they are read from one snapshot.
-pub(crate) fn funds<'a, DB: Dialect>(
-    tenant: &'a str,
-    currency: Option<Currency>,
-) -> Statement<'a, DB> {
-    let mut sql = Statement::new(
-        "SELECT currency, CAST(sum(available) AS BIGINT), CAST(sum(pending) AS BIGINT) FROM (",
-    );
-    let held = [
-        "SELECT currency, -amount AS available, 0 AS pending FROM ledger_entries
-         WHERE account = 'customer_payments' AND tenant_id = ",
-        " UNION ALL SELECT currency, -amount, 0 FROM refunds
-         WHERE status = 'pending' AND tenant_id = ",
-        " UNION ALL SELECT currency, -amount, amount FROM payouts
-         WHERE status = 'pending' AND tenant_id = ",
-    ];
-    for part in held {
-        sql.push(part).value(tenant);
-        if let Some(currency) = currency {
-            sql.push(" AND currency = ").value(currency.code());
-        }
-    }
-    sql.push(") held GROUP BY currency ORDER BY currency");
-    sql
 }

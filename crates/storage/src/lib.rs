@@ -2,22 +2,20 @@
 //! and the outbox, behind repository traits with two backends, PostgreSQL (deployments) and
 //! SQLite (the embedded mode), and the migrations of each.
 //!
-//! Statements are built one way, as a `Statement` whose fragments bind their values where they
-//! name them, and read back as `FromRow` rows: the SQL is visible where it runs, and rows are
-//! converted to domain and protocol types here, at the edge, so nothing above
-//! this crate sees a database type. Each multi-statement step runs in a transaction this crate
+//! Each statement is written whole, as SQL one can paste into `psql` or `sqlite3`, beside the
+//! code that runs it (`sql.rs` says how); where the dialects differ, the two texts stand side
+//! by side. Rows are read back as `FromRow` rows and converted to domain and protocol types
+//! here, at the edge, so nothing above this crate sees a database type. Each multi-statement step runs in a transaction this crate
 //! opens and commits. This crate must not import axum or any HTTP type. Redis (the replay
 //! cache, the event stream) is only ever an accelerator and a transport: nothing here treats it
 //! as a source of truth.
 
-mod dialect;
 mod error;
 mod events;
 #[cfg(feature = "bench")]
 mod floors;
 mod holding;
 mod model;
-mod outbox;
 mod paying_out;
 mod postgres;
 mod posting;
@@ -29,18 +27,16 @@ mod replay_cache;
 mod repository;
 mod resolving;
 mod rows;
-mod sql_store;
+mod sql;
 mod sqlite;
+mod store;
 mod stream;
-mod workers;
 
 use std::sync::Arc;
 
 use payments_idempotency::IdempotencyPolicy;
-use payments_idempotency_sql::SqlRecords;
 
-use crate::postgres::PgStore;
-use crate::sqlite::SqliteStore;
+use crate::store::DatabaseStore;
 
 pub use error::StoreError;
 pub use model::{
@@ -69,10 +65,8 @@ pub async fn open_store(
     settings: &PoolSettings,
     policy: IdempotencyPolicy,
 ) -> Result<Arc<dyn Store>, StoreError> {
-    let store: Arc<dyn Store> = match database.open(settings, policy).await? {
-        SqlRecords::Postgres(records) => Arc::new(PgStore::new(records)),
-        SqlRecords::Sqlite(records) => Arc::new(SqliteStore::new(records)),
-    };
+    let store: Arc<dyn Store> =
+        Arc::new(DatabaseStore::new(database.open(settings, policy).await?));
     store.migrate().await?;
     Ok(store)
 }

@@ -360,7 +360,7 @@ pub struct Backlog {
 }
 
 impl Backlog {
-    /// From the row of `outbox::backlog`: the count, and the oldest's age if any.
+    /// From the row of `OUTBOX_BACKLOG`: the count, and the oldest's age if any.
     pub(crate) fn from_row((unpublished, oldest_age_secs): (i64, Option<f64>)) -> Self {
         Self {
             unpublished,

@@ -1,20 +1,10 @@
-//! `PayoutRepository`, written once for both backends over any [`SqlStore`].
+//! `PayoutRepository`.
 //!
 //! A payout's row has the id of its record's generation. While pending, it is the payout's
 //! reservation on the tenant's balance, made under the balance's lock (`holding.rs`) before the
 //! processor is called; the finish makes it paid and posts it, and a definitive failure deletes
 //! it, in the transaction the engine ends the record in either way.
 
-use crate::StoreError;
-use crate::Transaction;
-use crate::dialect::{Dialect, Statement};
-use crate::holding;
-use crate::model::{Funds, ListPayouts, Owner, PayoutPage, PayoutReservation};
-use crate::posting::{self, Posted};
-use crate::reading;
-use crate::repository::PayoutRepository;
-use crate::rows::{self, PayoutRow};
-use crate::sql_store::SqlStore;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{
@@ -22,27 +12,51 @@ use payments_domain::{
     TenantId,
 };
 
-/// The columns of a `payouts` row ([`PayoutRow`]).
-const SELECT_PAYOUTS: &str = "SELECT id, tenant_id, amount, currency, destination, description, \
-                              processor_payout_id, created_at FROM payouts";
+use crate::holding::{self, FUNDS};
+use crate::model::{Funds, ListPayouts, Owner, PayoutPage, PayoutReservation};
+use crate::posting::{self, Posted};
+use crate::repository::PayoutRepository;
+use crate::rows::{self, PayoutRow};
+use crate::sql::Sql;
+use crate::store::DatabaseStore;
+use crate::{StoreError, Transaction};
 
-/// The ledger transaction of `payout` and its `payout.paid` event, on the caller's
-/// transaction.
-async fn post_payout<DB: Dialect>(
-    connection: &mut DB::Connection,
-    payout: &Payout,
-) -> Result<(), StoreError> {
-    let tenant = payout.tenant.as_str();
-    let posted = Posted::Payout(payout.id.as_uuid());
-    let ledger = LedgerTransaction::for_payout(payout);
-    posting::post_ledger::<DB>(&mut *connection, &ledger, tenant, posted).await?;
-    let event = PayoutPaid::for_payout(payout);
-    let (id, aggregate) = (event.event_id, payout.id.as_uuid());
-    posting::insert_event::<DB>(connection, &event, id, aggregate, tenant, PAYOUT_PAID).await
-}
+/// The payout a generation (`$1`) reserved, if it did.
+const RESERVED_PAYOUT: &str = "
+SELECT id, tenant_id, amount, currency, destination, description, processor_payout_id,
+       created_at
+FROM payouts WHERE id = $1";
+
+const INSERT_PENDING_PAYOUT: &str = "
+INSERT INTO payouts
+    (id, tenant_id, amount, currency, destination, description, status, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)";
+
+const PAY_PAYOUT: &str = "
+UPDATE payouts SET status = 'paid', processor_payout_id = $2
+WHERE id = $1 AND status = 'pending'";
+
+const DELETE_PENDING_PAYOUT: &str = "DELETE FROM payouts WHERE id = $1 AND status = 'pending'";
+
+const PAYOUT: &str = "
+SELECT id, tenant_id, amount, currency, destination, description, processor_payout_id,
+       created_at
+FROM payouts WHERE tenant_id = $1 AND id = $2";
+
+const PAYOUTS: &str = "
+SELECT id, tenant_id, amount, currency, destination, description, processor_payout_id,
+       created_at
+FROM payouts WHERE tenant_id = $1
+ORDER BY created_at DESC, id DESC LIMIT $2";
+
+const PAYOUTS_AFTER: &str = "
+SELECT id, tenant_id, amount, currency, destination, description, processor_payout_id,
+       created_at
+FROM payouts WHERE tenant_id = $1 AND (created_at, id) < ($2, $3)
+ORDER BY created_at DESC, id DESC LIMIT $4";
 
 #[async_trait]
-impl<S: SqlStore> PayoutRepository for S {
+impl PayoutRepository for DatabaseStore {
     async fn reserve_payout(
         &self,
         transaction: &mut Transaction,
@@ -50,17 +64,17 @@ impl<S: SqlStore> PayoutRepository for S {
         request: &PayoutRequest,
         created_at: DateTime<Utc>,
     ) -> Result<PayoutReservation, StoreError> {
-        let write = S::write_in(transaction)?;
-        let mut made = Statement::<S::Db>::new(SELECT_PAYOUTS);
-        made.push(" WHERE id = ").value(owner.fence.generation);
-        let made: Option<PayoutRow> = made.fetch_optional(&mut *write).await?;
+        let mut connection = transaction.connection();
+        let made: Option<PayoutRow> = Sql::new(RESERVED_PAYOUT)
+            .bind(owner.fence.generation)
+            .fetch_optional(&mut connection)
+            .await?;
         if let Some(made) = made {
             return Ok(PayoutReservation::Reserved(made.into_payout()?));
         }
         let tenant = owner.scope.tenant.as_str();
         let money = request.money;
-        let available =
-            holding::lock_available::<S::Db>(&mut *write, tenant, money.currency).await?;
+        let available = holding::lock_available(&mut connection, tenant, money.currency).await?;
         if money.amount.minor_units() > available {
             return Ok(PayoutReservation::InsufficientBalance { available });
         }
@@ -73,25 +87,16 @@ impl<S: SqlStore> PayoutRepository for S {
             status: PayoutStatus::Pending,
             created_at,
         };
-        let mut insert = Statement::<S::Db>::new(
-            "INSERT INTO payouts
-                 (id, tenant_id, amount, currency, destination, description, status, created_at)
-             VALUES (",
-        );
-        insert
-            .value(payout.id.as_uuid())
-            .push(", ")
-            .value(tenant)
-            .push(", ")
-            .value(money.amount.minor_units())
-            .push(", ")
-            .values([money.currency.code(), payout.destination.as_str()])
-            .push(", ")
-            .value(payout.description.as_ref().map(|d| d.as_str()))
-            .push(", 'pending', ");
-        S::Db::push_time(&mut insert, created_at);
-        insert.push(")");
-        insert.execute(write).await?;
+        Sql::new(INSERT_PENDING_PAYOUT)
+            .bind(payout.id.as_uuid())
+            .bind(tenant)
+            .bind(money.amount.minor_units())
+            .bind(money.currency.code())
+            .bind(payout.destination.as_str())
+            .bind(payout.description.as_ref().map(|d| d.as_str()))
+            .bind(created_at)
+            .execute(&mut connection)
+            .await?;
         Ok(PayoutReservation::Reserved(payout))
     }
 
@@ -109,20 +114,25 @@ impl<S: SqlStore> PayoutRepository for S {
                 payout.id
             )));
         };
-        let write = S::write_in(transaction)?;
-        let mut paid =
-            Statement::<S::Db>::new("UPDATE payouts SET status = 'paid', processor_payout_id = ");
-        paid.value(processor_payout_id.as_str())
-            .push(" WHERE id = ")
-            .value(payout.id.as_uuid())
-            .push(" AND status = 'pending'");
-        if paid.execute(&mut *write).await? != 1 {
+        let mut connection = transaction.connection();
+        let paid = Sql::new(PAY_PAYOUT)
+            .bind(payout.id.as_uuid())
+            .bind(processor_payout_id.as_str())
+            .execute(&mut connection)
+            .await?;
+        if paid != 1 {
             return Err(StoreError::Corrupt(format!(
                 "payout {} has no reservation to finish",
                 payout.id
             )));
         }
-        post_payout::<S::Db>(write, payout).await
+        let tenant = payout.tenant.as_str();
+        let posted = Posted::Payout(payout.id.as_uuid());
+        let ledger = LedgerTransaction::for_payout(payout);
+        posting::post_ledger(&mut connection, &ledger, tenant, posted).await?;
+        let event = PayoutPaid::for_payout(payout);
+        let (id, aggregate) = (event.event_id, payout.id.as_uuid());
+        posting::insert_event(&mut connection, &event, id, aggregate, tenant, PAYOUT_PAID).await
     }
 
     /// Deletes the pending payout, whose amount the balance counted as held. Nothing to do
@@ -132,11 +142,10 @@ impl<S: SqlStore> PayoutRepository for S {
         transaction: &mut Transaction,
         owner: Owner<'_>,
     ) -> Result<(), StoreError> {
-        let mut delete = Statement::<S::Db>::new("DELETE FROM payouts WHERE id = ");
-        delete
-            .value(owner.fence.generation)
-            .push(" AND status = 'pending'");
-        delete.execute(S::write_in(transaction)?).await?;
+        Sql::new(DELETE_PENDING_PAYOUT)
+            .bind(owner.fence.generation)
+            .execute(&mut transaction.connection())
+            .await?;
         Ok(())
     }
 
@@ -145,10 +154,12 @@ impl<S: SqlStore> PayoutRepository for S {
         tenant: &TenantId,
         id: PayoutId,
     ) -> Result<Option<Payout>, StoreError> {
-        let mut sql = Statement::<S::Db>::new(SELECT_PAYOUTS);
-        reading::push_tenants_id(&mut sql, tenant, id.as_uuid());
-        let mut connection = self.pool().acquire().await?;
-        let row: Option<PayoutRow> = sql.fetch_optional(&mut connection).await?;
+        let mut connection = self.acquire().await?;
+        let row: Option<PayoutRow> = Sql::new(PAYOUT)
+            .bind(tenant.as_str())
+            .bind(id.as_uuid())
+            .fetch_optional(&mut connection.connection())
+            .await?;
         row.map(PayoutRow::into_payout).transpose()
     }
 
@@ -157,25 +168,30 @@ impl<S: SqlStore> PayoutRepository for S {
         tenant: &TenantId,
         page: ListPayouts,
     ) -> Result<Option<PayoutPage>, StoreError> {
-        let cursor = match page.starting_after {
+        let sql = match page.starting_after {
+            None => Sql::new(PAYOUTS).bind(tenant.as_str()),
             Some(id) => match self.get_payout(tenant, id).await? {
-                Some(payout) => Some(payout),
+                Some(cursor) => Sql::new(PAYOUTS_AFTER)
+                    .bind(tenant.as_str())
+                    .bind(cursor.created_at)
+                    .bind(cursor.id.as_uuid()),
                 None => return Ok(None),
             },
-            None => None,
         };
-        let mut sql = Statement::<S::Db>::new(SELECT_PAYOUTS);
-        let cursor = cursor.map(|c| (c.created_at, c.id.as_uuid()));
-        reading::push_page(&mut sql, tenant, None, cursor, page.limit);
-        let mut connection = self.pool().acquire().await?;
-        let rows = sql.fetch_all(&mut connection).await?;
+        let mut connection = self.acquire().await?;
+        let rows = sql
+            .bind(i64::from(page.limit) + 1)
+            .fetch_all(&mut connection.connection())
+            .await?;
         rows::payout_page(rows, page.limit).map(Some)
     }
 
     async fn funds(&self, tenant: &TenantId) -> Result<Vec<Funds>, StoreError> {
-        let mut connection = self.pool().acquire().await?;
-        let rows: Vec<(String, i64, i64)> = holding::funds::<S::Db>(tenant.as_str(), None)
-            .fetch_all(&mut connection)
+        let mut connection = self.acquire().await?;
+        let rows: Vec<(String, i64, i64)> = Sql::new(FUNDS)
+            .bind(tenant.as_str())
+            .bind(None::<&str>)
+            .fetch_all(&mut connection.connection())
             .await?;
         rows.into_iter().map(rows::funds_from_row).collect()
     }

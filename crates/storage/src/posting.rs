@@ -1,13 +1,15 @@
 //! The rows every effect posts besides its own, written once for both backends: its balanced
 //! ledger transaction and its outbox event, on the caller's transaction (PostgreSQL's charge
-//! finish writes the same rows inside its one statement, in `postgres/charges.rs`).
+//! finish writes the same rows inside its one statement, in `postgres.rs`).
 
 use payments_domain::LedgerTransaction;
 use serde::Serialize;
 use uuid::Uuid;
 
+use payments_idempotency_sql::Connection;
+
 use crate::StoreError;
-use crate::dialect::{Dialect, Statement};
+use crate::sql::{Each, Sql};
 
 /// What a ledger transaction posts: a charge, a refund of a charge, or a payout.
 #[derive(Debug, Clone, Copy)]
@@ -28,61 +30,77 @@ impl Posted {
     }
 }
 
+const INSERT_LEDGER_ENTRY: &str = "
+INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+VALUES ($1, $2, $3, $4, $5, $6)";
+
+const INSERT_LEDGER_TRANSACTION: Each = Each {
+    postgres: "
+INSERT INTO ledger_transactions (id, charge_id, refund_id, payout_id, tenant_id, created_at)
+VALUES ($1, $2, $3, $4, $5, now())",
+    sqlite: "
+INSERT INTO ledger_transactions (id, charge_id, refund_id, payout_id, tenant_id, created_at)
+VALUES ($1, $2, $3, $4, $5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+};
+
 /// Inserts `ledger`'s entries and its transaction row, in the order the backend seals a
-/// transaction in ([`Dialect::SEALS_LEDGER_LAST`]).
-pub(crate) async fn post_ledger<DB: Dialect>(
-    connection: &mut DB::Connection,
+/// transaction in: on PostgreSQL the row goes first (its entries' foreign key is immediate,
+/// the balance is checked at commit); on SQLite it goes last, and inserting it seals the
+/// entries (the schema's trigger checks they balance).
+pub(crate) async fn post_ledger(
+    connection: &mut Connection<'_>,
     ledger: &LedgerTransaction,
     tenant: &str,
     posted: Posted,
 ) -> Result<(), StoreError> {
-    let mut entries = Statement::<DB>::new(
-        "INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
-         VALUES ",
-    );
-    for (line, e) in (1_i16..).zip(ledger.entries()) {
-        if line > 1 {
-            entries.push(", ");
-        }
-        entries.push("(").value(ledger.id()).push(", ").value(line);
-        entries
-            .push(", ")
-            .value(tenant)
-            .push(", ")
-            .value(e.account.name());
-        entries
-            .push(", ")
-            .value(e.currency.code())
-            .push(", ")
-            .value(e.amount);
-        entries.push(")");
-    }
-    let mut transaction = Statement::<DB>::new(
-        "INSERT INTO ledger_transactions
-             (id, charge_id, refund_id, payout_id, tenant_id, created_at)
-         VALUES (",
-    );
     let [charge, refund, payout] = posted.columns();
-    transaction
-        .values([Some(ledger.id()), charge, refund, payout])
-        .push(", ")
-        .value(tenant)
-        .push(", ")
-        .push(DB::NOW)
-        .push(")");
-    if DB::SEALS_LEDGER_LAST {
-        entries.execute(&mut *connection).await?;
+    let transaction = Sql::new(INSERT_LEDGER_TRANSACTION)
+        .bind(ledger.id())
+        .bind(charge)
+        .bind(refund)
+        .bind(payout)
+        .bind(tenant);
+    if let Connection::Sqlite(_) = connection {
+        insert_entries(connection, ledger, tenant).await?;
         transaction.execute(connection).await?;
     } else {
-        transaction.execute(&mut *connection).await?;
-        entries.execute(connection).await?;
+        transaction.execute(connection).await?;
+        insert_entries(connection, ledger, tenant).await?;
     }
     Ok(())
 }
 
+async fn insert_entries(
+    connection: &mut Connection<'_>,
+    ledger: &LedgerTransaction,
+    tenant: &str,
+) -> Result<(), StoreError> {
+    for (line, e) in (1_i16..).zip(ledger.entries()) {
+        Sql::new(INSERT_LEDGER_ENTRY)
+            .bind(ledger.id())
+            .bind(line)
+            .bind(tenant)
+            .bind(e.account.name())
+            .bind(e.currency.code())
+            .bind(e.amount)
+            .execute(connection)
+            .await?;
+    }
+    Ok(())
+}
+
+const INSERT_EVENT: Each = Each {
+    postgres: "
+INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, created_at)
+VALUES ($1, $2, $3, $4, $5, now())",
+    sqlite: "
+INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, created_at)
+VALUES ($1, $2, $3, $4, $5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+};
+
 /// Inserts the outbox row of `event`, of type `event_type`, about `aggregate`.
-pub(crate) async fn insert_event<DB: Dialect>(
-    connection: &mut DB::Connection,
+pub(crate) async fn insert_event(
+    connection: &mut Connection<'_>,
     event: &impl Serialize,
     id: Uuid,
     aggregate: Uuid,
@@ -91,19 +109,13 @@ pub(crate) async fn insert_event<DB: Dialect>(
 ) -> Result<(), StoreError> {
     let payload = serde_json::to_value(event)
         .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?;
-    let mut outbox = Statement::<DB>::new(
-        "INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, created_at)
-         VALUES (",
-    );
-    outbox
-        .values([id, aggregate])
-        .push(", ")
-        .values([tenant, event_type])
-        .push(", ")
-        .value(payload)
-        .push(", ")
-        .push(DB::NOW)
-        .push(")");
-    outbox.execute(connection).await?;
+    Sql::new(INSERT_EVENT)
+        .bind(id)
+        .bind(aggregate)
+        .bind(tenant)
+        .bind(event_type)
+        .bind(payload)
+        .execute(connection)
+        .await?;
     Ok(())
 }

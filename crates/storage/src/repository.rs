@@ -310,8 +310,7 @@ pub trait ResolutionRepository: Send + Sync {
     ) -> Result<(), StoreError>;
 }
 
-/// The outbox's upkeep: the same statements on both backends (`outbox.rs`), implemented once
-/// over any backend's store (`sql_store.rs`).
+/// The outbox's upkeep (`store.rs`).
 #[async_trait]
 pub trait OutboxRepository: Send + Sync {
     /// The size and age of the unpublished backlog.

@@ -1,42 +1,58 @@
-//! `ResolutionRepository`, written once for both backends over any [`SqlStore`]: an
-//! operator's resolution of a reconciliation exception holds the exception for its record's
-//! generation, as a refund holds its amount (`holding.rs`), and its finish writes the
-//! resolution and what it posts, in the transaction the engine completes the record in.
+//! `ResolutionRepository`: an operator's resolution of a reconciliation exception holds the
+//! exception for its record's generation, as a refund holds its amount (`holding.rs`), and its
+//! finish writes the resolution and what it posts, in the transaction the engine completes the
+//! record in.
 
 use async_trait::async_trait;
 use payments_domain::ExceptionId;
+use payments_idempotency_sql::Connection;
 
-use crate::StoreError;
-use crate::Transaction;
-use crate::dialect::{Dialect, Statement};
 use crate::model::{ExceptionHold, ExceptionStatus, NewResolution, Owner, Posting};
-use crate::reconciling::SELECT_EXCEPTIONS;
-use crate::repository::ResolutionRepository;
+use crate::reconciling::EXCEPTION;
+use crate::repository::{ChargeRepository, ResolutionRepository};
 use crate::rows::ExceptionRow;
-use crate::sql_store::SqlStore;
+use crate::sql::Sql;
+use crate::store::DatabaseStore;
+use crate::{StoreError, Transaction};
+
+/// Holds the open exception `$1` for the generation `$2`, if it is free or held by this
+/// generation already (a retry, a takeover).
+const HOLD_EXCEPTION: &str = "
+UPDATE reconciliation_exceptions SET held_by = $2
+WHERE id = $1 AND status = 'open' AND (held_by IS NULL OR held_by = $2)";
+
+const RESOLVE_EXCEPTION: &str = "
+UPDATE reconciliation_exceptions SET status = 'resolved', held_by = NULL
+WHERE id = $1 AND status = 'open' AND held_by = $2";
+
+const RELEASE_EXCEPTION: &str = "
+UPDATE reconciliation_exceptions SET held_by = NULL WHERE held_by = $1 AND status = 'open'";
+
+const INSERT_RESOLUTION: &str = "
+INSERT INTO reconciliation_resolutions
+    (exception_id, action, operator, note, recorded_id, void_tenant_id, void_processor_id,
+     void_amount, void_currency, resolved_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 #[async_trait]
-impl<S: SqlStore> ResolutionRepository for S {
+impl ResolutionRepository for DatabaseStore {
     async fn hold_exception(
         &self,
         transaction: &mut Transaction,
         owner: Owner<'_>,
         id: ExceptionId,
     ) -> Result<ExceptionHold, StoreError> {
-        let write = S::write_in(transaction)?;
-        let generation = owner.fence.generation;
-        // Open and free, or held by this generation already (a retry, a takeover).
-        let mut hold = Statement::<S::Db>::new("UPDATE reconciliation_exceptions SET held_by = ");
-        hold.value(generation)
-            .push(" WHERE id = ")
-            .value(id.as_uuid())
-            .push(" AND status = 'open' AND (held_by IS NULL OR held_by = ")
-            .value(generation)
-            .push(")");
-        let held = hold.execute(&mut *write).await? == 1;
-        let mut read = Statement::<S::Db>::new(SELECT_EXCEPTIONS);
-        read.push(" WHERE id = ").value(id.as_uuid());
-        let row: Option<ExceptionRow> = read.fetch_optional(write).await?;
+        let mut connection = transaction.connection();
+        let held = Sql::new(HOLD_EXCEPTION)
+            .bind(id.as_uuid())
+            .bind(owner.fence.generation)
+            .execute(&mut connection)
+            .await?
+            == 1;
+        let row: Option<ExceptionRow> = Sql::new(EXCEPTION)
+            .bind(id.as_uuid())
+            .fetch_optional(&mut connection)
+            .await?;
         let Some(exception) = row.map(ExceptionRow::into_exception).transpose()? else {
             return Ok(ExceptionHold::Missing);
         };
@@ -53,30 +69,27 @@ impl<S: SqlStore> ResolutionRepository for S {
         owner: Owner<'_>,
         resolution: &NewResolution<'_>,
     ) -> Result<(), StoreError> {
-        let write = S::write_in(transaction)?;
-        let exception = resolution.exception.as_uuid();
-        let mut resolved = Statement::<S::Db>::new(
-            "UPDATE reconciliation_exceptions SET status = 'resolved', held_by = NULL WHERE id = ",
-        );
-        resolved
-            .value(exception)
-            .push(" AND status = 'open' AND held_by = ")
-            .value(owner.fence.generation);
-        if resolved.execute(&mut *write).await? != 1 {
+        let mut connection = transaction.connection();
+        let resolved = Sql::new(RESOLVE_EXCEPTION)
+            .bind(resolution.exception.as_uuid())
+            .bind(owner.fence.generation)
+            .execute(&mut connection)
+            .await?;
+        if resolved != 1 {
             return Err(StoreError::Corrupt(format!(
                 "exception {} is not held by the resolution finishing it",
                 resolution.exception
             )));
         }
-        insert_resolution::<S::Db>(&mut *write, resolution).await?;
+        insert_resolution(&mut connection, resolution).await?;
         match resolution.posts {
             Posting::Nothing => {}
-            Posting::Charge(charge) => S::insert_charge(write, charge).await?,
+            Posting::Charge(charge) => self.insert_charge(transaction, charge).await?,
             Posting::Void { held, .. } => {
                 if let Some(held) = held {
                     // None when the record has ended meanwhile (reaped, or finished): nothing
                     // is left to end.
-                    self.records()
+                    self.record_store()
                         .complete_held(transaction, held.scope, held.key, held.response)
                         .await?;
                 }
@@ -91,20 +104,17 @@ impl<S: SqlStore> ResolutionRepository for S {
         transaction: &mut Transaction,
         owner: Owner<'_>,
     ) -> Result<(), StoreError> {
-        let mut release = Statement::<S::Db>::new(
-            "UPDATE reconciliation_exceptions SET held_by = NULL WHERE held_by = ",
-        );
-        release
-            .value(owner.fence.generation)
-            .push(" AND status = 'open'");
-        release.execute(S::write_in(transaction)?).await?;
+        Sql::new(RELEASE_EXCEPTION)
+            .bind(owner.fence.generation)
+            .execute(&mut transaction.connection())
+            .await?;
         Ok(())
     }
 }
 
 /// Inserts the resolution's row: who, when, why, and what it posted or gave back.
-async fn insert_resolution<DB: Dialect>(
-    connection: &mut DB::Connection,
+async fn insert_resolution(
+    connection: &mut Connection<'_>,
     resolution: &NewResolution<'_>,
 ) -> Result<(), StoreError> {
     let (recorded, void) = match resolution.posts {
@@ -117,32 +127,18 @@ async fn insert_resolution<DB: Dialect>(
             ..
         } => (None, Some((tenant, processor_id, money))),
     };
-    let mut sql = Statement::<DB>::new(
-        "INSERT INTO reconciliation_resolutions
-             (exception_id, action, operator, note, recorded_id, void_tenant_id,
-              void_processor_id, void_amount, void_currency, resolved_at)
-         VALUES (",
-    );
-    sql.value(resolution.exception.as_uuid())
-        .push(", ")
-        .values([
-            resolution.action.as_str(),
-            resolution.operator,
-            resolution.note.as_str(),
-        ])
-        .push(", ")
-        .values([
-            recorded.as_deref(),
-            void.and_then(|(tenant, ..)| tenant.map(|t| t.as_str())),
-            void.map(|(_, processor_id, _)| processor_id),
-        ])
-        .push(", ")
-        .value(void.map(|(.., money)| money.amount.minor_units()))
-        .push(", ")
-        .value(void.map(|(.., money)| money.currency.code()))
-        .push(", ");
-    DB::push_time(&mut sql, resolution.resolved_at);
-    sql.push(")");
-    sql.execute(connection).await?;
+    Sql::new(INSERT_RESOLUTION)
+        .bind(resolution.exception.as_uuid())
+        .bind(resolution.action.as_str())
+        .bind(resolution.operator)
+        .bind(resolution.note.as_str())
+        .bind(recorded.as_deref())
+        .bind(void.and_then(|(tenant, ..)| tenant.map(|t| t.as_str())))
+        .bind(void.map(|(_, processor_id, _)| processor_id))
+        .bind(void.map(|(.., money)| money.amount.minor_units()))
+        .bind(void.map(|(.., money)| money.currency.code()))
+        .bind(resolution.resolved_at)
+        .execute(connection)
+        .await?;
     Ok(())
 }

@@ -1,0 +1,146 @@
+//! What PostgreSQL's store does its own way: a charge's finish is one statement, the outbox
+//! relay locks its rows for the round (`FOR UPDATE SKIP LOCKED`), migrations run without the
+//! statement timeout, and durability is read from the server's settings.
+
+use payments_domain::{Charge, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted};
+use payments_idempotency_sql::PgRecords;
+use payments_idempotency_sql::postgres::answered;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+use crate::model::Durability;
+use crate::stream::{EventSink, OutboxEvent, RelayError};
+
+/// The migrations under `migrations/postgres`, embedded in the binary.
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// A charge (`$1`..`$8`), its balanced ledger transaction (`$9`, its entries as the arrays
+/// `$10`..`$13`) and its `payment.completed` event (`$14`..`$16`), as ONE statement: either
+/// all of them exist or none does. The ledger's balance trigger and the foreign keys are
+/// checked at the end of the statement and at commit as usual.
+const INSERT_CHARGE: &str = "
+WITH charge AS (
+    INSERT INTO charges (id, tenant_id, amount, currency, source, description, status,
+                         processor_charge_id, created_at)
+    VALUES ($1, $2, $3, $4, $5, $6, 'succeeded', $7, $8)
+    RETURNING id, tenant_id
+),
+ledger AS (
+    INSERT INTO ledger_transactions (id, tenant_id, charge_id)
+    SELECT $9, charge.tenant_id, charge.id FROM charge
+    RETURNING id, tenant_id
+),
+entries AS (
+    INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+    SELECT ledger.id, e.line, ledger.tenant_id, e.account, e.currency, e.amount
+    FROM ledger, UNNEST($10::smallint[], $11::text[], $12::text[], $13::bigint[])
+        AS e(line, account, currency, amount)
+)
+INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_id, payload)
+SELECT $14, charge.tenant_id, $15, charge.id, $16 FROM charge";
+
+/// Writes a charge, its ledger transaction and its event on `connection` (the finish's
+/// transaction, or a connection of its own for the bench floor: the same rows either way).
+pub(crate) async fn insert_charge(
+    connection: &mut PgConnection,
+    charge: &Charge,
+) -> Result<(), StoreError> {
+    let ledger = LedgerTransaction::for_charge(charge);
+    let event = PaymentCompleted::for_charge(charge);
+    let entries = ledger.entries();
+    let lines: Vec<i16> = (1..).take(entries.len()).collect();
+    let accounts: Vec<&'static str> = entries.iter().map(|e| e.account.name()).collect();
+    let currencies: Vec<&'static str> = entries.iter().map(|e| e.currency.code()).collect();
+    let amounts: Vec<i64> = entries.iter().map(|e| e.amount).collect();
+    let payload = serde_json::to_value(&event)
+        .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?;
+    let insert = sqlx::query(INSERT_CHARGE)
+        .bind(charge.id.as_uuid())
+        .bind(charge.tenant.as_str())
+        .bind(charge.money.amount.minor_units())
+        .bind(charge.money.currency.code())
+        .bind(charge.source.as_str())
+        .bind(charge.description.as_ref().map(|d| d.as_str()))
+        .bind(charge.processor_charge_id.as_str())
+        .bind(charge.created_at)
+        .bind(ledger.id())
+        .bind(lines)
+        .bind(accounts)
+        .bind(currencies)
+        .bind(amounts)
+        .bind(event.event_id)
+        .bind(PAYMENT_COMPLETED)
+        .bind(payload);
+    answered(insert.execute(connection)).await?;
+    Ok(())
+}
+
+/// Up to `$1` unpublished events, oldest first, locked for the relay's round.
+const TAKE_UNPUBLISHED: &str = "
+SELECT id, event_type, payload::text AS payload FROM outbox_events
+WHERE published_at IS NULL
+ORDER BY created_at
+LIMIT $1
+FOR UPDATE SKIP LOCKED";
+
+const MARK_PUBLISHED: &str = "UPDATE outbox_events SET published_at = now() WHERE id = ANY($1)";
+
+/// Publishes up to `batch` unpublished events and marks them published; returns how many.
+///
+/// The rows are locked with `FOR UPDATE SKIP LOCKED` for the round, so relays on several
+/// instances take disjoint rows and never publish one row twice between them. The rows are
+/// marked only after the stream accepted them, in the same transaction: if Redis fails they
+/// stay unpublished for the next round; if the commit fails after the XADD, the next round
+/// publishes them again (at least once, never lost).
+pub(crate) async fn relay_outbox(
+    records: &PgRecords,
+    batch: i64,
+    sink: &dyn EventSink,
+) -> Result<usize, RelayError> {
+    let mut tx = records
+        .begin_transaction()
+        .await
+        .map_err(StoreError::from)?;
+    let take = sqlx::query_as(TAKE_UNPUBLISHED).bind(batch);
+    let events: Vec<OutboxEvent> = answered(take.fetch_all(&mut *tx))
+        .await
+        .map_err(StoreError::from)?;
+    if events.is_empty() {
+        return Ok(0);
+    }
+    sink.publish(&events).await?;
+    let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
+    let mark = sqlx::query(MARK_PUBLISHED).bind(ids);
+    answered(mark.execute(&mut *tx))
+        .await
+        .map_err(StoreError::from)?;
+    answered(tx.commit()).await.map_err(StoreError::from)?;
+    Ok(events.len())
+}
+
+/// sqlx takes an advisory lock around the migrations, so instances may start together.
+///
+/// Migrations may rewrite a large table: they run on a connection of their own without the
+/// statement timeout, which is closed afterwards rather than pooled.
+pub(crate) async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    let mut connection = pool.acquire().await?;
+    connection.close_on_drop();
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut *connection)
+        .await
+        .map_err(|e| sqlx::migrate::MigrateError::Source(Box::new(e)))?;
+    MIGRATOR.run_direct(&mut *connection).await
+}
+
+/// Read from the settings of a pooled connection, so that a session-level
+/// `synchronous_commit` (in the URL's options) counts too.
+pub(crate) async fn durability(pool: &PgPool) -> Result<Durability, StoreError> {
+    let mut connection = pool.acquire().await?;
+    let settings = sqlx::query_as(
+        "SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names')",
+    );
+    let (commit, standbys): (String, String) =
+        answered(settings.fetch_one(&mut *connection)).await?;
+    Ok(Durability::of_postgres(&commit, &standbys))
+}
