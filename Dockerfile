@@ -49,6 +49,7 @@ COPY crates/idempotency/Cargo.toml crates/idempotency/
 COPY crates/idempotency-sql/Cargo.toml crates/idempotency-sql/
 COPY crates/idempotency-axum/Cargo.toml crates/idempotency-axum/
 COPY crates/storage/Cargo.toml crates/storage/
+COPY crates/redis/Cargo.toml crates/redis/
 COPY crates/card-sim/Cargo.toml crates/card-sim/
 COPY crates/api/Cargo.toml crates/api/
 COPY examples/orders/Cargo.toml examples/orders/

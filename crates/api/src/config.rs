@@ -12,7 +12,8 @@ use chrono::NaiveTime;
 use config::{Config, Environment, File, FileFormat};
 use payments_domain::TenantId;
 use payments_idempotency::{IdempotencyPolicy, PolicyError};
-use payments_storage::{CacheSecret, Database, PoolSettings};
+use payments_redis::CacheSecret;
+use payments_storage::{Database, PoolSettings};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 

@@ -31,9 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use payments_card_sim::{HttpCardProcessor, InMemoryCardProcessor};
-use payments_storage::{
-    Backend, Durability, EventStream, RedisLink, ReplayCache, SentinelPasswords,
-};
+use payments_redis::{EventStream, RedisLink, ReplayCache, SentinelPasswords};
+use payments_storage::{Backend, Durability};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
 

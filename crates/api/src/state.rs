@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_idempotency::engine::{Engine, Idempotent, ResponseCache};
-use payments_storage::{EventStream, ReplayCache, Store, Transaction};
+use payments_redis::{EventStream, ReplayCache};
+use payments_storage::{Store, Transaction};
 
 use payments_domain::SettlementReport;
 

@@ -5,10 +5,10 @@
 //! Each statement is written whole, as SQL one can paste into `psql` or `sqlite3`, beside the
 //! code that runs it (`sql.rs` says how); where the dialects differ, the two texts stand side
 //! by side. Rows are read back as `FromRow` rows and converted to domain and protocol types
-//! here, at the edge, so nothing above this crate sees a database type. Each multi-statement step runs in a transaction this crate
-//! opens and commits. This crate must not import axum or any HTTP type. Redis (the replay
-//! cache, the event stream) is only ever an accelerator and a transport: nothing here treats it
-//! as a source of truth.
+//! here, at the edge, so nothing above this crate sees a database type. Each multi-statement
+//! step runs in a transaction this crate opens and commits. This crate must not import axum or
+//! any HTTP type, nor Redis: the outbox relay publishes through a port, [`EventSink`], which
+//! `payments-redis` implements.
 
 mod error;
 mod events;
@@ -21,16 +21,14 @@ mod postgres;
 mod posting;
 mod reading;
 mod reconciling;
-mod redis_link;
 mod refunding;
-mod replay_cache;
+mod relay;
 mod repository;
 mod resolving;
 mod rows;
 mod sql;
 mod sqlite;
 mod store;
-mod stream;
 
 use std::sync::Arc;
 
@@ -47,15 +45,13 @@ pub use model::{
     SavedRun, StoredEvent,
 };
 pub use payments_idempotency_sql::{Backend, Database, PoolSettings, Transaction};
-pub use redis_link::{RedisFailure, RedisLink, SentinelPasswords};
-pub use replay_cache::{CacheSecret, CacheSecretTooShort, Rejection, ReplayCache};
+pub use relay::{EventSink, OutboxEvent, RelayError, SinkError};
 #[cfg(feature = "bench")]
 pub use repository::FloorRepository;
 pub use repository::{
     ChargeRepository, EventRepository, OutboxRepository, PayoutRepository,
     ReconciliationRepository, RefundRepository, ResolutionRepository, Store, WorkerRepository,
 };
-pub use stream::{EventSink, EventStream, OutboxEvent, RelayError, SinkError};
 
 /// Opens the store on `database` and brings its schema up to date. PostgreSQL's database is
 /// created if missing and its pool connects lazily afterwards; SQLite's file and directory are

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::model::Durability;
-use crate::stream::{EventSink, OutboxEvent, RelayError};
+use crate::relay::{EventSink, OutboxEvent, RelayError};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

@@ -41,7 +41,7 @@ use crate::model::{
     NewResolution, Owner, PayoutPage, PayoutReservation, ReconciliationException, RefundPage,
     Reservation, SavedRun, StoredEvent,
 };
-use crate::stream::{EventSink, RelayError};
+use crate::relay::{EventSink, RelayError};
 use crate::{Backend, Transaction};
 use payments_idempotency_sql::SqlRecords;
 

@@ -21,8 +21,8 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::posting::{self, Posted};
+use crate::relay::{EventSink, OutboxEvent, RelayError};
 use crate::sql::Sql;
-use crate::stream::{EventSink, OutboxEvent, RelayError};
 
 /// The migrations under `migrations/sqlite`, embedded in the binary.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");

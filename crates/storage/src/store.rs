@@ -13,9 +13,9 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Postgres, Sqlite};
 
 use crate::model::{Backlog, Durability, EventPruning};
+use crate::relay::{EventSink, RelayError};
 use crate::repository::{OutboxRepository, Store, WorkerRepository};
 use crate::sql::{Each, Sql};
-use crate::stream::{EventSink, RelayError};
 use crate::{Backend, StoreError, Transaction, postgres, sqlite};
 
 /// The payments store on one database. Cheap to clone.

@@ -49,7 +49,7 @@ pub(super) async fn run(
 /// Publishes batches until the backlog is empty.
 async fn relay_all(
     state: &AppState,
-    stream: &payments_storage::EventStream,
+    stream: &payments_redis::EventStream,
     batch: i64,
 ) -> Result<(), RelayError> {
     loop {

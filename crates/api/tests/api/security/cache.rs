@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use payments_idempotency::{Fingerprint, IdempotencyKey, SchemaVersion, Scope, StoredResponse};
-use payments_storage::{CacheSecret, RedisLink, ReplayCache};
+use payments_redis::{CacheSecret, RedisLink, ReplayCache};
 use reqwest::Response;
 use serde_json::{Value, json};
 

@@ -17,7 +17,7 @@ use payments_idempotency::{Fingerprint, IdempotencyKey, SchemaVersion, Scope, St
 use sha2::Sha256;
 use uuid::Uuid;
 
-use crate::redis_link::{RedisFailure, RedisLink};
+use crate::link::{RedisFailure, RedisLink};
 
 /// Why an entry was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -1,30 +1,15 @@
-//! Where the outbox relay publishes ([`EventSink`]), and the sink the service uses: a Redis
-//! stream, written at least once.
+//! The sink the service's outbox relay publishes through: a Redis stream, written at least
+//! once.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use payments_storage::{EventSink, OutboxEvent, SinkError};
 use redis::{Pipeline, Value};
-use uuid::Uuid;
 
-use crate::StoreError;
-use crate::redis_link::{RedisFailure, RedisLink};
-
-/// Where the outbox relay publishes events. The relay marks a batch published only after
-/// [`publish`](Self::publish) succeeded, and publishes it again after a failure, so a sink
-/// receives every event at least once; each carries its `id` for consumers to tell repeats.
-#[async_trait]
-pub trait EventSink: Send + Sync {
-    /// Publishes every event of the batch, or fails as a whole.
-    async fn publish(&self, events: &[OutboxEvent]) -> Result<(), SinkError>;
-}
-
-/// A sink that could not take a batch; the relay backs off and publishes it again.
-#[derive(Debug, thiserror::Error)]
-#[error("the event sink failed")]
-pub struct SinkError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+use crate::link::{RedisFailure, RedisLink};
 
 /// Publishes events to one Redis stream, capped at about `max_len` entries, and, when the
 /// Redis master has replicas, only once one of them has the batch too.
@@ -42,14 +27,6 @@ pub struct EventStream {
 #[derive(Debug, thiserror::Error)]
 #[error("no replica of the Redis master confirmed the batch within {0:?}")]
 struct NotReplicated(Duration);
-
-/// An outbox row on its way to the stream.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OutboxEvent {
-    pub id: Uuid,
-    pub event_type: String,
-    pub payload: String,
-}
 
 impl EventStream {
     /// A stream that keeps at least its last `max_len` entries and trims older ones.
@@ -145,15 +122,6 @@ fn connected_replicas(info: &str) -> u64 {
         .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
         .and_then(|count| count.parse().ok())
         .unwrap_or(0)
-}
-
-/// Why a relay round published nothing.
-#[derive(Debug, thiserror::Error)]
-pub enum RelayError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("publishing the events failed")]
-    Sink(#[from] SinkError),
 }
 
 #[cfg(test)]
