@@ -6,14 +6,87 @@
 //! keeps back the rows an older transaction still in flight could yet precede.
 
 use async_trait::async_trait;
-use payments_domain::{EventId, TenantId};
+use chrono::{DateTime, Utc};
+use payments_domain::{EventId, EventType, TenantId};
+use uuid::Uuid;
 
 use crate::StoreError;
-use crate::model::{EventPage, ListEvents, StoredEvent};
-use crate::repository::EventRepository;
-use crate::rows::{self, EventRow};
+use crate::rows::page;
 use crate::sql::{Each, Sql};
 use crate::store::DatabaseStore;
+
+/// The events feed (`GET /events`), from the outbox (`events.rs`), always within one tenant.
+#[async_trait]
+pub trait EventRepository: Send + Sync {
+    /// The tenant's event with this id; another tenant's is simply not found.
+    async fn get_event(
+        &self,
+        tenant: &TenantId,
+        id: EventId,
+    ) -> Result<Option<StoredEvent>, StoreError>;
+
+    /// A page of the tenant's events, oldest first, or `None` when the cursor is not one of
+    /// its events. What a reader sees is always a prefix of the feed: an event that commits
+    /// later is never placed before one already shown.
+    async fn list_events(
+        &self,
+        tenant: &TenantId,
+        page: ListEvents,
+    ) -> Result<Option<EventPage>, StoreError>;
+}
+
+/// A page request of a tenant's events: oldest first, after an optional cursor, of one type
+/// or of all.
+#[derive(Debug, Clone, Copy)]
+pub struct ListEvents {
+    pub limit: u32,
+    pub starting_after: Option<EventId>,
+    pub event_type: Option<EventType>,
+}
+
+/// An event as the outbox keeps it: its payload is what the stream entry carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub id: EventId,
+    pub event_type: EventType,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One page of events, oldest first.
+#[derive(Debug, Clone)]
+pub struct EventPage {
+    pub events: Vec<StoredEvent>,
+    pub has_more: bool,
+}
+
+/// An `outbox_events` row as the events feed reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct EventRow {
+    pub id: Uuid,
+    pub event_type: String,
+    pub payload: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl EventRow {
+    pub(crate) fn into_event(self) -> Result<StoredEvent, StoreError> {
+        Ok(StoredEvent {
+            id: EventId::from_uuid(self.id),
+            event_type: EventType::from_name(&self.event_type)
+                .ok_or_else(|| StoreError::Corrupt(format!("event_type: {:?}", self.event_type)))?,
+            payload: serde_json::from_str(&self.payload)
+                .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?,
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// A page of events, like [`charge_page`].
+fn event_page(rows: Vec<EventRow>, limit: u32) -> Result<EventPage, StoreError> {
+    let (events, has_more) = page(rows, limit, EventRow::into_event)?;
+    Ok(EventPage { events, has_more })
+}
 
 /// The tenant's event with this id, whether or not the feed shows it yet. The payload is read
 /// as text on both backends (PostgreSQL keeps it as jsonb).
@@ -91,6 +164,6 @@ impl EventRepository for DatabaseStore {
             .bind(i64::from(page.limit) + 1)
             .fetch_all(&mut connection.connection())
             .await?;
-        rows::event_page(rows, page.limit).map(Some)
+        event_page(rows, page.limit).map(Some)
     }
 }

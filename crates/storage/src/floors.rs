@@ -11,10 +11,35 @@ use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, Scope};
 use payments_idempotency_sql::SqlRecords;
 use uuid::Uuid;
 
-use crate::repository::FloorRepository;
 use crate::sql::{Each, Sql};
 use crate::store::DatabaseStore;
 use crate::{StoreError, postgres, sqlite};
+
+/// The floors of the benchmarks: the least work each path of the service can be made of, with
+/// none of its protection. Not part of the service: compiled only with this crate's `bench`
+/// feature, which the api's `bench` feature (its bench-only routes) turns on.
+#[cfg(feature = "bench")]
+#[async_trait]
+pub trait FloorRepository: Send + Sync {
+    /// Writes a charge, its ledger transaction and its event with no idempotency record at
+    /// all: the floor of a first charge (the same writes as its finish, one commit).
+    async fn write_charge_unguarded(&self, charge: &Charge) -> Result<(), StoreError>;
+
+    /// Inserts a fresh pending record for `key` in one statement of its own, with
+    /// `resource_id` as its generation and attempt 1, and returns its fence; no conflict
+    /// handling, no decision. Followed by the finish's transaction over it
+    /// ([`RecordRepository::begin_over`], [`ChargeRepository::insert_charge`],
+    /// [`RecordRepository::end_record`]) it is the floor of a flow of two commits (the claim's
+    /// insert, then the finish).
+    async fn insert_pending_unguarded(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+        resource_id: uuid::Uuid,
+    ) -> Result<payments_idempotency::engine::Fence, StoreError>;
+}
 
 /// A fresh pending record at attempt 1, locked for `$6` seconds and kept for `$9`.
 const INSERT_PENDING: Each = Each {

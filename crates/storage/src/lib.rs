@@ -10,21 +10,19 @@
 //! any HTTP type, nor Redis: the outbox relay publishes through a port, [`EventSink`], which
 //! `payments-redis` implements.
 
+mod charges;
 mod error;
 mod events;
 #[cfg(feature = "bench")]
 mod floors;
 mod holding;
-mod model;
-mod paying_out;
+mod payouts;
 mod postgres;
 mod posting;
-mod reading;
-mod reconciling;
-mod refunding;
+mod reconciliation;
+mod refunds;
 mod relay;
-mod repository;
-mod resolving;
+mod resolutions;
 mod rows;
 mod sql;
 mod sqlite;
@@ -36,22 +34,23 @@ use payments_idempotency::IdempotencyPolicy;
 
 use crate::store::DatabaseStore;
 
+pub(crate) use payments_idempotency::engine::Owner;
+
+pub use charges::{Balance, ChargePage, ChargeRepository, ListCharges};
 pub use error::StoreError;
-pub use model::{
-    Backlog, Balance, BooksSide, ChargePage, Durability, EventPage, EventPruning, ExceptionHold,
-    ExceptionPage, ExceptionStatus, Funds, HeldEnd, ListCharges, ListEvents, ListExceptions,
-    ListPayouts, ListRefunds, NewResolution, PayoutPage, PayoutReservation, PendingEffect, Posting,
-    ProcessorSide, ReconciliationException, RefundPage, RefundRefusal, Reservation, Resolution,
-    SavedRun, StoredEvent,
-};
-pub use payments_idempotency_sql::{Backend, Database, PoolSettings, Transaction};
-pub use relay::{EventSink, OutboxEvent, RelayError, SinkError};
+pub use events::{EventPage, EventRepository, ListEvents, StoredEvent};
 #[cfg(feature = "bench")]
-pub use repository::FloorRepository;
-pub use repository::{
-    ChargeRepository, EventRepository, OutboxRepository, PayoutRepository,
-    ReconciliationRepository, RefundRepository, ResolutionRepository, Store, WorkerRepository,
+pub use floors::FloorRepository;
+pub use payments_idempotency_sql::{Backend, Database, PendingEffect, PoolSettings, Transaction};
+pub use payouts::{Funds, ListPayouts, PayoutPage, PayoutRepository, PayoutReservation};
+pub use reconciliation::{
+    BooksSide, ExceptionPage, ExceptionStatus, ListExceptions, ProcessorSide,
+    ReconciliationException, ReconciliationRepository, Resolution, SavedRun,
 };
+pub use refunds::{ListRefunds, RefundPage, RefundRefusal, RefundRepository, Reservation};
+pub use relay::{EventSink, OutboxEvent, RelayError, SinkError};
+pub use resolutions::{ExceptionHold, HeldEnd, NewResolution, Posting, ResolutionRepository};
+pub use store::{Backlog, Durability, EventPruning, OutboxRepository, Store, WorkerRepository};
 
 /// Opens the store on `database` and brings its schema up to date. PostgreSQL's database is
 /// created if missing and its pool connects lazily afterwards; SQLite's file and directory are

@@ -9,8 +9,8 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::model::Durability;
 use crate::relay::{EventSink, OutboxEvent, RelayError};
+use crate::store::Durability;
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");

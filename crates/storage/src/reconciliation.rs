@@ -9,16 +9,296 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
-use payments_domain::{BooksEntry, ExceptionId, ItemResult, ReconciledItem, SettlementKind};
+use payments_domain::{
+    BooksEntry, ChargeId, ExceptionId, HeldRecord, ItemResult, Money, PayoutId, ReconciledItem,
+    RefundId, ResolutionAction, SettlementKind, TenantId,
+};
 use payments_idempotency_sql::Connection;
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::model::{ExceptionPage, ListExceptions, ReconciliationException, SavedRun};
-use crate::repository::ReconciliationRepository;
-use crate::rows::{self, BooksRow, ExceptionRow};
+use crate::rows::{corrupt, money, page};
 use crate::sql::{Each, Sql};
 use crate::store::DatabaseStore;
+
+/// Reconciliation against the processor's settlement report. It reads the
+/// books of every tenant: an operator's job, never reachable with a tenant's key.
+#[async_trait]
+pub trait ReconciliationRepository: Send + Sync {
+    /// Every charge, succeeded refund and paid payout the books hold with a `created_at` in
+    /// `[from, to)`.
+    async fn books_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<BooksEntry>, StoreError>;
+
+    /// What the books hold under the processor's id `processor_id` of `kind`, whenever it was
+    /// made.
+    async fn books_entry(
+        &self,
+        kind: SettlementKind,
+        processor_id: &str,
+    ) -> Result<Option<BooksEntry>, StoreError>;
+
+    /// Which of `items` (a kind and a processor id each) an operator has resolved the kept
+    /// exception of, in as few reads as the database's limit on bound values allows.
+    async fn resolved_among(
+        &self,
+        items: &[(SettlementKind, &str)],
+    ) -> Result<HashSet<(SettlementKind, String)>, StoreError>;
+
+    /// Keeps the run of `date`: its counts, replacing an earlier run's, and its exceptions,
+    /// adding none the day already holds.
+    async fn save_reconciliation(
+        &self,
+        date: NaiveDate,
+        items: &[ReconciledItem],
+    ) -> Result<SavedRun, StoreError>;
+
+    /// The exception with this id, whatever its status.
+    async fn get_exception(
+        &self,
+        id: ExceptionId,
+    ) -> Result<Option<ReconciliationException>, StoreError>;
+
+    /// A page of the exceptions of one status, oldest first, or `None` when the cursor is not
+    /// an exception of that status.
+    async fn list_exceptions(
+        &self,
+        page: ListExceptions,
+    ) -> Result<Option<ExceptionPage>, StoreError>;
+}
+
+/// Where an exception stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExceptionStatus {
+    Open,
+    Resolved,
+}
+
+impl ExceptionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Resolved => "resolved",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Open, Self::Resolved]
+            .into_iter()
+            .find(|status| status.as_str() == name)
+    }
+}
+
+/// A page request of the exceptions of one status: oldest first, after an optional cursor.
+#[derive(Debug, Clone, Copy)]
+pub struct ListExceptions {
+    pub status: ExceptionStatus,
+    pub limit: u32,
+    pub starting_after: Option<ExceptionId>,
+}
+
+/// An exception as it is kept: what each side held of it when the run found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconciliationException {
+    pub id: ExceptionId,
+    pub report_date: NaiveDate,
+    /// One of the exception results ([`ItemResult::is_exception`]).
+    pub kind: ItemResult,
+    pub status: ExceptionStatus,
+    pub created_at: DateTime<Utc>,
+    pub effect: SettlementKind,
+    pub processor_id: String,
+    pub tenant: Option<TenantId>,
+    /// The processor's line, if the processor reported it.
+    pub processor: Option<ProcessorSide>,
+    /// The books' side, if the books hold it.
+    pub books: Option<BooksSide>,
+    /// The pending record a mismatch holds.
+    pub record: Option<HeldRecord>,
+    /// The service's id of it (`ch_…`, `re_…`, `po_…`): the books', or the one the processor's
+    /// metadata names.
+    pub resource_id: Option<String>,
+    /// How an operator resolved it, once resolved.
+    pub resolution: Option<Resolution>,
+}
+
+/// How an operator resolved an exception.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    pub action: ResolutionAction,
+    /// The operator key's name.
+    pub operator: String,
+    pub note: String,
+    pub resolved_at: DateTime<Utc>,
+    /// `record`: the service's id of what it posted.
+    pub recorded_id: Option<String>,
+    /// `void`: the processor's id of what it gave back.
+    pub void_processor_id: Option<String>,
+}
+
+/// What the processor's line of an exception said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessorSide {
+    pub processor_key: String,
+    pub money: Money,
+}
+
+/// What the books held of an exception.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BooksSide {
+    /// The service's id of it (`ch_…`, `re_…`, `po_…`).
+    pub resource_id: String,
+    pub money: Money,
+}
+
+/// One page of exceptions, oldest first.
+#[derive(Debug, Clone)]
+pub struct ExceptionPage {
+    pub exceptions: Vec<ReconciliationException>,
+    pub has_more: bool,
+}
+
+/// What saving a reconciliation run changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavedRun {
+    /// Exceptions the run added; a second run over the same day adds none it found before.
+    pub exceptions_added: u64,
+    /// Exceptions still open, over every day.
+    pub open_exceptions: i64,
+}
+
+/// A made charge, refund or payout as reconciliation reads the books.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct BooksRow {
+    kind: String,
+    id: Uuid,
+    tenant_id: String,
+    processor_id: String,
+    amount: i64,
+    currency: String,
+    created_at: DateTime<Utc>,
+}
+
+impl BooksRow {
+    pub(crate) fn into_entry(self) -> Result<BooksEntry, StoreError> {
+        let kind = SettlementKind::parse(&self.kind).ok_or_else(|| corrupt("kind", &self.kind))?;
+        let resource_id = match kind {
+            SettlementKind::Charge => ChargeId::from_uuid(self.id).to_string(),
+            SettlementKind::Refund => RefundId::from_uuid(self.id).to_string(),
+            SettlementKind::Payout => PayoutId::from_uuid(self.id).to_string(),
+        };
+        Ok(BooksEntry {
+            kind,
+            processor_id: self.processor_id,
+            tenant: TenantId::new(self.tenant_id),
+            resource_id,
+            money: money(self.amount, &self.currency)?,
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// A `reconciliation_exceptions` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ExceptionRow {
+    id: Uuid,
+    report_date: NaiveDate,
+    kind: String,
+    status: String,
+    created_at: DateTime<Utc>,
+    effect: String,
+    processor_id: String,
+    processor_key: Option<String>,
+    tenant_id: Option<String>,
+    resource_id: Option<String>,
+    processor_amount: Option<i64>,
+    processor_currency: Option<String>,
+    books_amount: Option<i64>,
+    books_currency: Option<String>,
+    record_operation: Option<String>,
+    record_key: Option<String>,
+    action: Option<String>,
+    operator: Option<String>,
+    note: Option<String>,
+    resolved_at: Option<DateTime<Utc>>,
+    recorded_id: Option<String>,
+    void_processor_id: Option<String>,
+}
+
+impl ExceptionRow {
+    pub(crate) fn into_exception(self) -> Result<ReconciliationException, StoreError> {
+        let tenant = self.tenant_id.map(TenantId::new);
+        let processor = match (
+            self.processor_key,
+            self.processor_amount,
+            self.processor_currency,
+        ) {
+            (Some(processor_key), Some(amount), Some(currency)) => Some(ProcessorSide {
+                processor_key,
+                money: money(amount, &currency)?,
+            }),
+            _ => None,
+        };
+        let books = match (&self.resource_id, self.books_amount, self.books_currency) {
+            (Some(resource_id), Some(amount), Some(currency)) => Some(BooksSide {
+                resource_id: resource_id.clone(),
+                money: money(amount, &currency)?,
+            }),
+            _ => None,
+        };
+        let record = match (&tenant, self.record_operation, self.record_key) {
+            (Some(tenant), Some(operation), Some(key)) => Some(HeldRecord {
+                tenant: tenant.clone(),
+                operation,
+                key,
+            }),
+            _ => None,
+        };
+        let resolution = match (self.action, self.operator, self.note, self.resolved_at) {
+            (Some(action), Some(operator), Some(note), Some(resolved_at)) => Some(Resolution {
+                action: ResolutionAction::parse(&action)
+                    .ok_or_else(|| corrupt("action", &action))?,
+                operator,
+                note,
+                resolved_at,
+                recorded_id: self.recorded_id,
+                void_processor_id: self.void_processor_id,
+            }),
+            _ => None,
+        };
+        Ok(ReconciliationException {
+            id: ExceptionId::from_uuid(self.id),
+            report_date: self.report_date,
+            kind: ItemResult::parse(&self.kind)
+                .filter(|kind| kind.is_exception())
+                .ok_or_else(|| corrupt("kind", &self.kind))?,
+            status: ExceptionStatus::parse(&self.status)
+                .ok_or_else(|| corrupt("status", &self.status))?,
+            created_at: self.created_at,
+            effect: SettlementKind::parse(&self.effect)
+                .ok_or_else(|| corrupt("effect", &self.effect))?,
+            processor_id: self.processor_id,
+            tenant,
+            processor,
+            books,
+            record,
+            resource_id: self.resource_id,
+            resolution,
+        })
+    }
+}
+
+/// A page of exceptions, like [`charge_page`].
+fn exception_page(rows: Vec<ExceptionRow>, limit: u32) -> Result<ExceptionPage, StoreError> {
+    let (exceptions, has_more) = page(rows, limit, ExceptionRow::into_exception)?;
+    Ok(ExceptionPage {
+        exceptions,
+        has_more,
+    })
+}
 
 /// Everything the books hold made in `[$1, $2)`.
 const BOOKS_BETWEEN: &str = "
@@ -247,7 +527,7 @@ impl ReconciliationRepository for DatabaseStore {
             .bind(i64::from(page.limit) + 1)
             .fetch_all(&mut connection.connection())
             .await?;
-        rows::exception_page(rows, page.limit).map(Some)
+        exception_page(rows, page.limit).map(Some)
     }
 }
 

@@ -4,16 +4,101 @@
 //! record in.
 
 use async_trait::async_trait;
-use payments_domain::ExceptionId;
+use chrono::{DateTime, Utc};
+use payments_domain::{Charge, ExceptionId, Money, ResolutionAction, ResolutionNote, TenantId};
+use payments_idempotency::{IdempotencyKey, Scope, StoredResponse};
 use payments_idempotency_sql::Connection;
 
-use crate::model::{ExceptionHold, ExceptionStatus, NewResolution, Owner, Posting};
-use crate::reconciling::EXCEPTION;
-use crate::repository::{ChargeRepository, ResolutionRepository};
-use crate::rows::ExceptionRow;
+use crate::Owner;
+use crate::charges::ChargeRepository;
+use crate::reconciliation::{EXCEPTION, ExceptionRow, ExceptionStatus, ReconciliationException};
 use crate::sql::Sql;
 use crate::store::DatabaseStore;
 use crate::{StoreError, Transaction};
+
+/// Resolving reconciliation exceptions: the resolution operation's hold on
+/// its exception, its finish, and its end without an effect. Like reconciliation, an
+/// operator's job across tenants.
+#[async_trait]
+pub trait ResolutionRepository: Send + Sync {
+    /// Holds the exception `id` for the generation `owner` holds, in `transaction`, begun over
+    /// its record, so that resolutions under other keys find it held and change nothing.
+    /// Idempotent per generation.
+    async fn hold_exception(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        id: ExceptionId,
+    ) -> Result<ExceptionHold, StoreError>;
+
+    /// Writes the resolution, marks its exception resolved and writes what it posts, in
+    /// `transaction`, begun over the resolution's record (`owner`).
+    async fn finish_resolution(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        resolution: &NewResolution<'_>,
+    ) -> Result<(), StoreError>;
+
+    /// Lets go of the exception the generation `owner` held, in `transaction`, begun over its
+    /// record, which ends without a resolution.
+    async fn release_exception(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+    ) -> Result<(), StoreError>;
+}
+
+/// What holding an exception for a resolution found.
+#[derive(Debug, Clone)]
+pub enum ExceptionHold {
+    /// The exception is open and now held by the resolution's generation (or was already).
+    Held(Box<ReconciliationException>),
+    /// It was resolved already: nothing more can change it.
+    Resolved,
+    /// Another resolution, under another key, is at work on it.
+    HeldByAnother,
+    /// No exception has that id.
+    Missing,
+}
+
+/// A resolution to write in the transaction that completes its record.
+#[derive(Debug, Clone, Copy)]
+pub struct NewResolution<'a> {
+    pub exception: ExceptionId,
+    pub action: ResolutionAction,
+    pub operator: &'a str,
+    pub note: &'a ResolutionNote,
+    /// The service's clock, as for the exceptions, so that a list of them pages on one form.
+    pub resolved_at: DateTime<Utc>,
+    pub posts: Posting<'a>,
+}
+
+/// What a resolution writes into the books besides itself.
+#[derive(Debug, Clone, Copy)]
+pub enum Posting<'a> {
+    /// `accept`: nothing.
+    Nothing,
+    /// `record`: the charge the processor made, with its ledger transaction and its event,
+    /// written as a charge's finish writes them.
+    Charge(&'a Charge),
+    /// `void`: what the processor gave back; and the pending record the voided charge was made
+    /// for, if any, which ends with `response`.
+    Void {
+        tenant: Option<&'a TenantId>,
+        processor_id: &'a str,
+        money: Money,
+        held: Option<HeldEnd<'a>>,
+    },
+}
+
+/// A pending record that no attempt will ever finish, and the final answer it ends with.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldEnd<'a> {
+    pub scope: &'a Scope,
+    pub key: &'a IdempotencyKey,
+    pub response: &'a StoredResponse,
+}
 
 /// Holds the open exception `$1` for the generation `$2`, if it is free or held by this
 /// generation already (a retry, a takeover).

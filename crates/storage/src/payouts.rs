@@ -8,18 +8,165 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{
-    LedgerTransaction, PAYOUT_PAID, Payout, PayoutId, PayoutPaid, PayoutRequest, PayoutStatus,
-    TenantId,
+    Currency, Description, Destination, LedgerTransaction, PAYOUT_PAID, Payout, PayoutId,
+    PayoutPaid, PayoutRequest, PayoutStatus, TenantId,
 };
 
+use uuid::Uuid;
+
+use crate::Owner;
 use crate::holding::{self, FUNDS};
-use crate::model::{Funds, ListPayouts, Owner, PayoutPage, PayoutReservation};
 use crate::posting::{self, Posted};
-use crate::repository::PayoutRepository;
-use crate::rows::{self, PayoutRow};
+use crate::rows::{corrupt, money, page};
 use crate::sql::Sql;
 use crate::store::DatabaseStore;
 use crate::{StoreError, Transaction};
+
+/// Payouts: the reservation of a payout's amount on the tenant's balance, the fenced writes
+/// that end a payout, and the reads. A payout's row has the id of its record's generation, so
+/// every attempt of one generation finds the same reservation.
+#[async_trait]
+pub trait PayoutRepository: Send + Sync {
+    /// Reserves the payout's amount on the tenant's balance for the generation `owner` holds,
+    /// in `transaction`, begun over its record: the balance's row is locked, so payouts and
+    /// refunds of one tenant under different keys reserve one after the other and never take
+    /// it below zero. Idempotent per generation: a reservation the generation already made is
+    /// returned as it is.
+    async fn reserve_payout(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        request: &PayoutRequest,
+        created_at: DateTime<Utc>,
+    ) -> Result<PayoutReservation, StoreError>;
+
+    /// Writes the paid payout, its ledger transaction and its `payout.paid` outbox event in
+    /// `transaction`, begun over the payout's record.
+    async fn finish_payout(
+        &self,
+        transaction: &mut Transaction,
+        payout: &Payout,
+    ) -> Result<(), StoreError>;
+
+    /// Releases whatever the generation `owner` holds reserved, in `transaction`, begun over
+    /// its record, which ends without a payout.
+    async fn release_payout(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+    ) -> Result<(), StoreError>;
+
+    /// The tenant's payout with this id; another tenant's payout is simply not found.
+    async fn get_payout(
+        &self,
+        tenant: &TenantId,
+        id: PayoutId,
+    ) -> Result<Option<Payout>, StoreError>;
+
+    /// A page of the tenant's payouts, newest first, or `None` when the cursor is not one of
+    /// its payouts.
+    async fn list_payouts(
+        &self,
+        tenant: &TenantId,
+        page: ListPayouts,
+    ) -> Result<Option<PayoutPage>, StoreError>;
+
+    /// The tenant's funds per currency, ordered by currency: what is available, and what its
+    /// payouts in flight hold.
+    async fn funds(&self, tenant: &TenantId) -> Result<Vec<Funds>, StoreError>;
+}
+
+/// What reserving a payout's amount on the tenant's balance came to.
+#[derive(Debug, Clone)]
+pub enum PayoutReservation {
+    /// The payout's pending row, made now or by an earlier attempt of the same generation.
+    Reserved(Payout),
+    /// The balance does not cover the payout: only `available` is left in its currency.
+    /// Nothing was reserved.
+    InsufficientBalance { available: i64 },
+}
+
+/// A page request for the tenant's payouts: newest first, after an optional cursor.
+#[derive(Debug, Clone, Copy)]
+pub struct ListPayouts {
+    pub limit: u32,
+    pub starting_after: Option<PayoutId>,
+}
+
+/// One page of payouts, newest first.
+#[derive(Debug, Clone)]
+pub struct PayoutPage {
+    pub payouts: Vec<Payout>,
+    pub has_more: bool,
+}
+
+/// A tenant's money in one currency: what it may pay out or refund now, and what its payouts
+/// in flight hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Funds {
+    pub currency: Currency,
+    /// The balance of the ledger's `customer_payments`, less what refunds and payouts in
+    /// flight hold. Never below zero.
+    pub available: i64,
+    /// What payouts in flight hold.
+    pub pending: i64,
+}
+
+/// A `payouts` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PayoutRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub destination: String,
+    pub description: Option<String>,
+    pub processor_payout_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl PayoutRow {
+    /// A payout is paid exactly when it has its processor payout id (the schema's
+    /// `paid_has_processor_payout`), so the id alone gives the status.
+    pub(crate) fn into_payout(self) -> Result<Payout, StoreError> {
+        Ok(Payout {
+            id: PayoutId::from_uuid(self.id),
+            tenant: TenantId::new(self.tenant_id),
+            money: money(self.amount, &self.currency)?,
+            destination: Destination::new(self.destination)
+                .map_err(|e| StoreError::Corrupt(format!("destination: {e}")))?,
+            description: self
+                .description
+                .map(Description::new)
+                .transpose()
+                .map_err(|e| StoreError::Corrupt(format!("description: {e}")))?,
+            status: match self.processor_payout_id {
+                Some(processor_payout_id) => PayoutStatus::Paid {
+                    processor_payout_id,
+                },
+                None => PayoutStatus::Pending,
+            },
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// A page of payouts, like [`charge_page`].
+fn payout_page(rows: Vec<PayoutRow>, limit: u32) -> Result<PayoutPage, StoreError> {
+    let (payouts, has_more) = page(rows, limit, PayoutRow::into_payout)?;
+    Ok(PayoutPage { payouts, has_more })
+}
+
+/// One row of the funds query: currency, available and pending.
+fn funds_from_row((currency, available, pending): (String, i64, i64)) -> Result<Funds, StoreError> {
+    Ok(Funds {
+        currency: currency
+            .parse()
+            .map_err(|_| corrupt("currency", &currency))?,
+        available,
+        pending,
+    })
+}
 
 /// The payout a generation (`$1`) reserved, if it did.
 const RESERVED_PAYOUT: &str = "
@@ -183,7 +330,7 @@ impl PayoutRepository for DatabaseStore {
             .bind(i64::from(page.limit) + 1)
             .fetch_all(&mut connection.connection())
             .await?;
-        rows::payout_page(rows, page.limit).map(Some)
+        payout_page(rows, page.limit).map(Some)
     }
 
     async fn funds(&self, tenant: &TenantId) -> Result<Vec<Funds>, StoreError> {
@@ -193,6 +340,6 @@ impl PayoutRepository for DatabaseStore {
             .bind(None::<&str>)
             .fetch_all(&mut connection.connection())
             .await?;
-        rows.into_iter().map(rows::funds_from_row).collect()
+        rows.into_iter().map(funds_from_row).collect()
     }
 }

@@ -9,18 +9,193 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_domain::{
-    LedgerTransaction, PAYMENT_REFUNDED, PaymentRefunded, Refund, RefundId, RefundRequest,
-    RefundStatus, TenantId,
+    Amount, ChargeId, LedgerTransaction, PAYMENT_REFUNDED, PaymentRefunded, Refund, RefundId,
+    RefundReason, RefundRequest, RefundStatus, TenantId,
 };
 
+use uuid::Uuid;
+
+use crate::Owner;
 use crate::holding;
-use crate::model::{ListRefunds, Owner, RefundPage, RefundRefusal, Reservation};
 use crate::posting::{self, Posted};
-use crate::repository::RefundRepository;
-use crate::rows::{self, RefundRow, RefundableRow, ReservedRow};
+use crate::rows::{corrupt, money, page};
 use crate::sql::{Each, Sql};
 use crate::store::DatabaseStore;
 use crate::{StoreError, Transaction};
+
+/// Refunds: the reservation of a refund's amount on its charge, the fenced writes that end a
+/// refund, and the reads. A refund's row has the id of its record's generation, so every
+/// attempt of one generation finds the same reservation.
+#[async_trait]
+pub trait RefundRepository: Send + Sync {
+    /// Reserves the refund's amount on its charge for the generation `owner` holds, in
+    /// `transaction`, begun over its record: the charge's row is locked, so refunds of one
+    /// charge under different keys reserve one after the other and never exceed it together.
+    /// Idempotent per generation: a reservation the generation already made is returned as it
+    /// is.
+    async fn reserve_refund(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+        request: &RefundRequest,
+        created_at: DateTime<Utc>,
+    ) -> Result<Reservation, StoreError>;
+
+    /// Writes the succeeded refund, the charge's refunded amount, the reversing ledger
+    /// transaction and its `payment.refunded` outbox event in `transaction`, begun over the
+    /// refund's record.
+    async fn finish_refund(
+        &self,
+        transaction: &mut Transaction,
+        refund: &Refund,
+    ) -> Result<(), StoreError>;
+
+    /// Releases whatever the generation `owner` holds reserved, in `transaction`, begun over
+    /// its record, which ends without a refund.
+    async fn release_refund(
+        &self,
+        transaction: &mut Transaction,
+        owner: Owner<'_>,
+    ) -> Result<(), StoreError>;
+
+    /// The tenant's refund with this id; another tenant's refund is simply not found.
+    async fn get_refund(
+        &self,
+        tenant: &TenantId,
+        id: RefundId,
+    ) -> Result<Option<Refund>, StoreError>;
+
+    /// A page of the refunds of one of the tenant's charges, newest first, or `None` when the
+    /// cursor is not one of that charge's refunds.
+    async fn list_refunds(
+        &self,
+        tenant: &TenantId,
+        page: ListRefunds,
+    ) -> Result<Option<RefundPage>, StoreError>;
+}
+
+/// What reserving a refund's amount on its charge came to.
+#[derive(Debug, Clone)]
+pub enum Reservation {
+    /// The refund's pending row, made now or by an earlier attempt of the same generation, and
+    /// the processor's id of the charge it refunds.
+    Reserved {
+        refund: Refund,
+        processor_charge_id: String,
+    },
+    /// A final answer that depends on the charge's state, not only on the request: nothing
+    /// was reserved.
+    Refused(RefundRefusal),
+}
+
+/// Why a refund cannot be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundRefusal {
+    /// The tenant has no such charge.
+    NoSuchCharge,
+    /// No amount was asked for, and nothing of the charge is left to refund.
+    NothingLeft,
+    /// The amount asked for is more than is left to refund (`refundable`, possibly 0).
+    TooLarge { refundable: i64 },
+    /// The refund would take the tenant's balance below what its payouts hold: only
+    /// `available` is left in the charge's currency.
+    InsufficientBalance { available: i64 },
+}
+
+impl RefundRefusal {
+    /// The amount a refund of a charge of `amount`, of which `reserved` is already claimed by
+    /// other refunds, may have: `requested`, or all that is left when none was asked for.
+    pub fn judge(
+        amount: i64,
+        reserved: i64,
+        requested: Option<Amount>,
+    ) -> Result<Amount, RefundRefusal> {
+        let left = amount - reserved;
+        match requested {
+            Some(requested) if requested.minor_units() > left => {
+                Err(Self::TooLarge { refundable: left })
+            }
+            Some(requested) => Ok(requested),
+            None => Amount::new(left).map_err(|_| Self::NothingLeft),
+        }
+    }
+}
+
+/// A page request for a charge's refunds: newest first, after an optional cursor.
+#[derive(Debug, Clone, Copy)]
+pub struct ListRefunds {
+    pub charge: ChargeId,
+    pub limit: u32,
+    pub starting_after: Option<RefundId>,
+}
+
+/// One page of a charge's refunds, newest first.
+#[derive(Debug, Clone)]
+pub struct RefundPage {
+    pub refunds: Vec<Refund>,
+    pub has_more: bool,
+}
+
+/// A `refunds` row.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RefundRow {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub charge_id: Uuid,
+    pub amount: i64,
+    pub currency: String,
+    pub reason: Option<String>,
+    pub processor_refund_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl RefundRow {
+    /// A refund is succeeded exactly when it has its processor refund id (the schema's
+    /// `succeeded_has_processor_refund`), so the id alone gives the status.
+    pub(crate) fn into_refund(self) -> Result<Refund, StoreError> {
+        let reason = self
+            .reason
+            .map(|name| RefundReason::from_name(&name).ok_or_else(|| corrupt("reason", &name)))
+            .transpose()?;
+        Ok(Refund {
+            id: RefundId::from_uuid(self.id),
+            tenant: TenantId::new(self.tenant_id),
+            charge: ChargeId::from_uuid(self.charge_id),
+            money: money(self.amount, &self.currency)?,
+            reason,
+            status: match self.processor_refund_id {
+                Some(processor_refund_id) => RefundStatus::Succeeded {
+                    processor_refund_id,
+                },
+                None => RefundStatus::Pending,
+            },
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// A pending refund and the processor's id of the charge it refunds.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ReservedRow {
+    #[sqlx(flatten)]
+    pub refund: RefundRow,
+    pub charge_processor_id: String,
+}
+
+/// What a reservation reads of the charge it reserves on.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RefundableRow {
+    pub amount: i64,
+    pub currency: String,
+    pub amount_reserved: i64,
+    pub processor_charge_id: String,
+}
+
+/// A page of refunds, like [`charge_page`].
+fn refund_page(rows: Vec<RefundRow>, limit: u32) -> Result<RefundPage, StoreError> {
+    let (refunds, has_more) = page(rows, limit, RefundRow::into_refund)?;
+    Ok(RefundPage { refunds, has_more })
+}
 
 /// The refund a generation (`$1`) reserved, if it did, with the processor's id of its charge.
 const RESERVED_REFUND: &str = "
@@ -112,7 +287,7 @@ impl RefundRepository for DatabaseStore {
                 Ok(amount) => amount,
                 Err(refusal) => return Ok(Reservation::Refused(refusal)),
             };
-        let money = rows::money(amount.minor_units(), &charge.currency)?;
+        let money = money(amount.minor_units(), &charge.currency)?;
         // The charge allows it; the balance must too, or payouts would lose what they hold.
         let available = holding::lock_available(&mut connection, tenant, money.currency).await?;
         if amount.minor_units() > available {
@@ -258,6 +433,44 @@ impl RefundRepository for DatabaseStore {
             .bind(i64::from(page.limit) + 1)
             .fetch_all(&mut connection.connection())
             .await?;
-        rows::refund_page(rows, page.limit).map(Some)
+        refund_page(rows, page.limit).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod refund_tests {
+    use super::*;
+
+    fn amount(minor_units: i64) -> Amount {
+        Amount::new(minor_units).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_refund_gets_what_it_asks_for_while_enough_is_left() {
+        assert_eq!(
+            RefundRefusal::judge(1000, 300, Some(amount(700))),
+            Ok(amount(700))
+        );
+        assert_eq!(
+            RefundRefusal::judge(1000, 300, Some(amount(701))),
+            Err(RefundRefusal::TooLarge { refundable: 700 })
+        );
+    }
+
+    #[test]
+    fn a_refund_without_an_amount_takes_all_that_is_left() {
+        assert_eq!(RefundRefusal::judge(1000, 300, None), Ok(amount(700)));
+        assert_eq!(
+            RefundRefusal::judge(1000, 1000, None),
+            Err(RefundRefusal::NothingLeft)
+        );
+    }
+
+    #[test]
+    fn an_amount_asked_of_a_charge_with_nothing_left_is_too_large() {
+        assert_eq!(
+            RefundRefusal::judge(1000, 1000, Some(amount(1))),
+            Err(RefundRefusal::TooLarge { refundable: 0 })
+        );
     }
 }
