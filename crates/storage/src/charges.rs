@@ -11,9 +11,9 @@ use payments_domain::{Account, Charge, ChargeId, Currency, Description, PaymentS
 use payments_idempotency_sql::Connection;
 use uuid::Uuid;
 
+use crate::database::DatabaseStore;
 use crate::rows::{corrupt, money, page};
 use crate::sql::Sql;
-use crate::store::DatabaseStore;
 use crate::{StoreError, Transaction, postgres, sqlite};
 
 /// Charges and the ledger: the charge operation's finish, and the reads within one tenant.

@@ -11,9 +11,9 @@ use payments_domain::{EventId, EventType, TenantId};
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::database::DatabaseStore;
 use crate::rows::page;
 use crate::sql::{Each, Sql};
-use crate::store::DatabaseStore;
 
 /// The events feed (`GET /events`), from the outbox (`events.rs`), always within one tenant.
 #[async_trait]

@@ -11,8 +11,8 @@ use payments_idempotency::{Attempt, Fingerprint, IdempotencyKey, Scope};
 use payments_idempotency_sql::SqlRecords;
 use uuid::Uuid;
 
+use crate::database::DatabaseStore;
 use crate::sql::{Each, Sql};
-use crate::store::DatabaseStore;
 use crate::{StoreError, postgres, sqlite};
 
 /// The floors of the benchmarks: the least work each path of the service can be made of, with

@@ -11,6 +11,7 @@
 //! `payments-redis` implements.
 
 mod charges;
+mod database;
 mod error;
 mod events;
 #[cfg(feature = "bench")]
@@ -32,7 +33,7 @@ use std::sync::Arc;
 
 use payments_idempotency::IdempotencyPolicy;
 
-use crate::store::DatabaseStore;
+use crate::database::DatabaseStore;
 
 pub(crate) use payments_idempotency::engine::Owner;
 

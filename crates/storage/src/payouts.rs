@@ -15,11 +15,11 @@ use payments_domain::{
 use uuid::Uuid;
 
 use crate::Owner;
+use crate::database::DatabaseStore;
 use crate::holding::{self, FUNDS};
 use crate::posting::{self, Posted};
 use crate::rows::{corrupt, money, page};
 use crate::sql::Sql;
-use crate::store::DatabaseStore;
 use crate::{StoreError, Transaction};
 
 /// Payouts: the reservation of a payout's amount on the tenant's balance, the fenced writes

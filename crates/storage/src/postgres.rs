@@ -1,6 +1,6 @@
 //! What PostgreSQL's store does its own way: a charge's finish is one statement, the outbox
 //! relay locks its rows for the round (`FOR UPDATE SKIP LOCKED`), migrations run without the
-//! statement timeout, and durability is read from the server's settings.
+//! statement timeout, and the server's synchronous settings are read for `Store::durability`.
 
 use payments_domain::{Charge, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted};
 use payments_idempotency_sql::PgRecords;
@@ -10,7 +10,6 @@ use uuid::Uuid;
 
 use crate::StoreError;
 use crate::relay::{EventSink, OutboxEvent, RelayError};
-use crate::store::Durability;
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -133,14 +132,13 @@ pub(crate) async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateE
     MIGRATOR.run_direct(&mut *connection).await
 }
 
-/// Read from the settings of a pooled connection, so that a session-level
-/// `synchronous_commit` (in the URL's options) counts too.
-pub(crate) async fn durability(pool: &PgPool) -> Result<Durability, StoreError> {
+/// The server's `synchronous_commit` and `synchronous_standby_names`, read from the settings of
+/// a pooled connection, so that a session-level `synchronous_commit` (in the URL's options)
+/// counts too.
+pub(crate) async fn synchronous_settings(pool: &PgPool) -> Result<(String, String), StoreError> {
     let mut connection = pool.acquire().await?;
     let settings = sqlx::query_as(
         "SELECT current_setting('synchronous_commit'), current_setting('synchronous_standby_names')",
     );
-    let (commit, standbys): (String, String) =
-        answered(settings.fetch_one(&mut *connection)).await?;
-    Ok(Durability::of_postgres(&commit, &standbys))
+    Ok(answered(settings.fetch_one(&mut *connection)).await?)
 }

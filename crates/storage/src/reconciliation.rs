@@ -17,9 +17,9 @@ use payments_idempotency_sql::Connection;
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::database::DatabaseStore;
 use crate::rows::{corrupt, money, page};
 use crate::sql::{Each, Sql};
-use crate::store::DatabaseStore;
 
 /// Reconciliation against the processor's settlement report. It reads the
 /// books of every tenant: an operator's job, never reachable with a tenant's key.

@@ -16,11 +16,11 @@ use payments_domain::{
 use uuid::Uuid;
 
 use crate::Owner;
+use crate::database::DatabaseStore;
 use crate::holding;
 use crate::posting::{self, Posted};
 use crate::rows::{corrupt, money, page};
 use crate::sql::{Each, Sql};
-use crate::store::DatabaseStore;
 use crate::{StoreError, Transaction};
 
 /// Refunds: the reservation of a refund's amount on its charge, the fenced writes that end a

@@ -11,9 +11,9 @@ use payments_idempotency_sql::Connection;
 
 use crate::Owner;
 use crate::charges::ChargeRepository;
+use crate::database::DatabaseStore;
 use crate::reconciliation::{EXCEPTION, ExceptionRow, ExceptionStatus, ReconciliationException};
 use crate::sql::Sql;
-use crate::store::DatabaseStore;
 use crate::{StoreError, Transaction};
 
 /// Resolving reconciliation exceptions: the resolution operation's hold on

@@ -1,7 +1,6 @@
-//! `Store`, everything the service needs from its database, and [`DatabaseStore`], its one
-//! implementation: the store on one database of either backend, over the engine's record store
-//! on the same database, whose pool (and, on SQLite, write gate) it shares. Each repository
-//! `Store` is made of lives in the file of its resource (`charges.rs`, `refunds.rs`,
+//! `Store`, everything the service needs from its database, implemented for [`DatabaseStore`]
+//! (`database.rs`), the store on one database of either backend. Each repository `Store` is
+//! made of lives in the file of its resource (`charges.rs`, `refunds.rs`,
 //! `payouts.rs`, `events.rs`, `reconciliation.rs`, `resolutions.rs`) with its types, its rows
 //! and its statements; what a backend does its own way is in `postgres.rs` and `sqlite.rs`; the
 //! outbox's upkeep, the relay and `Store` itself are here.
@@ -30,11 +29,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use payments_idempotency::IdempotencyPolicy;
-use payments_idempotency_sql::{Connection, SqlRecords};
-use sqlx::pool::PoolConnection;
-use sqlx::{Postgres, Sqlite};
+use payments_idempotency_sql::SqlRecords;
 
 use crate::charges::ChargeRepository;
+use crate::database::DatabaseStore;
 use crate::events::EventRepository;
 #[cfg(feature = "bench")]
 use crate::floors::FloorRepository;
@@ -44,7 +42,7 @@ use crate::refunds::RefundRepository;
 use crate::relay::{EventSink, RelayError};
 use crate::resolutions::ResolutionRepository;
 use crate::sql::{Each, Sql};
-use crate::{Backend, StoreError, Transaction, postgres, sqlite};
+use crate::{Backend, StoreError, postgres, sqlite};
 
 /// Everything the service needs from its database.
 #[async_trait]
@@ -170,73 +168,10 @@ impl Backlog {
     }
 }
 
-/// The payments store on one database. Cheap to clone.
-#[derive(Debug, Clone)]
-pub(crate) struct DatabaseStore {
-    records: SqlRecords,
-}
-
-/// A connection from the pool, for reads and for PostgreSQL's one-statement writes.
-pub(crate) enum Pooled {
-    Postgres(PoolConnection<Postgres>),
-    Sqlite(PoolConnection<Sqlite>),
-}
-
-impl Pooled {
-    pub(crate) fn connection(&mut self) -> Connection<'_> {
-        match self {
-            Self::Postgres(connection) => Connection::Postgres(connection),
-            Self::Sqlite(connection) => Connection::Sqlite(connection),
-        }
-    }
-}
-
-impl DatabaseStore {
-    pub(crate) fn new(records: SqlRecords) -> Self {
-        Self { records }
-    }
-
-    pub(crate) fn record_store(&self) -> &SqlRecords {
-        &self.records
-    }
-
-    /// A connection from the pool.
-    pub(crate) async fn acquire(&self) -> Result<Pooled, StoreError> {
-        Ok(match &self.records {
-            SqlRecords::Postgres(records) => Pooled::Postgres(records.pool().acquire().await?),
-            SqlRecords::Sqlite(records) => Pooled::Sqlite(records.pool().acquire().await?),
-        })
-    }
-
-    /// Begins a write transaction of the service's own (not over a record). Cancel-safe: a
-    /// caller dropped while it begins leaves no transaction open on a pooled connection.
-    pub(crate) async fn begin_write(&self) -> Result<Transaction, StoreError> {
-        Ok(self.records.begin_write().await?)
-    }
-
-    /// Runs one write statement on its own and returns the rows it changed: on PostgreSQL on a
-    /// pooled connection, as its own transaction; on SQLite in a write transaction, which
-    /// every write takes.
-    pub(crate) async fn write_one(&self, sql: Sql<'_>) -> Result<u64, StoreError> {
-        match &self.records {
-            SqlRecords::Postgres(_) => {
-                let mut connection = self.acquire().await?;
-                Ok(sql.execute(&mut connection.connection()).await?)
-            }
-            SqlRecords::Sqlite(_) => {
-                let mut write = self.begin_write().await?;
-                let changed = sql.execute(&mut write.connection()).await?;
-                write.commit().await?;
-                Ok(changed)
-            }
-        }
-    }
-}
-
 #[async_trait]
 impl Store for DatabaseStore {
     fn backend(&self) -> Backend {
-        self.records.backend()
+        self.record_store().backend()
     }
 
     #[cfg(feature = "bench")]
@@ -245,15 +180,15 @@ impl Store for DatabaseStore {
     }
 
     fn policy(&self) -> IdempotencyPolicy {
-        self.records.policy()
+        self.record_store().policy()
     }
 
     fn records(&self) -> SqlRecords {
-        self.records.clone()
+        self.record_store().clone()
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        let migrated = match &self.records {
+        let migrated = match self.record_store() {
             SqlRecords::Postgres(records) => postgres::migrate(records.pool()).await,
             SqlRecords::Sqlite(records) => sqlite::migrate(records).await,
         };
@@ -261,8 +196,11 @@ impl Store for DatabaseStore {
     }
 
     async fn durability(&self) -> Result<Durability, StoreError> {
-        match &self.records {
-            SqlRecords::Postgres(records) => postgres::durability(records.pool()).await,
+        match self.record_store() {
+            SqlRecords::Postgres(records) => {
+                let (commit, standbys) = postgres::synchronous_settings(records.pool()).await?;
+                Ok(Durability::of_postgres(&commit, &standbys))
+            }
             // One file on one machine: a commit is as durable as that disk
             // (`synchronous = FULL`).
             SqlRecords::Sqlite(_) => {
@@ -284,7 +222,7 @@ impl Store for DatabaseStore {
 #[async_trait]
 impl WorkerRepository for DatabaseStore {
     async fn relay_outbox(&self, batch: i64, sink: &dyn EventSink) -> Result<usize, RelayError> {
-        match &self.records {
+        match self.record_store() {
             SqlRecords::Postgres(records) => postgres::relay_outbox(records, batch, sink).await,
             SqlRecords::Sqlite(records) => sqlite::relay_outbox(records, batch, sink).await,
         }
