@@ -106,18 +106,7 @@ impl PgRecords {
                 Verdict::Replace => {
                     let new = Generation::new();
                     let (attempts,): (i32,) = answered(
-                        sqlx::query_as(REPLACE)
-                            .bind(claim.scope.tenant.as_str())
-                            .bind(claim.scope.operation.as_str())
-                            .bind(claim.key.as_str())
-                            .bind(claim.fingerprint.as_bytes().as_slice())
-                            .bind(request_version(claim.fingerprint))
-                            .bind(self.policy.lock_timeout.as_secs_f64())
-                            .bind(new.id)
-                            .bind(new.effect_key.as_str())
-                            .bind(self.policy.ttl.as_secs_f64())
-                            .bind(claim.request_body)
-                            .fetch_one(&mut *tx),
+                        new_generation(REPLACE, claim, self.policy, &new).fetch_one(&mut *tx),
                     )
                     .await?;
                     Claim::Owned(new.replacing(attempts))
@@ -141,18 +130,7 @@ impl PgRecords {
     ) -> Result<Option<payments_idempotency::engine::Claimed>, Error> {
         let new = Generation::new();
         let inserted: Option<(i32,)> = answered(
-            sqlx::query_as(INSERT_PENDING)
-                .bind(claim.scope.tenant.as_str())
-                .bind(claim.scope.operation.as_str())
-                .bind(claim.key.as_str())
-                .bind(claim.fingerprint.as_bytes().as_slice())
-                .bind(request_version(claim.fingerprint))
-                .bind(self.policy.lock_timeout.as_secs_f64())
-                .bind(new.id)
-                .bind(new.effect_key.as_str())
-                .bind(self.policy.ttl.as_secs_f64())
-                .bind(claim.request_body)
-                .fetch_optional(connection),
+            new_generation(INSERT_PENDING, *claim, self.policy, &new).fetch_optional(connection),
         )
         .await?;
         Ok(inserted.map(|(attempts,)| new.claimed(attempts)))
@@ -341,6 +319,27 @@ async fn read(
 
 type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 type QueryAs<'q, R> = sqlx::query::QueryAs<'q, Postgres, R, sqlx::postgres::PgArguments>;
+
+/// A new generation's record (`INSERT_PENDING`, `REPLACE`) with its ten values bound as `$1`
+/// to `$10`: the claim, the lock timeout, the generation and its effect key, the retention.
+fn new_generation<'q>(
+    statement: &'q str,
+    claim: NewClaim<'q>,
+    policy: IdempotencyPolicy,
+    new: &'q Generation,
+) -> QueryAs<'q, (i32,)> {
+    sqlx::query_as(statement)
+        .bind(claim.scope.tenant.as_str())
+        .bind(claim.scope.operation.as_str())
+        .bind(claim.key.as_str())
+        .bind(claim.fingerprint.as_bytes().as_slice())
+        .bind(request_version(claim.fingerprint))
+        .bind(policy.lock_timeout.as_secs_f64())
+        .bind(new.id)
+        .bind(new.effect_key.as_str())
+        .bind(policy.ttl.as_secs_f64())
+        .bind(claim.request_body)
+}
 
 /// A fenced statement with the owner's five values bound as `$1` to `$5`.
 fn fenced<'q>(statement: &'q str, owner: Owner<'q>) -> Query<'q> {

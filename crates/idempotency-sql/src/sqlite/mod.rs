@@ -194,17 +194,7 @@ impl SqliteRecords {
             }
             Verdict::Replace => {
                 let new = Generation::new();
-                let (attempts,): (i32,) = sqlx::query_as(REPLACE)
-                    .bind(claim.scope.tenant.as_str())
-                    .bind(claim.scope.operation.as_str())
-                    .bind(claim.key.as_str())
-                    .bind(claim.fingerprint.as_bytes().as_slice())
-                    .bind(request_version(claim.fingerprint))
-                    .bind(after(self.policy.lock_timeout))
-                    .bind(new.id)
-                    .bind(new.effect_key.as_str())
-                    .bind(after(self.policy.ttl))
-                    .bind(claim.request_body)
+                let (attempts,): (i32,) = new_generation(REPLACE, claim, self.policy, &new)
                     .fetch_one(&mut *write)
                     .await?;
                 Claim::Owned(new.replacing(attempts))
@@ -222,17 +212,7 @@ impl SqliteRecords {
         claim: &NewClaim<'_>,
     ) -> Result<Option<Claimed>, Error> {
         let new = Generation::new();
-        let inserted: Option<(i32,)> = sqlx::query_as(INSERT_PENDING)
-            .bind(claim.scope.tenant.as_str())
-            .bind(claim.scope.operation.as_str())
-            .bind(claim.key.as_str())
-            .bind(claim.fingerprint.as_bytes().as_slice())
-            .bind(request_version(claim.fingerprint))
-            .bind(after(self.policy.lock_timeout))
-            .bind(new.id)
-            .bind(new.effect_key.as_str())
-            .bind(after(self.policy.ttl))
-            .bind(claim.request_body)
+        let inserted: Option<(i32,)> = new_generation(INSERT_PENDING, *claim, self.policy, &new)
             .fetch_optional(connection)
             .await?;
         Ok(inserted.map(|(attempts,)| new.claimed(attempts)))
@@ -390,6 +370,27 @@ async fn read(
 
 type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
 type QueryAs<'q, R> = sqlx::query::QueryAs<'q, Sqlite, R, SqliteArguments<'q>>;
+
+/// A new generation's record (`INSERT_PENDING`, `REPLACE`) with its ten values bound as `?1`
+/// to `?10`: the claim, the lock timeout, the generation and its effect key, the retention.
+fn new_generation<'q>(
+    statement: &'q str,
+    claim: NewClaim<'q>,
+    policy: IdempotencyPolicy,
+    new: &'q Generation,
+) -> QueryAs<'q, (i32,)> {
+    sqlx::query_as(statement)
+        .bind(claim.scope.tenant.as_str())
+        .bind(claim.scope.operation.as_str())
+        .bind(claim.key.as_str())
+        .bind(claim.fingerprint.as_bytes().as_slice())
+        .bind(request_version(claim.fingerprint))
+        .bind(after(policy.lock_timeout))
+        .bind(new.id)
+        .bind(new.effect_key.as_str())
+        .bind(after(policy.ttl))
+        .bind(claim.request_body)
+}
 
 /// A fenced statement with the owner's five values bound as `?1` to `?5`.
 fn fenced<'q>(statement: &'q str, owner: Owner<'q>) -> Query<'q> {
