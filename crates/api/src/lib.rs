@@ -3,8 +3,9 @@
 //!
 //! This crate owns everything HTTP: routing, authentication, request parsing, the mapping of
 //! every error to one RFC 9457 problem response, configuration and telemetry. It also holds
-//! the operations the exactly-once engine runs (`operations`: charges, refunds, payouts and
-//! resolutions), which know no HTTP. The engine, its protocol data and `decide()` live in
+//! the operations the exactly-once engine runs (`operations`), a module each with its
+//! resource's routes, body and view; what the engine calls of an operation (its effect, its
+//! finish) knows no HTTP. The engine, its protocol data and `decide()` live in
 //! `payments-idempotency`, the rules in `payments-domain`, the SQL in `payments-storage`;
 //! this crate converts between HTTP and those types at the edge.
 

@@ -45,8 +45,8 @@ impl Observer for EngineMetrics {
         tracing::info!(idempotency.outcome = name, "idempotency outcome");
     }
 
-    /// `processor_call_duration_seconds`, labelled by the operation's effect (`charge`,
-    /// `refund`, `payout`), a name fixed in the code.
+    /// `processor_call_duration_seconds`, labelled by the operation's effect (its
+    /// `Operation::EFFECT`, such as `charge`), a name fixed in the code.
     fn effect_called(&self, effect: &'static str, took: Duration) {
         histogram!("processor_call_duration_seconds", "operation" => effect)
             .record(took.as_secs_f64());

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use payments_idempotency::engine::{Engine, Idempotent, ResponseCache};
+use payments_idempotency::engine::{Engine, ResponseCache};
 use payments_redis::{EventStream, ReplayCache};
 use payments_storage::{Store, Transaction};
 
@@ -11,11 +11,7 @@ use payments_domain::SettlementReport;
 
 use crate::auth::ApiKeys;
 use crate::metrics::EngineMetrics;
-use crate::operations::charge::CreateCharge;
-use crate::operations::payout::CreatePayout;
-use crate::operations::refund::CreateRefund;
-use crate::operations::resolve::ResolveException;
-use crate::operations::{Ports, Processor};
+use crate::operations::{Operations, Ports, Processor};
 use crate::reconcile::Reconciler;
 
 /// Request limits.
@@ -56,10 +52,7 @@ pub struct AppState {
     /// The processor's settlement report, for reconciliation.
     pub settlement: Arc<dyn SettlementReport>,
     /// The operations the engine runs.
-    pub charges: Arc<Idempotent<CreateCharge>>,
-    pub refunds: Arc<Idempotent<CreateRefund>>,
-    pub payouts: Arc<Idempotent<CreatePayout>>,
-    pub resolutions: Arc<Idempotent<ResolveException>>,
+    pub(crate) operations: Operations,
 }
 
 impl AppState {
@@ -72,17 +65,10 @@ impl AppState {
     ) -> Self {
         let settlement: Arc<dyn SettlementReport> = processor.clone();
         let ports = Ports::new(Arc::clone(&store), processor);
-        let charges = Arc::new(Idempotent::new(CreateCharge(ports.clone())));
-        let refunds = Arc::new(Idempotent::new(CreateRefund(ports.clone())));
-        let payouts = Arc::new(Idempotent::new(CreatePayout(ports.clone())));
-        let resolutions = Arc::new(Idempotent::new(ResolveException(ports)));
+        let operations = Operations::new(&ports);
         let cache = cache.map(Arc::new);
-        let mut engine = Engine::new(Arc::new(store.records()))
-            .with_observer(Arc::new(EngineMetrics))
-            .with_operation(Arc::clone(&charges))
-            .with_operation(Arc::clone(&refunds))
-            .with_operation(Arc::clone(&payouts))
-            .with_operation(Arc::clone(&resolutions));
+        let engine = Engine::new(Arc::new(store.records())).with_observer(Arc::new(EngineMetrics));
+        let mut engine = operations.register(engine);
         if let Some(cache) = &cache {
             engine = engine.with_cache(Arc::clone(cache) as Arc<dyn ResponseCache>);
         }
@@ -95,10 +81,7 @@ impl AppState {
             metrics: None,
             engine: Arc::new(engine),
             settlement,
-            charges,
-            refunds,
-            payouts,
-            resolutions,
+            operations,
         }
     }
 

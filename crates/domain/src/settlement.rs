@@ -8,6 +8,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
+use uuid::Uuid;
 
 use crate::{ChargeId, Money, PayoutId, ProcessorChargeStatus, ProcessorError, RefundId, TenantId};
 
@@ -71,6 +72,16 @@ impl SettlementKind {
     /// Parses a `type` name; `None` for a kind this service does not know.
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+
+    /// The service's id (`ch_…`, `re_…`, `po_…`) of the resource of this kind whose UUID is
+    /// `uuid`.
+    pub fn resource_id(self, uuid: Uuid) -> String {
+        match self {
+            Self::Charge => ChargeId::from_uuid(uuid).to_string(),
+            Self::Refund => RefundId::from_uuid(uuid).to_string(),
+            Self::Payout => PayoutId::from_uuid(uuid).to_string(),
+        }
     }
 }
 

@@ -1,11 +1,12 @@
 //! What a reservation holds until its record ends, written once for every operation that
-//! reserves (refunds on their charge and the tenant's balance, payouts on the balance): the
-//! tenant's funds, judged under the tenant's `balance_locks` row. A reservation is made, and
+//! reserves on the tenant's balance: the tenant's funds, judged under the tenant's
+//! `balance_locks` row. A reservation is made, and
 //! released, in the transaction the engine begins over its record, which locks the record: the
 //! completer cannot end the generation while it reserves.
 //!
 //! A tenant's balance is never a stored counter: what it may pay out or refund is read, under
-//! the lock, from the ledger's `customer_payments` and the pending rows that hold money. Charges
+//! the lock, from the `funds` view: the ledger's `customer_payments` and the pending rows that
+//! hold money. Charges
 //! only ever add to it, so they take no lock, and a charge finishing meanwhile can only make
 //! the balance larger than the one judged. Every reservation of one tenant and currency takes
 //! the lock, so they are judged one after the other; a finish turns a pending row into its
@@ -27,16 +28,8 @@ ON CONFLICT (tenant_id, currency) DO UPDATE SET currency = excluded.currency";
 /// currency, available and pending, in one statement, so that they are read from one
 /// snapshot. The sums are cast back to bigints (PostgreSQL sums bigints as numeric).
 pub(crate) const FUNDS: &str = "
-SELECT currency, CAST(sum(available) AS BIGINT), CAST(sum(pending) AS BIGINT) FROM (
-    SELECT currency, -amount AS available, 0 AS pending FROM ledger_entries
-    WHERE account = 'customer_payments' AND tenant_id = $1 AND ($2 IS NULL OR currency = $2)
-    UNION ALL
-    SELECT currency, -amount, 0 FROM refunds
-    WHERE status = 'pending' AND tenant_id = $1 AND ($2 IS NULL OR currency = $2)
-    UNION ALL
-    SELECT currency, -amount, amount FROM payouts
-    WHERE status = 'pending' AND tenant_id = $1 AND ($2 IS NULL OR currency = $2)
-) held
+SELECT currency, CAST(sum(available) AS BIGINT), CAST(sum(pending) AS BIGINT) FROM funds
+WHERE tenant_id = $1 AND ($2 IS NULL OR currency = $2)
 GROUP BY currency ORDER BY currency";
 
 /// Locks the tenant's balance in `currency` until the caller's commit and returns what is

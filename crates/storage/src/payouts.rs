@@ -17,9 +17,9 @@ use uuid::Uuid;
 use crate::Owner;
 use crate::database::DatabaseStore;
 use crate::holding::{self, FUNDS};
-use crate::posting::{self, Posted};
+use crate::posting;
 use crate::rows::{corrupt, money, page};
-use crate::sql::Sql;
+use crate::sql::{Each, Sql};
 use crate::{StoreError, Transaction};
 
 /// Payouts: the reservation of a payout's amount on the tenant's balance, the fenced writes
@@ -183,6 +183,16 @@ const PAY_PAYOUT: &str = "
 UPDATE payouts SET status = 'paid', processor_payout_id = $2
 WHERE id = $1 AND status = 'pending'";
 
+/// The paid payout's (`$2`) ledger transaction row.
+const INSERT_LEDGER_TRANSACTION: Each = Each {
+    postgres: "
+INSERT INTO ledger_transactions (id, payout_id, tenant_id, created_at)
+VALUES ($1, $2, $3, now())",
+    sqlite: "
+INSERT INTO ledger_transactions (id, payout_id, tenant_id, created_at)
+VALUES ($1, $2, $3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+};
+
 const DELETE_PENDING_PAYOUT: &str = "DELETE FROM payouts WHERE id = $1 AND status = 'pending'";
 
 const PAYOUT: &str = "
@@ -274,9 +284,12 @@ impl PayoutRepository for DatabaseStore {
             )));
         }
         let tenant = payout.tenant.as_str();
-        let posted = Posted::Payout(payout.id.as_uuid());
         let ledger = LedgerTransaction::for_payout(payout);
-        posting::post_ledger(&mut connection, &ledger, tenant, posted).await?;
+        let transaction = Sql::new(INSERT_LEDGER_TRANSACTION)
+            .bind(ledger.id())
+            .bind(payout.id.as_uuid())
+            .bind(tenant);
+        posting::post_ledger(&mut connection, &ledger, tenant, transaction).await?;
         let event = PayoutPaid::for_payout(payout);
         let (id, aggregate) = (event.event_id, payout.id.as_uuid());
         posting::insert_event(&mut connection, &event, id, aggregate, tenant, PAYOUT_PAID).await

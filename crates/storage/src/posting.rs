@@ -11,55 +11,21 @@ use payments_idempotency_sql::Connection;
 use crate::StoreError;
 use crate::sql::{Each, Sql};
 
-/// What a ledger transaction posts: a charge, a refund of a charge, or a payout.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Posted {
-    Charge(Uuid),
-    Refund { charge: Uuid, refund: Uuid },
-    Payout(Uuid),
-}
-
-impl Posted {
-    /// The transaction's `charge_id`, `refund_id` and `payout_id`.
-    fn columns(self) -> [Option<Uuid>; 3] {
-        match self {
-            Self::Charge(charge) => [Some(charge), None, None],
-            Self::Refund { charge, refund } => [Some(charge), Some(refund), None],
-            Self::Payout(payout) => [None, None, Some(payout)],
-        }
-    }
-}
-
 const INSERT_LEDGER_ENTRY: &str = "
 INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
 VALUES ($1, $2, $3, $4, $5, $6)";
 
-const INSERT_LEDGER_TRANSACTION: Each = Each {
-    postgres: "
-INSERT INTO ledger_transactions (id, charge_id, refund_id, payout_id, tenant_id, created_at)
-VALUES ($1, $2, $3, $4, $5, now())",
-    sqlite: "
-INSERT INTO ledger_transactions (id, charge_id, refund_id, payout_id, tenant_id, created_at)
-VALUES ($1, $2, $3, $4, $5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-};
-
-/// Inserts `ledger`'s entries and its transaction row, in the order the backend seals a
-/// transaction in: on PostgreSQL the row goes first (its entries' foreign key is immediate,
-/// the balance is checked at commit); on SQLite it goes last, and inserting it seals the
-/// entries (the schema's trigger checks they balance).
+/// Inserts `ledger`'s entries and `transaction`, its `ledger_transactions` row, in the order
+/// the backend seals a transaction in: on PostgreSQL the row goes first (its entries' foreign
+/// key is immediate, the balance is checked at commit); on SQLite it goes last, and inserting
+/// it seals the entries (the schema's trigger checks they balance). The row names what it
+/// posts, in that effect's own column, so each effect's storage writes its statement.
 pub(crate) async fn post_ledger(
     connection: &mut Connection<'_>,
     ledger: &LedgerTransaction,
     tenant: &str,
-    posted: Posted,
+    transaction: Sql<'_>,
 ) -> Result<(), StoreError> {
-    let [charge, refund, payout] = posted.columns();
-    let transaction = Sql::new(INSERT_LEDGER_TRANSACTION)
-        .bind(ledger.id())
-        .bind(charge)
-        .bind(refund)
-        .bind(payout)
-        .bind(tenant);
     if let Connection::Sqlite(_) = connection {
         insert_entries(connection, ledger, tenant).await?;
         transaction.execute(connection).await?;

@@ -1,17 +1,16 @@
 //! `ReconciliationRepository`: the books as reconciliation reads them (across tenants: it is
 //! an operator's job, never a tenant's), and the runs and their exceptions.
 //!
-//! The books hold every charge, every succeeded refund and every paid payout, and what
-//! operators' voids gave back (a void is kept in its resolution, so the processor's report of
-//! it matches), each as a `BooksRow`.
+//! The books are the `books` view (its migration says what it holds: what the processor made
+//! that the ledger holds, and what operators' voids gave back), each row read as a `BooksRow`.
 
 use std::collections::HashSet;
 
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use payments_domain::{
-    BooksEntry, ChargeId, ExceptionId, HeldRecord, ItemResult, Money, PayoutId, ReconciledItem,
-    RefundId, ResolutionAction, SettlementKind, TenantId,
+    BooksEntry, ExceptionId, HeldRecord, ItemResult, Money, ReconciledItem, ResolutionAction,
+    SettlementKind, TenantId,
 };
 use payments_idempotency_sql::Connection;
 use uuid::Uuid;
@@ -25,8 +24,7 @@ use crate::sql::{Each, Sql};
 /// books of every tenant: an operator's job, never reachable with a tenant's key.
 #[async_trait]
 pub trait ReconciliationRepository: Send + Sync {
-    /// Every charge, succeeded refund and paid payout the books hold with a `created_at` in
-    /// `[from, to)`.
+    /// Everything the books hold with a `created_at` in `[from, to)`.
     async fn books_between(
         &self,
         from: DateTime<Utc>,
@@ -170,7 +168,7 @@ pub struct SavedRun {
     pub open_exceptions: i64,
 }
 
-/// A made charge, refund or payout as reconciliation reads the books.
+/// A row of the `books` view: an effect the processor made, as reconciliation reads it.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct BooksRow {
     kind: String,
@@ -185,16 +183,11 @@ pub(crate) struct BooksRow {
 impl BooksRow {
     pub(crate) fn into_entry(self) -> Result<BooksEntry, StoreError> {
         let kind = SettlementKind::parse(&self.kind).ok_or_else(|| corrupt("kind", &self.kind))?;
-        let resource_id = match kind {
-            SettlementKind::Charge => ChargeId::from_uuid(self.id).to_string(),
-            SettlementKind::Refund => RefundId::from_uuid(self.id).to_string(),
-            SettlementKind::Payout => PayoutId::from_uuid(self.id).to_string(),
-        };
         Ok(BooksEntry {
             kind,
             processor_id: self.processor_id,
             tenant: TenantId::new(self.tenant_id),
-            resource_id,
+            resource_id: kind.resource_id(self.id),
             money: money(self.amount, &self.currency)?,
             created_at: self.created_at,
         })
@@ -302,42 +295,13 @@ fn exception_page(rows: Vec<ExceptionRow>, limit: u32) -> Result<ExceptionPage, 
 
 /// Everything the books hold made in `[$1, $2)`.
 const BOOKS_BETWEEN: &str = "
-SELECT 'charge' AS kind, id, tenant_id, processor_charge_id AS processor_id, amount, currency,
-       created_at
-FROM charges WHERE created_at >= $1 AND created_at < $2
-UNION ALL
-SELECT 'refund', id, tenant_id, processor_refund_id, amount, currency, created_at
-FROM refunds WHERE status = 'succeeded' AND created_at >= $1 AND created_at < $2
-UNION ALL
-SELECT 'payout', id, tenant_id, processor_payout_id, amount, currency, created_at
-FROM payouts WHERE status = 'paid' AND created_at >= $1 AND created_at < $2
-UNION ALL
-SELECT 'refund', exception_id, COALESCE(void_tenant_id, ''), void_processor_id, void_amount,
-       void_currency, resolved_at
-FROM reconciliation_resolutions
-WHERE void_processor_id IS NOT NULL AND resolved_at >= $1 AND resolved_at < $2";
+SELECT kind, id, tenant_id, processor_id, amount, currency, created_at FROM books
+WHERE created_at >= $1 AND created_at < $2";
 
-/// The charge the processor knows as `$1`.
-const BOOKS_CHARGE: &str = "
-SELECT 'charge' AS kind, id, tenant_id, processor_charge_id AS processor_id, amount, currency,
-       created_at
-FROM charges WHERE processor_charge_id = $1";
-
-/// The succeeded refund, or the operator's void, the processor knows as `$1`.
-const BOOKS_REFUND: &str = "
-SELECT 'refund' AS kind, id, tenant_id, processor_refund_id AS processor_id, amount, currency,
-       created_at
-FROM refunds WHERE status = 'succeeded' AND processor_refund_id = $1
-UNION ALL
-SELECT 'refund', exception_id, COALESCE(void_tenant_id, ''), void_processor_id, void_amount,
-       void_currency, resolved_at
-FROM reconciliation_resolutions WHERE void_processor_id = $1";
-
-/// The paid payout the processor knows as `$1`.
-const BOOKS_PAYOUT: &str = "
-SELECT 'payout' AS kind, id, tenant_id, processor_payout_id AS processor_id, amount, currency,
-       created_at
-FROM payouts WHERE status = 'paid' AND processor_payout_id = $1";
+/// What the books hold of kind `$1` that the processor knows as `$2`.
+const BOOKS_ENTRY: &str = "
+SELECT kind, id, tenant_id, processor_id, amount, currency, created_at FROM books
+WHERE kind = $1 AND processor_id = $2";
 
 /// The resolved exceptions among the processor ids of the JSON array `$1`.
 const RESOLVED_AMONG: Each = Each {
@@ -420,13 +384,9 @@ impl ReconciliationRepository for DatabaseStore {
         kind: SettlementKind,
         processor_id: &str,
     ) -> Result<Option<BooksEntry>, StoreError> {
-        let statement = match kind {
-            SettlementKind::Charge => BOOKS_CHARGE,
-            SettlementKind::Refund => BOOKS_REFUND,
-            SettlementKind::Payout => BOOKS_PAYOUT,
-        };
         let mut connection = self.acquire().await?;
-        let row: Option<BooksRow> = Sql::new(statement)
+        let row: Option<BooksRow> = Sql::new(BOOKS_ENTRY)
+            .bind(kind.as_str())
             .bind(processor_id)
             .fetch_optional(&mut connection.connection())
             .await?;

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::Owner;
 use crate::database::DatabaseStore;
 use crate::holding;
-use crate::posting::{self, Posted};
+use crate::posting;
 use crate::rows::{corrupt, money, page};
 use crate::sql::{Each, Sql};
 use crate::{StoreError, Transaction};
@@ -97,8 +97,8 @@ pub enum RefundRefusal {
     NothingLeft,
     /// The amount asked for is more than is left to refund (`refundable`, possibly 0).
     TooLarge { refundable: i64 },
-    /// The refund would take the tenant's balance below what its payouts hold: only
-    /// `available` is left in the charge's currency.
+    /// The refund would take more than the tenant's balance has available (what its pending
+    /// reservations hold is not): only `available` is left in the charge's currency.
     InsufficientBalance { available: i64 },
 }
 
@@ -229,6 +229,16 @@ const SUCCEED_REFUND: &str = "
 UPDATE refunds SET status = 'succeeded', processor_refund_id = $2
 WHERE id = $1 AND status = 'pending'";
 
+/// The succeeded refund's (`$3`, of the charge `$2`) ledger transaction row.
+const INSERT_LEDGER_TRANSACTION: Each = Each {
+    postgres: "
+INSERT INTO ledger_transactions (id, charge_id, refund_id, tenant_id, created_at)
+VALUES ($1, $2, $3, $4, now())",
+    sqlite: "
+INSERT INTO ledger_transactions (id, charge_id, refund_id, tenant_id, created_at)
+VALUES ($1, $2, $3, $4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+};
+
 const ADD_REFUNDED: &str =
     "UPDATE charges SET amount_refunded = amount_refunded + $2 WHERE id = $1";
 
@@ -288,7 +298,8 @@ impl RefundRepository for DatabaseStore {
                 Err(refusal) => return Ok(Reservation::Refused(refusal)),
             };
         let money = money(amount.minor_units(), &charge.currency)?;
-        // The charge allows it; the balance must too, or payouts would lose what they hold.
+        // The charge allows it; the balance must too, or the tenant's other reservations would
+        // lose what they hold.
         let available = holding::lock_available(&mut connection, tenant, money.currency).await?;
         if amount.minor_units() > available {
             let refusal = RefundRefusal::InsufficientBalance { available };
@@ -356,12 +367,13 @@ impl RefundRepository for DatabaseStore {
             .execute(&mut connection)
             .await?;
         let tenant = refund.tenant.as_str();
-        let posted = Posted::Refund {
-            charge: refund.charge.as_uuid(),
-            refund: refund.id.as_uuid(),
-        };
         let ledger = LedgerTransaction::for_refund(refund);
-        posting::post_ledger(&mut connection, &ledger, tenant, posted).await?;
+        let transaction = Sql::new(INSERT_LEDGER_TRANSACTION)
+            .bind(ledger.id())
+            .bind(refund.charge.as_uuid())
+            .bind(refund.id.as_uuid())
+            .bind(tenant);
+        posting::post_ledger(&mut connection, &ledger, tenant, transaction).await?;
         let event = PaymentRefunded::for_refund(refund);
         let (id, aggregate) = (event.event_id, refund.id.as_uuid());
         posting::insert_event(

@@ -20,7 +20,7 @@ use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::posting::{self, Posted};
+use crate::posting;
 use crate::relay::{EventSink, OutboxEvent, RelayError};
 use crate::sql::Sql;
 
@@ -32,6 +32,11 @@ INSERT INTO charges
     (id, tenant_id, amount, currency, source, description, status, processor_charge_id,
      created_at)
 VALUES ($1, $2, $3, $4, $5, $6, 'succeeded', $7, $8)";
+
+/// The charge's (`$2`) ledger transaction row.
+const INSERT_LEDGER_TRANSACTION: &str = "
+INSERT INTO ledger_transactions (id, charge_id, tenant_id, created_at)
+VALUES ($1, $2, $3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
 
 /// Inserts a charge, its ledger transaction and its `payment.completed` event on
 /// `connection`, which must be inside the caller's transaction.
@@ -52,9 +57,12 @@ pub(crate) async fn insert_charge(
         .bind(charge.created_at)
         .execute(&mut connection)
         .await?;
-    let posted = Posted::Charge(charge.id.as_uuid());
     let ledger = LedgerTransaction::for_charge(charge);
-    posting::post_ledger(&mut connection, &ledger, tenant, posted).await?;
+    let transaction = Sql::new(INSERT_LEDGER_TRANSACTION)
+        .bind(ledger.id())
+        .bind(charge.id.as_uuid())
+        .bind(tenant);
+    posting::post_ledger(&mut connection, &ledger, tenant, transaction).await?;
     let event = PaymentCompleted::for_charge(charge);
     let (id, aggregate) = (event.event_id, charge.id.as_uuid());
     posting::insert_event(

@@ -1,34 +1,49 @@
 //! `charges.create`: charge a card. The request is [`ChargeRequest`], the effect a
 //! [`ProcessorCharge`], and the finish writes the charge, its balanced ledger transaction and
 //! its `payment.completed` event in the transaction the engine completes the record in.
+//!
+//! The charge as a resource is here too: its routes (`POST /charges`, `GET /charges/{id}`,
+//! `GET /charges`), the body a client sends and the view it reads back.
 
 use async_trait::async_trait;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Json, Router};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use payments_domain::{
-    Charge, ChargeId, ChargeRequest, ProcessorCharge, ProcessorChargeRequest, ProcessorMetadata,
-    TenantId,
+    Charge, ChargeId, ChargeRequest, PaymentSource, ProcessorCharge, ProcessorChargeRequest,
+    ProcessorMetadata, SourceError, TenantId,
 };
 use payments_idempotency::engine::{
     EffectError, Operation, Owner, Prepared, Preparing, ProtocolError, Settled,
 };
 use payments_idempotency::{SchemaVersion, StoredResponse};
-use payments_storage::{StoreError, Transaction};
+use payments_storage::{ListCharges, StoreError, Transaction};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
+use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
 use crate::failpoint::{self, Failure};
-use crate::views::{ChargeView, CreateChargeBody};
-use crate::{ApiError, Decline};
+use crate::routes::{ListParams, run_idempotent, tenants};
+use crate::views::{
+    List, card_number, description_field, insert_description, invalid_field, json_body,
+    money_field, money_json, timestamp,
+};
+use crate::{ApiError, AppState, Decline};
 
 /// Creating a charge: the card processor is its effect port, and the store holds its charge,
 /// ledger and outbox rows.
 #[derive(Debug)]
-pub struct CreateCharge(pub Ports);
+pub(crate) struct CreateCharge(pub Ports);
 
 /// A charge ready for the processor: the request, and the ids the charge will have, fixed by
 /// the record's generation before the processor is called, so that the processor keeps them
 /// with the charge (its metadata) whether or not the service ever learns its answer.
 #[derive(Debug)]
-pub struct PlannedCharge {
+pub(crate) struct PlannedCharge {
     id: ChargeId,
     tenant: TenantId,
     request: ChargeRequest,
@@ -147,4 +162,151 @@ pub(crate) fn now_to_the_microsecond() -> DateTime<Utc> {
     let now = Utc::now();
     now.duration_trunc(TimeDelta::microseconds(1))
         .unwrap_or(now)
+}
+
+/// The charge's routes.
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/charges", get(list).post(create))
+        .route("/charges/{id}", get(show))
+}
+
+/// Everything is validated before the claim: a bad request stores nothing and leaves the key
+/// free for a corrected request.
+async fn create(
+    State(state): State<AppState>,
+    call: IdempotentCall,
+    JsonBytes(body): JsonBytes,
+) -> Result<Response, ApiError> {
+    let request = CreateChargeBody::parse(&body)?;
+    let canonical: Value = json_body(&body)?;
+    run_idempotent(
+        &state,
+        state.operations.charges.as_ref(),
+        call,
+        &canonical,
+        request,
+    )
+    .await
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<ChargeView>, ApiError> {
+    let charge = tenants_charge(&state, &tenant, id).await?;
+    Ok(Json(ChargeView::from(&charge)))
+}
+
+/// The tenant's charge the path names, or 404.
+pub(super) async fn tenants_charge(
+    state: &AppState,
+    tenant: &TenantId,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Charge, ApiError> {
+    tenants(id, "charge", |id: ChargeId| {
+        state.store.get_charge(tenant, id)
+    })
+    .await
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> Result<Json<List<ChargeView>>, ApiError> {
+    let read = |limit, starting_after| {
+        let page = ListCharges {
+            limit,
+            starting_after,
+        };
+        state.store.list_charges(&tenant, page)
+    };
+    let page = params.page("charge", read).await?;
+    Ok(Json(List::of(&page.charges, page.has_more)))
+}
+
+/// The body of `POST /charges`. Unknown fields are rejected so a typo (`ammount`) is an error,
+/// not a silently different charge.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateChargeBody {
+    pub amount: i64,
+    pub currency: String,
+    pub source: String,
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+impl CreateChargeBody {
+    /// The validated request in a `POST /charges` body: by the handler before the claim, and
+    /// by the completer from the canonical body stored with a record.
+    pub fn parse(body: &[u8]) -> Result<ChargeRequest, ApiError> {
+        let typed: Self = json_body(body)?;
+        ChargeRequest::try_from(typed)
+    }
+
+    /// `request` as the body every version of `charges.create` shares, whatever the client's
+    /// spelling (`"USD"` or `"usd"`, `"description": null` or none): what its fingerprint
+    /// covers, and what is stored for the completer, which [`parse`](Self::parse) reads back.
+    pub(crate) fn canonical(request: &ChargeRequest) -> Value {
+        let mut body = money_json(&request.money);
+        body.insert("source".into(), request.source.as_str().into());
+        insert_description(&mut body, request.description.as_ref());
+        Value::Object(body)
+    }
+}
+
+impl TryFrom<CreateChargeBody> for ChargeRequest {
+    type Error = ApiError;
+
+    fn try_from(body: CreateChargeBody) -> Result<Self, Self::Error> {
+        let money = money_field(body.amount, &body.currency)?;
+        let source = PaymentSource::new(body.source).map_err(|e| match e {
+            SourceError::CardNumber => card_number("source", &e),
+            SourceError::NotAToken => invalid_field("source", &e),
+        })?;
+        Ok(ChargeRequest {
+            money,
+            source,
+            description: description_field(body.description)?,
+        })
+    }
+}
+
+/// A charge as the API shows it, in `POST /charges`, `GET /charges/{id}` and lists alike.
+#[derive(Debug, Serialize)]
+pub(crate) struct ChargeView {
+    pub id: String,
+    pub object: &'static str,
+    pub amount: i64,
+    pub currency: &'static str,
+    pub source: String,
+    pub description: Option<String>,
+    pub status: &'static str,
+    pub processor_charge_id: String,
+    /// RFC 3339 in UTC with microseconds, the precision the database keeps, so a charge reads
+    /// back exactly as it was first returned.
+    pub created_at: String,
+    /// The sum of the charge's succeeded refunds: 0 in the 201 and its replays, which are the
+    /// bytes of the moment the charge was made.
+    pub amount_refunded: i64,
+}
+
+impl From<&Charge> for ChargeView {
+    fn from(charge: &Charge) -> Self {
+        Self {
+            id: charge.id.to_string(),
+            object: "charge",
+            amount: charge.money.amount.minor_units(),
+            currency: charge.money.currency.code(),
+            source: charge.source.as_str().to_owned(),
+            description: charge.description.as_ref().map(|d| d.as_str().to_owned()),
+            status: "succeeded",
+            processor_charge_id: charge.processor_charge_id.clone(),
+            created_at: timestamp(charge.created_at),
+            amount_refunded: charge.amount_refunded,
+        }
+    }
 }

@@ -1,5 +1,7 @@
 //! The operations the engine runs, one module each: what each one supplies (its request, its
-//! effect at the processor, the writes of its finish), and nothing of the protocol.
+//! effect at the processor, the writes of its finish), and nothing of the protocol; and each
+//! one's resource: its routes, the body a client sends and the view it reads back. Adding an
+//! operation is its module, a field of [`Operations`] and its line in [`routes`].
 
 pub(crate) mod charge;
 pub(crate) mod payout;
@@ -8,13 +10,20 @@ pub(crate) mod resolve;
 
 use std::sync::Arc;
 
+use axum::Router;
 use payments_domain::{
     CancelOutcome, CardProcessor, PayoutProcessor, ProcessorError, SettlementReport,
 };
-use payments_idempotency::engine::{EffectError, ProtocolError, Settled};
+use payments_idempotency::engine::{EffectError, Engine, Idempotent, ProtocolError, Settled};
 use payments_idempotency::{SchemaVersion, StoredResponse};
-use payments_storage::Store;
+use payments_storage::{Store, Transaction};
 use serde::Serialize;
+
+use crate::AppState;
+use charge::CreateCharge;
+use payout::CreatePayout;
+use refund::CreateRefund;
+use resolve::ResolveException;
 
 /// The schema version every operation of this build answers in (its [`Operation::VERSION`]).
 /// The `next-version` build is one up, with the same shapes: it is the other half of a fleet
@@ -36,15 +45,53 @@ impl<P: CardProcessor + PayoutProcessor + SettlementReport> Processor for P {}
 /// What every operation of this service works with: the processor for its effect, and the
 /// database for its rows.
 #[derive(Debug, Clone)]
-pub struct Ports {
+pub(crate) struct Ports {
     store: Arc<dyn Store>,
     processor: Arc<dyn Processor>,
 }
 
 impl Ports {
-    pub fn new(store: Arc<dyn Store>, processor: Arc<dyn Processor>) -> Self {
+    pub(crate) fn new(store: Arc<dyn Store>, processor: Arc<dyn Processor>) -> Self {
         Self { store, processor }
     }
+}
+
+/// Every operation of this service, each as the engine runs it.
+#[derive(Debug, Clone)]
+pub(crate) struct Operations {
+    pub(crate) charges: Arc<Idempotent<CreateCharge>>,
+    pub(crate) refunds: Arc<Idempotent<CreateRefund>>,
+    pub(crate) payouts: Arc<Idempotent<CreatePayout>>,
+    pub(crate) resolutions: Arc<Idempotent<ResolveException>>,
+}
+
+impl Operations {
+    pub(crate) fn new(ports: &Ports) -> Self {
+        Self {
+            charges: Arc::new(Idempotent::new(CreateCharge(ports.clone()))),
+            refunds: Arc::new(Idempotent::new(CreateRefund(ports.clone()))),
+            payouts: Arc::new(Idempotent::new(CreatePayout(ports.clone()))),
+            resolutions: Arc::new(Idempotent::new(ResolveException(ports.clone()))),
+        }
+    }
+
+    /// `engine` with every operation registered, so that its completer finishes any of them.
+    pub(crate) fn register(&self, engine: Engine<Transaction>) -> Engine<Transaction> {
+        engine
+            .with_operation(Arc::clone(&self.charges))
+            .with_operation(Arc::clone(&self.refunds))
+            .with_operation(Arc::clone(&self.payouts))
+            .with_operation(Arc::clone(&self.resolutions))
+    }
+}
+
+/// The routes of every operation's resource (an exception's resolution is an operator's, with
+/// the other operator routes).
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .merge(charge::routes())
+        .merge(refund::routes())
+        .merge(payout::routes())
 }
 
 /// A 201 with `view` as its body and `location` as its `Location`, serialised once: the bytes

@@ -40,11 +40,11 @@ use crate::{ApiError, Decline};
 /// Resolving an exception: the card processor is its effect port, and the store holds the
 /// exception, the resolution and what it posts.
 #[derive(Debug)]
-pub struct ResolveException(pub Ports);
+pub(crate) struct ResolveException(pub Ports);
 
 /// A resolution ready for the processor: the request, who asked, and the exception it holds.
 #[derive(Debug)]
-pub struct PlannedResolution {
+pub(crate) struct PlannedResolution {
     request: ResolutionRequest,
     operator: String,
     exception: ReconciliationException,
@@ -64,7 +64,7 @@ impl PlannedResolution {
 
 /// What the processor did for a resolution.
 #[derive(Debug)]
-pub enum ResolutionEffect {
+pub(crate) enum ResolutionEffect {
     /// `record`: the charge it confirmed.
     Confirmed(ProcessorCharge),
     /// `void`: the refund that gave the charge back.

@@ -19,8 +19,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::extract::{ApiQuery, JsonBytes};
+use crate::operations::charge::CreateChargeBody;
 use crate::operations::charge::{CreateCharge, created_response};
-use crate::views::CreateChargeBody;
 use crate::workers::reaper;
 use crate::{ApiError, AppState};
 

@@ -2,14 +2,11 @@
 
 #[cfg(feature = "bench")]
 mod bench;
-mod charges;
 mod events;
 mod health;
 mod keys;
 mod ledger;
 mod ops;
-mod payouts;
-mod refunds;
 mod request_id;
 
 use axum::body::Body;
@@ -40,7 +37,7 @@ use crate::{ApiError, AppState};
 /// it gives. The fingerprint covers the operation's canonical form of the request (with its
 /// route), which is stored with the record for the completer; `as_sent` is the body as the
 /// client sent it, which records from before request versions were fingerprinted over.
-async fn run_idempotent<O: Operation<Transaction = Transaction>>(
+pub(crate) async fn run_idempotent<O: Operation<Transaction = Transaction>>(
     state: &AppState,
     op: &Idempotent<O>,
     call: impl Into<KeyedCall>,
@@ -56,7 +53,7 @@ async fn run_idempotent<O: Operation<Transaction = Transaction>>(
 /// The tenant's object the path names (`find` looks it up by its id), or 404: for another
 /// tenant's object, an unknown one, and a segment that is not an id of its kind or does not
 /// even decode (invalid UTF-8) alike.
-async fn tenants<Id, T, Found>(
+pub(crate) async fn tenants<Id, T, Found>(
     id: Result<Path<String>, PathRejection>,
     object: &str,
     find: impl FnOnce(Id) -> Found,
@@ -71,8 +68,8 @@ where
     find(id).await?.ok_or_else(not_found)
 }
 
-/// The query of a list (`GET /charges`, `GET /charges/{id}/refunds`, `GET /payouts`, and
-/// `GET /events` with its type): a page size and a keyset cursor.
+/// The query of a list (`GET /charges`, `GET /events` with its type, and every other list): a
+/// page size and a keyset cursor.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListParams {
@@ -86,7 +83,7 @@ impl ListParams {
 
     /// The page of `object`s that `read` finds for the checked limit and cursor; a cursor that
     /// `read` does not find among them is a 400.
-    async fn page<Id, Page, Read>(
+    pub(crate) async fn page<Id, Page, Read>(
         &self,
         object: &str,
         read: impl FnOnce(u32, Option<Id>) -> Read,
@@ -134,16 +131,7 @@ pub fn app(state: AppState) -> Router {
     let header_limit = state.limits.header_limit_bytes;
     let request_timeout = state.limits.request_timeout;
     Router::new()
-        .route("/charges", get(charges::list).post(charges::create))
-        .route("/charges/{id}", get(charges::show))
-        .route(
-            "/charges/{id}/refunds",
-            get(refunds::list).post(refunds::create),
-        )
-        .route("/refunds/{id}", get(refunds::show))
-        .route("/payouts", get(payouts::list).post(payouts::create))
-        .route("/payouts/{id}", get(payouts::show))
-        .route("/balance", get(payouts::balance))
+        .merge(crate::operations::routes())
         .route("/ledger/balances", get(ledger::balances))
         .route("/events", get(events::list))
         .route("/events/{id}", get(events::show))
