@@ -436,7 +436,39 @@ async fn crash_after_commit_then_client_never_retries(backend: Backend) {
     crash_then(backend, "after_commit", Client::NeverRetries).await;
 }
 
+/// A finish that fails after the processor charged leaves the charge's id on the record and
+/// lets go of the key before it answers 503: the retry the 503 asks for, sent at once (here to
+/// another instance), completes the record from that id (201, still one charge), and is never
+/// told the key is in use until the lock runs out.
+async fn a_failed_finish_lets_go_of_the_key_so_a_retry_at_once_completes_it(backend: Backend) {
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create(backend).await;
+    let settings = settings(&card_sim);
+    let key = new_key();
+    let body = visa(4321);
+    let failing = start(&db, &settings, &[("PAYMENTS_FAIL_AT", "finish")]).await;
+    let healthy = start(&db, &settings, &[]).await;
+
+    let first = post(&failing, &key, &body).await.expect("answer");
+    assert_eq!(first.status().as_u16(), 503, "the finish failed");
+    assert_eq!(
+        recovery_point(&db, &key).await,
+        ("charged".to_owned(), true),
+        "the failed finish left the processor's charge id behind"
+    );
+
+    let retry = post(&healthy, &key, &body).await.expect("answer");
+    assert_eq!(
+        retry.status().as_u16(),
+        201,
+        "the retry at once completes the record instead of meeting its lock"
+    );
+    assert_eq!(card_sim.charges_created().await, 1);
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
+}
+
 on_every_backend!(
+    a_failed_finish_lets_go_of_the_key_so_a_retry_at_once_completes_it,
     crash_after_claim_then_client_retries_at_once,
     crash_after_claim_then_client_retries_after_lock_timeout,
     crash_after_claim_then_client_never_retries,
