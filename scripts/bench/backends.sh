@@ -64,6 +64,7 @@ start() {
     (cd "$WORK/$name" && exec env -i PATH="$PATH" PAYMENTS__SERVER__BIND="127.0.0.1:$port" \
         PAYMENTS__SERVER__METRICS_BIND="127.0.0.1:$metrics_port" \
         PAYMENTS__SERVER__MAX_IN_FLIGHT_PER_TENANT=512 \
+        PAYMENTS__IDEMPOTENCY__RECENT_ANSWERS_BYTES=0 \
         PAYMENTS__LOG__FILTER=warn "$@" "$BIN" >"$WORK/$name.log" 2>&1) &
     PIDS+=($!)
     for _ in $(seq 1 100); do

@@ -72,6 +72,8 @@ pub struct DatabaseSettings {
 pub struct IdempotencySettings {
     pub ttl_secs: u64,
     pub lock_timeout_secs: u64,
+    /// The memory for recent answers, in bytes; 0 keeps none.
+    pub recent_answers_bytes: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,6 +175,8 @@ pub struct ValidSettings {
     pub database: Database,
     pub pool: PoolSettings,
     pub policy: IdempotencyPolicy,
+    /// The memory for recent answers, in bytes; 0 keeps none.
+    pub recent_answers_bytes: usize,
     pub api_keys: ApiKeys,
     pub limits: Limits,
     pub edge: EdgeLimits,
@@ -530,6 +534,7 @@ impl Settings {
                 statement_timeout: Duration::from_millis(self.database.statement_timeout_ms),
             },
             policy,
+            recent_answers_bytes: self.idempotency.recent_answers_bytes,
             api_keys,
             limits: Limits {
                 body_limit_bytes: self.server.body_limit_bytes,

@@ -109,6 +109,7 @@ pub async fn run() -> Result<(), StartupError> {
         processor,
         settings.api_keys.clone(),
         settings.limits,
+        settings.recent_answers_bytes,
         cache,
     );
     state.events = events;
@@ -254,6 +255,7 @@ pub async fn reconcile(date: chrono::NaiveDate, json: bool) -> Result<Reconciled
         processor,
         settings.api_keys.clone(),
         settings.limits,
+        0,
         None,
     );
     let run = state

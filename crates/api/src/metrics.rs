@@ -11,7 +11,7 @@ use axum::response::Response;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use payments_domain::ItemResult;
-use payments_idempotency::engine::{CacheCall, Checkpoint, Observer, Outcome};
+use payments_idempotency::engine::{CacheCall, Checkpoint, Observer, Outcome, RecentAnswersHeld};
 use payments_storage::Durability;
 
 use crate::failpoint;
@@ -65,6 +65,12 @@ impl Observer for EngineMetrics {
 
     fn cache_failed(&self, call: CacheCall) {
         redis_error(RedisCall::Cache(call));
+    }
+
+    /// `recent_answers_bytes` and `recent_answers`: what the in-process answers hold.
+    fn recent_answers(&self, held: RecentAnswersHeld) {
+        gauge!("recent_answers_bytes").set(held.bytes as f64);
+        gauge!("recent_answers").set(held.entries as f64);
     }
 
     async fn reached(&self, point: Checkpoint) {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use payments_idempotency::engine::{Engine, ResponseCache};
+use payments_idempotency::engine::{Engine, RecentAnswers, ResponseCache};
 use payments_redis::{EventStream, ReplayCache};
 use payments_storage::{Store, Transaction};
 
@@ -56,11 +56,15 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state over `store` and `processor`, its engine holding up to
+    /// `recent_answers_bytes` of recent answers (none if 0) before `cache`, the Redis replay
+    /// cache if any.
     pub fn new(
         store: Arc<dyn Store>,
         processor: Arc<dyn Processor>,
         api_keys: ApiKeys,
         limits: Limits,
+        recent_answers_bytes: usize,
         cache: Option<ReplayCache>,
     ) -> Self {
         let settlement: Arc<dyn SettlementReport> = processor.clone();
@@ -69,6 +73,9 @@ impl AppState {
         let cache = cache.map(Arc::new);
         let engine = Engine::new(Arc::new(store.records())).with_observer(Arc::new(EngineMetrics));
         let mut engine = operations.register(engine);
+        if recent_answers_bytes > 0 {
+            engine = engine.with_recent_answers(RecentAnswers::new(recent_answers_bytes));
+        }
         if let Some(cache) = &cache {
             engine = engine.with_cache(Arc::clone(cache) as Arc<dyn ResponseCache>);
         }

@@ -33,7 +33,7 @@ use payments_idempotency::engine::memory::{
 use payments_idempotency::engine::{
     Abandoned, Answer, CacheFailure, CacheRead, Claim, Completion, EffectError, End, Engine,
     Finish, Idempotent, KeyedRequest, Operation, Owner, Prepared, Preparing, ProtocolError,
-    RecordStore, ResponseCache, Settled, StoreFailure, fingerprint_of, scope_of,
+    RecentAnswers, RecordStore, ResponseCache, Settled, StoreFailure, fingerprint_of, scope_of,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState, SchemaVersion,
@@ -627,6 +627,11 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
     if rng.chance(50) {
         engine_v1 = engine_v1.with_cache(Arc::clone(&cache) as _);
         engine_v2 = engine_v2.with_cache(Arc::clone(&cache) as _);
+    }
+    // Each instance's own recent answers, in front of the cache and the records.
+    if rng.chance(50) {
+        engine_v1 = engine_v1.with_recent_answers(RecentAnswers::new(1 << 20));
+        engine_v2 = engine_v2.with_recent_answers(RecentAnswers::new(1 << 20));
     }
     let body = json!({ "amount": 500 });
     let key = IdempotencyKey::parse("order-1").map_err(|e| e.to_string())?;

@@ -12,8 +12,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 use crate::helpers::{
-    Backend, Service, TestDatabase, metrics_text, new_key, problem, stream_for, test_redis_url,
-    visa,
+    Backend, NO_RECENT_ANSWERS, Service, TestDatabase, metrics_text, new_key, problem, stream_for,
+    test_redis_url, visa,
 };
 use crate::redis_server::RedisServer;
 
@@ -173,7 +173,7 @@ async fn a_replay_is_served_from_the_cache_and_a_cached_other_payload_is_still_4
     backend: Backend,
 ) {
     let db = TestDatabase::create(backend).await;
-    let service = Service::start(&db.url, &[]).await;
+    let service = Service::start(&db.url, &[NO_RECENT_ANSWERS]).await;
     let key = new_key();
     let first = service
         .post_charge(&key, &visa(100))
@@ -200,7 +200,7 @@ async fn a_replay_is_served_from_the_cache_and_a_cached_other_payload_is_still_4
 
 async fn a_replay_from_the_database_refills_the_cache(backend: Backend) {
     let db = TestDatabase::create(backend).await;
-    let service = Service::start(&db.url, &[]).await;
+    let service = Service::start(&db.url, &[NO_RECENT_ANSWERS]).await;
     let key = new_key();
     assert_eq!(
         service

@@ -347,6 +347,20 @@ pub(crate) struct TestApp {
 }
 
 /// Starts the service with default settings on a fresh database of `backend`.
+/// Keys that replay for two seconds: the TTL must outlast the lock, and the processor timeout
+/// fit inside the lock.
+pub(crate) const TWO_SECOND_RETENTION: [(&str, &str); 4] = [
+    ("PAYMENTS__IDEMPOTENCY__TTL_SECS", "2"),
+    ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "1"),
+    ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "500"),
+    ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "600"),
+];
+
+/// For the tests of what stands behind an instance's recent answers (the replay cache and the
+/// records): the instance holds none, so that every replay reaches them.
+pub(crate) const NO_RECENT_ANSWERS: (&str, &str) =
+    ("PAYMENTS__IDEMPOTENCY__RECENT_ANSWERS_BYTES", "0");
+
 pub(crate) async fn spawn_app(backend: Backend) -> TestApp {
     spawn_app_with(backend, &[]).await
 }

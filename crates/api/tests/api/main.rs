@@ -50,6 +50,7 @@ mod metrics;
 mod ops;
 mod payouts;
 mod reads;
+mod recent_answers;
 mod reconciliation;
 mod recovery;
 mod redis_server;

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use crate::card_sim::CardSim;
 use crate::events::sample;
 use crate::helpers::{
-    ACME, Backend, Footprint, Service, TestDatabase, count_rows, http_client, metrics_text,
-    new_key, problem, visa,
+    ACME, Backend, Footprint, Service, TWO_SECOND_RETENTION, TestDatabase, count_rows, http_client,
+    metrics_text, new_key, problem, visa,
 };
 use crate::relay::Relay;
 
@@ -250,18 +250,9 @@ async fn a_duplicate_that_prefers_to_wait_gets_the_replay_instead_of_409(backend
 
 async fn after_expiry_and_reaping_the_same_key_is_fresh_for_any_payload(backend: Backend) {
     let db = TestDatabase::create(backend).await;
-    let service = Service::start(
-        &db.url,
-        &[
-            ("PAYMENTS__IDEMPOTENCY__TTL_SECS", "2"),
-            // The TTL must outlast the lock, and the processor timeout fit inside it.
-            ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "1"),
-            ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "500"),
-            ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "600"),
-            ("PAYMENTS__WORKERS__REAPER_INTERVAL_MS", "200"),
-        ],
-    )
-    .await;
+    let mut env = TWO_SECOND_RETENTION.to_vec();
+    env.push(("PAYMENTS__WORKERS__REAPER_INTERVAL_MS", "200"));
+    let service = Service::start(&db.url, &env).await;
     let key = new_key();
     assert_eq!(
         service

@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::helpers::{
-    Backend, Service, TestDatabase, http_client, new_key, snapshot, test_redis_url, visa,
+    Backend, Service, TWO_SECOND_RETENTION, TestDatabase, http_client, new_key, snapshot,
+    test_redis_url, visa,
 };
 
 /// Every answer that stores or replays a result says until when its key replays it, and key
@@ -69,18 +70,10 @@ async fn the_retention_header_is_on_a_201_and_its_replay_and_matches_key_inspect
 /// the key's next generation deletes it.
 async fn a_cached_replay_never_outlives_its_record(backend: Backend) {
     let db = TestDatabase::create(backend).await;
-    let service = Service::start(
-        &db.url,
-        &[
-            ("PAYMENTS__IDEMPOTENCY__TTL_SECS", "2"),
-            ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "1"),
-            ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "500"),
-            ("PAYMENTS__PROCESSOR__SETTLE_AFTER_MS", "600"),
-            // Expired records stay in place, to be replaced by the next claim.
-            ("PAYMENTS__WORKERS__REAPER_INTERVAL_MS", "600000"),
-        ],
-    )
-    .await;
+    // Expired records stay in place, to be replaced by the next claim.
+    let mut env = TWO_SECOND_RETENTION.to_vec();
+    env.push(("PAYMENTS__WORKERS__REAPER_INTERVAL_MS", "600000"));
+    let service = Service::start(&db.url, &env).await;
     let mut redis = redis::Client::open(test_redis_url())
         .expect("url")
         .get_multiplexed_async_connection()

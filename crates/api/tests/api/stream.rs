@@ -16,7 +16,8 @@ use crate::events::{
     wait_until_published,
 };
 use crate::helpers::{
-    Backend, Service, TestDatabase, count_rows, new_key, stream_for, test_redis_url, visa,
+    Backend, NO_RECENT_ANSWERS, Service, TestDatabase, count_rows, new_key, stream_for,
+    test_redis_url, visa,
 };
 use crate::redis_server::{RedisServer, Sentinel, SlowRedis};
 
@@ -279,7 +280,9 @@ async fn the_cache_and_the_relay_follow_a_sentinel_failover() {
 /// The service on `db`, with Redis wherever `sentinel` names the master `payments`.
 async fn service_through(sentinel: &Sentinel, db: &TestDatabase, env: &[(&str, &str)]) -> Service {
     let sentinels = format!("127.0.0.1:{}", sentinel.port);
+    // Every replay reaches the cache: the service holds no recent answers of its own.
     let mut settings = vec![
+        NO_RECENT_ANSWERS,
         ("PAYMENTS__REDIS__URL", ""),
         ("PAYMENTS__REDIS__SENTINEL_MASTER", "payments"),
         ("PAYMENTS__REDIS__SENTINELS", sentinels.as_str()),

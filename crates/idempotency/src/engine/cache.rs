@@ -1,44 +1,40 @@
-//! The replay cache in front of the records: it can make a replay faster, never make a request
-//! fail. A miss, or any cache failure, falls through to the records.
+//! The answers in front of the records: this process's recent answers first, then the replay
+//! cache. They can make a replay faster, never make a request fail: a miss, or any cache
+//! failure, falls through to the records.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::error::error_chain;
-use super::ports::{CacheCall, CacheRead, Outcome};
+use super::ports::{CacheCall, CacheRead, CachedReplay, Outcome};
 use super::{Answer, Engine, Idempotent, KeyedRequest, Operation, ProtocolError};
 use crate::{Comparison, IdempotencyKey, Scope, StoredResponse};
 
 impl<T: Send + 'static> Engine<T> {
-    /// Serves a replay from the cache when it has one.
+    /// Serves a replay from this process's recent answers, or else from the cache, when
+    /// either has one.
     pub(super) async fn cached_replay<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         scope: &Scope,
         request: &KeyedRequest<O::Request>,
     ) -> Option<Result<Answer, ProtocolError>> {
+        if let Some(recent) = &self.recent
+            && let Some(hit) = recent.get(scope, &request.key, Utc::now())
+        {
+            return Some(self.serve(op, request, hit, Outcome::ReplayedMemory).await);
+        }
         let cache = self.cache.as_deref()?;
         match cache.get(scope, &request.key).await {
             // An entry outliving its record (the cache's clock behind) is a miss: the claim
             // judges the key by the store's clock, and replacing the record deletes the entry.
             Ok(CacheRead::Hit(hit)) if hit.expires_at <= Utc::now() => None,
-            Ok(CacheRead::Hit(hit)) => match request.fingerprint.compare(&hit.fingerprint) {
-                Comparison::Same => {
-                    self.observer.outcome(Outcome::ReplayedCache);
-                    Some(
-                        self.replay(op, hit.generation, hit.response, hit.expires_at)
-                            .await,
-                    )
+            Ok(CacheRead::Hit(hit)) => {
+                if let Some(recent) = &self.recent {
+                    recent.put(scope, &request.key, hit.clone());
                 }
-                Comparison::Different => {
-                    self.observer.outcome(Outcome::Mismatch);
-                    Some(Err(ProtocolError::KeyReused))
-                }
-                Comparison::Incomparable => {
-                    self.observer.outcome(Outcome::Incomparable);
-                    Some(Err(ProtocolError::KeyIncomparable))
-                }
-            },
+                Some(self.serve(op, request, hit, Outcome::ReplayedCache).await)
+            }
             Ok(CacheRead::Miss) => None,
             Ok(CacheRead::Rejected(rejection)) => {
                 // Someone with write access to the cache, or a build with another secret,
@@ -62,9 +58,36 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// Puts a final response in the replay cache until the record's own expiry, an absolute
-    /// time from the store's clock; the cache expires the entry at that instant by its own
-    /// clock, which NTP keeps far closer to the store's than the retention is long.
+    /// A held answer, for a request under its key: its replay when the request is the same
+    /// one, a refusal when it is not, exactly as the records would answer.
+    async fn serve<O: Operation<Transaction = T>>(
+        &self,
+        op: &Idempotent<O>,
+        request: &KeyedRequest<O::Request>,
+        hit: CachedReplay,
+        outcome: Outcome,
+    ) -> Result<Answer, ProtocolError> {
+        match request.fingerprint.compare(&hit.fingerprint) {
+            Comparison::Same => {
+                self.observer.outcome(outcome);
+                self.replay(op, hit.generation, hit.response, hit.expires_at)
+                    .await
+            }
+            Comparison::Different => {
+                self.observer.outcome(Outcome::Mismatch);
+                Err(ProtocolError::KeyReused)
+            }
+            Comparison::Incomparable => {
+                self.observer.outcome(Outcome::Incomparable);
+                Err(ProtocolError::KeyIncomparable)
+            }
+        }
+    }
+
+    /// Holds a final response among this process's recent answers and puts it in the replay
+    /// cache, both until the record's own expiry, an absolute time from the store's clock;
+    /// each expires the entry at that instant by its own clock, which NTP keeps far closer to
+    /// the store's than the retention is long.
     pub(super) async fn remember<R>(
         &self,
         scope: &Scope,
@@ -73,6 +96,16 @@ impl<T: Send + 'static> Engine<T> {
         response: &StoredResponse,
         expires_at: DateTime<Utc>,
     ) {
+        if let Some(recent) = &self.recent {
+            let held = CachedReplay {
+                generation,
+                fingerprint: request.fingerprint.to_stored(),
+                response: response.clone(),
+                expires_at,
+            };
+            recent.put(scope, &request.key, held);
+            self.observer.recent_answers(recent.held_now());
+        }
         let Some(cache) = self.cache.as_deref() else {
             return;
         };
@@ -95,6 +128,10 @@ impl<T: Send + 'static> Engine<T> {
     /// Drops the cached response of a generation the claim just replaced. The entry expires
     /// with its record anyway; this covers clocks that disagree.
     pub(super) async fn forget(&self, scope: &Scope, key: &IdempotencyKey) {
+        if let Some(recent) = &self.recent {
+            recent.forget(scope, key);
+            self.observer.recent_answers(recent.held_now());
+        }
         let Some(cache) = self.cache.as_deref() else {
             return;
         };

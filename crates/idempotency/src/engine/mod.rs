@@ -1,6 +1,7 @@
 //! The exactly-once engine, written once for every operation:
 //!
-//! 0. a replay may be served from the cache (fingerprint checked, 422 on mismatch);
+//! 0. a replay may be served from this process's recent answers ([`RecentAnswers`]) or the
+//!    cache (fingerprint checked, 422 on mismatch);
 //! 1. claim the key (insert, or judge the existing record; a lock only to take it over);
 //! 2. prepare the effect for the record's generation (a refund reserves its amount), or store
 //!    the final answer the state it meets calls for;
@@ -19,8 +20,8 @@
 //! answers from the record as it is.
 //!
 //! The engine works only through its ports ([`RecordStore`], [`ResponseCache`],
-//! [`Observer`]) and the operations registered with it; it knows no web framework, database
-//! or cache of its own. The completer runs the same steps without a client
+//! [`Observer`]), the operations registered with it and its recent answers, held in memory;
+//! it knows no web framework, database or cache of its own. The completer runs the same steps without a client
 //! ([`Engine::settle_abandoned`]).
 
 mod cache;
@@ -32,6 +33,7 @@ mod error;
 pub mod memory;
 mod operation;
 mod ports;
+mod recent;
 mod settle;
 mod transaction;
 
@@ -51,6 +53,7 @@ pub use ports::{
     Fence, Finish, Observer, Outcome, Owner, RecordStore, ResponseCache, Unmade, Unobserved,
     Verdict,
 };
+pub use recent::{RecentAnswers, RecentAnswersHeld};
 pub use settle::SettleOutcome;
 use transaction::Ended;
 
@@ -196,6 +199,7 @@ impl<O: Operation> Settles<O::Transaction> for Idempotent<O> {
 /// observer, the in-process completion channel, and the operations it settles, by family.
 pub struct Engine<T> {
     records: Arc<dyn RecordStore<Transaction = T>>,
+    recent: Option<RecentAnswers>,
     cache: Option<Arc<dyn ResponseCache>>,
     observer: Arc<dyn Observer>,
     completions: Completions,
@@ -205,6 +209,7 @@ pub struct Engine<T> {
 impl<T> fmt::Debug for Engine<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
+            .field("recent", &self.recent.as_ref().map(RecentAnswers::capacity))
             .field("cache", &self.cache.is_some())
             .field("operations", &self.operation_names())
             .finish_non_exhaustive()
@@ -234,6 +239,7 @@ impl<T: Send + 'static> Engine<T> {
     pub fn new(records: Arc<dyn RecordStore<Transaction = T>>) -> Self {
         Self {
             records,
+            recent: None,
             cache: None,
             observer: Arc::new(Unobserved),
             completions: Completions::default(),
@@ -241,7 +247,15 @@ impl<T: Send + 'static> Engine<T> {
         }
     }
 
-    /// Serves replays from `cache` first, and stores final responses in it.
+    /// Holds the final answers this process gives or replays in `recent`, and serves replays
+    /// from it before the cache and the records.
+    pub fn with_recent_answers(mut self, recent: RecentAnswers) -> Self {
+        self.recent = Some(recent);
+        self
+    }
+
+    /// Serves replays from `cache` first (after this process's recent answers), and stores
+    /// final responses in it.
     pub fn with_cache(mut self, cache: Arc<dyn ResponseCache>) -> Self {
         self.cache = Some(cache);
         self

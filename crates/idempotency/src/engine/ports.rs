@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::error::{CacheFailure, StoreFailure};
+use super::recent::RecentAnswersHeld;
 use crate::{Attempt, Fingerprint, IdempotencyKey, IdempotencyRecord, RecoveryPoint, Scope};
 use crate::{StoredResponse, decide};
 
@@ -351,6 +352,8 @@ pub trait ResponseCache: Send + Sync {
 pub enum Outcome {
     /// The attempt ran the operation and stored its answer.
     Executed,
+    /// A replay served from this process's recent answers.
+    ReplayedMemory,
     /// A replay served from the cache.
     ReplayedCache,
     /// A replay served from the records.
@@ -375,6 +378,7 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Executed => "executed",
+            Self::ReplayedMemory => "replayed_memory",
             Self::ReplayedCache => "replayed_cache",
             Self::ReplayedDb => "replayed_db",
             Self::InFlight => "in_flight",
@@ -433,6 +437,9 @@ pub trait Observer: Send + Sync {
 
     /// A cache call failed and was worked around.
     fn cache_failed(&self, _call: CacheCall) {}
+
+    /// What this process's recent answers hold, after one was added.
+    fn recent_answers(&self, _held: RecentAnswersHeld) {}
 
     /// The attempt reached `point`.
     async fn reached(&self, _point: Checkpoint) {}

@@ -1,5 +1,6 @@
 //! The replay cache is never trusted: an entry that this service did not write, or that was
-//! edited in Redis, is never served.
+//! edited in Redis, is never served. The services here hold no recent answers of their own, so
+//! that every replay reaches the cache.
 
 use payments_idempotency::engine::ResponseCache;
 use std::time::Duration;
@@ -13,8 +14,8 @@ use serde_json::{Value, json};
 use super::header;
 use crate::events::sample;
 use crate::helpers::{
-    ACME, Backend, CACHE_SECRET, Footprint, TestApp, metrics_text, new_key, problem,
-    redis_key_prefix, snapshot, spawn_app, test_redis_url, visa,
+    ACME, Backend, CACHE_SECRET, Footprint, NO_RECENT_ANSWERS, TestApp, metrics_text, new_key,
+    problem, redis_key_prefix, snapshot, spawn_app_with, test_redis_url, visa,
 };
 
 /// A secret that is not the service's: what an attacker with write access to Redis, but not
@@ -274,7 +275,7 @@ async fn first_charge(app: &TestApp) -> (String, Snapshot) {
 async fn a_forged_cache_entry_for_a_completed_key_is_refused_and_the_database_replays(
     backend: Backend,
 ) {
-    let app = spawn_app(backend).await;
+    let app = spawn_app_with(backend, &[NO_RECENT_ANSWERS]).await;
     let (key, first) = first_charge(&app).await;
     let redis_key = replay_key(&app, &key);
     let generation = Entry::parse(&genuine_entry(&app, &key).await).generation();
@@ -355,7 +356,7 @@ async fn a_forged_cache_entry_for_a_completed_key_is_refused_and_the_database_re
 /// "succeeded" entry for a never used key is refused, and the request runs as the first one
 /// it is: declined (402), not marked as a replay, and recorded once.
 async fn a_forged_success_for_an_unused_key_is_refused_and_the_charge_runs(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = spawn_app_with(backend, &[NO_RECENT_ANSWERS]).await;
     let key = new_key();
     let declining = json!({ "amount": 100, "currency": "usd", "source": "tok_chargeDeclined" });
     let succeeded = json!({
@@ -417,7 +418,7 @@ async fn a_forged_success_for_an_unused_key_is_refused_and_the_charge_runs(backe
 /// service's own MAC and a valid layout, gets it refused. The genuine bytes put back are
 /// served from the cache again (the control).
 async fn a_genuine_cache_entry_edited_in_redis_is_refused(backend: Backend) {
-    let app = spawn_app(backend).await;
+    let app = spawn_app_with(backend, &[NO_RECENT_ANSWERS]).await;
     let (key, first) = first_charge(&app).await;
     let redis_key = replay_key(&app, &key);
     let genuine_bytes = genuine_entry(&app, &key).await;

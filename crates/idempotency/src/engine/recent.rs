@@ -1,0 +1,319 @@
+//! The answers this process gave or replayed lately, held in its memory and checked before the
+//! replay cache and the records: a retry that lands on the instance that answered it is served
+//! without a network round trip.
+//!
+//! Only final answers are held (a completed record's response never changes until the record
+//! expires), each until its record's `expires_at` by this process's clock, as the replay cache
+//! holds them. Whatever the keys, the memory held stays within a capacity in bytes: when a new
+//! answer does not fit, the oldest held go first. Losing an answer costs a round trip, never
+//! correctness: the replay cache and the records still have it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+
+use super::ports::CachedReplay;
+use crate::{IdempotencyKey, Scope};
+
+/// What an entry costs besides its strings and body: the map's and the queue's slots, the
+/// fingerprint, the times. An estimate on the high side, so the capacity holds.
+const ENTRY_OVERHEAD_BYTES: usize = 256;
+
+/// Recent final answers, bounded by [`capacity`](Self::capacity) bytes.
+#[derive(Debug)]
+pub struct RecentAnswers {
+    capacity: usize,
+    held: Mutex<Held>,
+}
+
+/// How much is held: for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecentAnswersHeld {
+    pub entries: usize,
+    pub bytes: usize,
+}
+
+type Slot = (Scope, IdempotencyKey);
+
+#[derive(Debug, Default)]
+struct Held {
+    entries: HashMap<Slot, Entry>,
+    /// Every slot in the order it was put, each with the number it was put under: a number
+    /// that no longer matches its entry's was replaced or removed since, and is skipped.
+    order: VecDeque<(u64, Slot)>,
+    bytes: usize,
+    next: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    put: u64,
+    size: usize,
+    replay: CachedReplay,
+}
+
+impl RecentAnswers {
+    /// Holds at most `capacity` bytes of answers.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn held(&self) -> MutexGuard<'_, Held> {
+        // A panic while holding the lock cannot leave `Held` inconsistent in a way that
+        // matters more than losing answers, which is always allowed.
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The answer held for `key`, unless it expired by `now`.
+    pub fn get(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        now: DateTime<Utc>,
+    ) -> Option<CachedReplay> {
+        let mut held = self.held();
+        let slot = (scope.clone(), key.clone());
+        let entry = held.entries.get(&slot)?;
+        if entry.replay.expires_at <= now {
+            held.remove(&slot);
+            return None;
+        }
+        Some(entry.replay.clone())
+    }
+
+    /// Holds `replay` for `key`, replacing what was held for it, and lets the oldest answers
+    /// go until everything fits. An answer larger than the whole capacity is not held.
+    pub fn put(&self, scope: &Scope, key: &IdempotencyKey, replay: CachedReplay) {
+        let size = size_of(scope, key, &replay);
+        if size > self.capacity {
+            return;
+        }
+        let mut held = self.held();
+        let slot = (scope.clone(), key.clone());
+        if held
+            .entries
+            .get(&slot)
+            .is_some_and(|entry| entry.replay.generation == replay.generation)
+        {
+            return;
+        }
+        held.remove(&slot);
+        while held.bytes + size > self.capacity {
+            held.remove_oldest();
+        }
+        let put = held.next;
+        held.next += 1;
+        held.bytes += size;
+        held.order.push_back((put, slot.clone()));
+        held.entries.insert(slot, Entry { put, size, replay });
+        held.compact();
+    }
+
+    /// Lets go of the answer held for `key`: its record was replaced.
+    pub fn forget(&self, scope: &Scope, key: &IdempotencyKey) {
+        self.held().remove(&(scope.clone(), key.clone()));
+    }
+
+    pub fn held_now(&self) -> RecentAnswersHeld {
+        let held = self.held();
+        RecentAnswersHeld {
+            entries: held.entries.len(),
+            bytes: held.bytes,
+        }
+    }
+}
+
+impl Held {
+    fn remove(&mut self, slot: &Slot) {
+        if let Some(entry) = self.entries.remove(slot) {
+            self.bytes -= entry.size;
+        }
+    }
+
+    fn remove_oldest(&mut self) {
+        while let Some((put, slot)) = self.order.pop_front() {
+            if self
+                .entries
+                .get(&slot)
+                .is_some_and(|entry| entry.put == put)
+            {
+                self.remove(&slot);
+                return;
+            }
+        }
+    }
+
+    /// Drops the queue's stale places once they outnumber the live ones, so that the queue
+    /// stays within twice the entries however often answers are replaced or forgotten.
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            self.order
+                .retain(|(put, slot)| entries.get(slot).is_some_and(|entry| entry.put == *put));
+        }
+    }
+}
+
+/// What holding `replay` for `key` costs, in bytes.
+fn size_of(scope: &Scope, key: &IdempotencyKey, replay: &CachedReplay) -> usize {
+    let response = &replay.response;
+    let headers: usize = response
+        .headers
+        .iter()
+        .map(|(name, value)| name.len() + value.len())
+        .sum();
+    // The slot is held twice: as the map's key and in the queue.
+    let slot = 2 * (scope.tenant.len() + scope.operation.len() + key.as_str().len());
+    ENTRY_OVERHEAD_BYTES + slot + headers + response.body.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::{Fingerprint, SchemaVersion, StoredResponse};
+
+    fn scope(tenant: &str) -> Scope {
+        Scope {
+            tenant: tenant.to_owned(),
+            operation: "charges.create".to_owned(),
+        }
+    }
+
+    fn key(name: &str) -> IdempotencyKey {
+        IdempotencyKey::parse(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn answer(body: usize, expires_at: DateTime<Utc>) -> CachedReplay {
+        CachedReplay {
+            generation: Uuid::new_v4(),
+            fingerprint: Fingerprint::of_json_request(
+                "POST",
+                "/charges",
+                &serde_json::json!({ "amount": 1 }),
+            ),
+            response: StoredResponse::new(SchemaVersion::new(1), 201, [], vec![b'x'; body]),
+            expires_at,
+        }
+    }
+
+    fn later() -> DateTime<Utc> {
+        Utc::now() + Duration::from_secs(3600)
+    }
+
+    #[test]
+    fn an_answer_is_held_until_its_record_expires_and_not_a_moment_longer() {
+        let recent = RecentAnswers::new(1 << 20);
+        let expires_at = Utc::now() + Duration::from_secs(10);
+        let held = answer(100, expires_at);
+        recent.put(&scope("acme"), &key("k1"), held.clone());
+
+        let just_before = expires_at - Duration::from_millis(1);
+        assert_eq!(
+            recent.get(&scope("acme"), &key("k1"), just_before),
+            Some(held)
+        );
+        assert_eq!(recent.get(&scope("acme"), &key("k1"), expires_at), None);
+        assert_eq!(
+            recent.held_now(),
+            RecentAnswersHeld::default(),
+            "the expired answer went"
+        );
+    }
+
+    #[test]
+    fn an_answer_is_found_only_under_its_own_tenant_and_key() {
+        let recent = RecentAnswers::new(1 << 20);
+        recent.put(&scope("acme"), &key("k1"), answer(10, later()));
+        assert!(
+            recent
+                .get(&scope("globex"), &key("k1"), Utc::now())
+                .is_none()
+        );
+        assert!(recent.get(&scope("acme"), &key("k2"), Utc::now()).is_none());
+        assert!(recent.get(&scope("acme"), &key("k1"), Utc::now()).is_some());
+    }
+
+    #[test]
+    fn the_bytes_held_never_exceed_the_capacity_and_the_oldest_go_first() {
+        let capacity = 64 * 1024;
+        let recent = RecentAnswers::new(capacity);
+        for i in 0..1_000 {
+            recent.put(&scope("acme"), &key(&format!("k{i}")), answer(900, later()));
+            assert!(recent.held_now().bytes <= capacity, "after {i} puts");
+        }
+        let held = recent.held_now().entries;
+        assert!(held > 10, "it holds what fits: {held}");
+        let now = Utc::now();
+        assert!(
+            recent.get(&scope("acme"), &key("k999"), now).is_some(),
+            "the newest stays"
+        );
+        assert!(
+            recent.get(&scope("acme"), &key("k0"), now).is_none(),
+            "the oldest went"
+        );
+        assert!(
+            recent
+                .get(&scope("acme"), &key(&format!("k{}", 999 - held)), now)
+                .is_none()
+        );
+        assert!(
+            recent
+                .get(&scope("acme"), &key(&format!("k{}", 1_000 - held)), now)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn an_answer_larger_than_the_capacity_is_not_held() {
+        let recent = RecentAnswers::new(4096);
+        recent.put(&scope("acme"), &key("k1"), answer(10, later()));
+        recent.put(&scope("acme"), &key("big"), answer(8192, later()));
+        assert!(
+            recent
+                .get(&scope("acme"), &key("big"), Utc::now())
+                .is_none()
+        );
+        assert!(
+            recent.get(&scope("acme"), &key("k1"), Utc::now()).is_some(),
+            "nothing evicted for it"
+        );
+    }
+
+    #[test]
+    fn a_forgotten_or_replaced_answer_is_gone_and_the_queue_stays_bounded() {
+        let recent = RecentAnswers::new(1 << 20);
+        for _ in 0..10_000 {
+            recent.put(&scope("acme"), &key("k1"), answer(10, later()));
+        }
+        let replaced = answer(10, later());
+        recent.put(&scope("acme"), &key("k1"), replaced.clone());
+        assert_eq!(
+            recent.get(&scope("acme"), &key("k1"), Utc::now()),
+            Some(replaced)
+        );
+        assert_eq!(recent.held_now().entries, 1);
+        assert!(
+            recent.held().order.len() <= 2 + 64,
+            "stale places are dropped"
+        );
+
+        recent.forget(&scope("acme"), &key("k1"));
+        assert!(recent.get(&scope("acme"), &key("k1"), Utc::now()).is_none());
+        assert_eq!(recent.held_now(), RecentAnswersHeld::default());
+    }
+}
