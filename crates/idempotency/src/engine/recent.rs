@@ -5,8 +5,10 @@
 //! Only final answers are held (a completed record's response never changes until the record
 //! expires), each until its record's `expires_at` by this process's clock, as the replay cache
 //! holds them. Whatever the keys, the memory held stays within a capacity in bytes: when a new
-//! answer does not fit, the oldest held go first. Losing an answer costs a round trip, never
-//! correctness: the replay cache and the records still have it.
+//! answer does not fit, answers go, the oldest of the tenant that holds the most first, so a
+//! tenant sending new keys without end pushes out its own answers, not another's. Losing an
+//! answer costs a round trip, never correctness: the replay cache and the records still have
+//! it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -39,11 +41,19 @@ type Slot = (Scope, IdempotencyKey);
 #[derive(Debug, Default)]
 struct Held {
     entries: HashMap<Slot, Entry>,
-    /// Every slot in the order it was put, each with the number it was put under: a number
-    /// that no longer matches its entry's was replaced or removed since, and is skipped.
-    order: VecDeque<(u64, Slot)>,
+    /// What each tenant holds. A tenant is one of the service's principals, so they are few.
+    tenants: HashMap<String, TenantHeld>,
     bytes: usize,
     next: u64,
+}
+
+#[derive(Debug, Default)]
+struct TenantHeld {
+    bytes: usize,
+    /// The tenant's slots in the order they were put, each with the number it was put under:
+    /// a number that no longer matches its entry's was replaced or removed since, and is
+    /// skipped.
+    order: VecDeque<(u64, Slot)>,
 }
 
 #[derive(Debug)]
@@ -91,8 +101,8 @@ impl RecentAnswers {
         Some(entry.replay.clone())
     }
 
-    /// Holds `replay` for `key`, replacing what was held for it, and lets the oldest answers
-    /// go until everything fits. An answer larger than the whole capacity is not held.
+    /// Holds `replay` for `key`, replacing what was held for it, and lets answers go until
+    /// everything fits: the oldest of the tenant holding the most first. An answer larger than the whole capacity is not held.
     pub fn put(&self, scope: &Scope, key: &IdempotencyKey, replay: CachedReplay) {
         let size = size_of(scope, key, &replay);
         if size > self.capacity {
@@ -109,14 +119,16 @@ impl RecentAnswers {
         }
         held.remove(&slot);
         while held.bytes + size > self.capacity {
-            held.remove_oldest();
+            held.remove_oldest_of_the_largest();
         }
         let put = held.next;
         held.next += 1;
         held.bytes += size;
-        held.order.push_back((put, slot.clone()));
+        let tenant = held.tenants.entry(scope.tenant.clone()).or_default();
+        tenant.bytes += size;
+        tenant.order.push_back((put, slot.clone()));
         held.entries.insert(slot, Entry { put, size, replay });
-        held.compact();
+        held.compact(&scope.tenant);
     }
 
     /// Lets go of the answer held for `key`: its record was replaced.
@@ -135,13 +147,34 @@ impl RecentAnswers {
 
 impl Held {
     fn remove(&mut self, slot: &Slot) {
-        if let Some(entry) = self.entries.remove(slot) {
-            self.bytes -= entry.size;
+        let Some(entry) = self.entries.remove(slot) else {
+            return;
+        };
+        self.bytes -= entry.size;
+        let tenant = &slot.0.tenant;
+        if let Some(held) = self.tenants.get_mut(tenant) {
+            held.bytes -= entry.size;
+            if held.bytes == 0 {
+                self.tenants.remove(tenant);
+            }
         }
     }
 
-    fn remove_oldest(&mut self) {
-        while let Some((put, slot)) = self.order.pop_front() {
+    /// Lets the oldest answer of the tenant holding the most bytes go.
+    fn remove_oldest_of_the_largest(&mut self) {
+        let Some(largest) = self
+            .tenants
+            .iter()
+            .max_by_key(|(_, held)| held.bytes)
+            .map(|(tenant, _)| tenant.clone())
+        else {
+            return;
+        };
+        while let Some((put, slot)) = self
+            .tenants
+            .get_mut(&largest)
+            .and_then(|held| held.order.pop_front())
+        {
             if self
                 .entries
                 .get(&slot)
@@ -153,12 +186,16 @@ impl Held {
         }
     }
 
-    /// Drops the queue's stale places once they outnumber the live ones, so that the queue
-    /// stays within twice the entries however often answers are replaced or forgotten.
-    fn compact(&mut self) {
-        if self.order.len() > 2 * self.entries.len() + 64 {
-            let entries = &self.entries;
-            self.order
+    /// Drops `tenant`'s stale places once they outnumber its live ones, so that its queue
+    /// stays within about twice its entries however often answers are replaced or forgotten
+    /// (an entry takes at least the fixed cost, so the bytes bound the entries).
+    fn compact(&mut self, tenant: &str) {
+        let entries = &self.entries;
+        let Some(held) = self.tenants.get_mut(tenant) else {
+            return;
+        };
+        if held.order.len() > 2 * (held.bytes / ENTRY_OVERHEAD_BYTES) + 64 {
+            held.order
                 .retain(|(put, slot)| entries.get(slot).is_some_and(|entry| entry.put == *put));
         }
     }
@@ -279,6 +316,33 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_sending_new_keys_without_end_pushes_out_its_own_answers_not_anothers() {
+        let recent = RecentAnswers::new(64 * 1024);
+        for i in 0..5 {
+            recent.put(
+                &scope("globex"),
+                &key(&format!("g{i}")),
+                answer(900, later()),
+            );
+        }
+        for i in 0..10_000 {
+            recent.put(&scope("acme"), &key(&format!("a{i}")), answer(900, later()));
+        }
+        let now = Utc::now();
+        for i in 0..5 {
+            assert!(
+                recent
+                    .get(&scope("globex"), &key(&format!("g{i}")), now)
+                    .is_some(),
+                "globex's answer g{i} is still held"
+            );
+        }
+        assert!(recent.get(&scope("acme"), &key("a9999"), now).is_some());
+        assert!(recent.get(&scope("acme"), &key("a0"), now).is_none());
+        assert!(recent.held_now().bytes <= 64 * 1024);
+    }
+
+    #[test]
     fn an_answer_larger_than_the_capacity_is_not_held() {
         let recent = RecentAnswers::new(4096);
         recent.put(&scope("acme"), &key("k1"), answer(10, later()));
@@ -307,10 +371,8 @@ mod tests {
             Some(replaced)
         );
         assert_eq!(recent.held_now().entries, 1);
-        assert!(
-            recent.held().order.len() <= 2 + 64,
-            "stale places are dropped"
-        );
+        let queued = recent.held().tenants["acme"].order.len();
+        assert!(queued <= 2 * 4 + 64, "stale places are dropped: {queued}");
 
         recent.forget(&scope("acme"), &key("k1"));
         assert!(recent.get(&scope("acme"), &key("k1"), Utc::now()).is_none());
