@@ -77,6 +77,8 @@ RUN for manifest in crates/*/Cargo.toml examples/*/Cargo.toml; do \
 COPY crates ./crates
 COPY examples ./examples
 COPY migrations ./migrations
+# Served at GET /openapi.yaml, embedded when the service is built.
+COPY openapi.yaml ./
 # --locked: build exactly the versions in Cargo.lock, and fail instead of updating it. The
 # e2e test binary is copied to a fixed path for the e2e stage.
 RUN find crates examples -name '*.rs' -exec touch {} + \

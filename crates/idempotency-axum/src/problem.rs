@@ -30,7 +30,7 @@ impl Problem {
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
         Self {
             kind: "about:blank",
-            title: status.canonical_reason().unwrap_or("Error"),
+            title: reason_phrase(status),
             status: status.as_u16(),
             detail: detail.into(),
             code,
@@ -55,6 +55,16 @@ impl Problem {
     pub fn retry_after(mut self, secs: u64) -> Self {
         self.retry_after_secs = Some(secs);
         self
+    }
+}
+
+/// The reason phrase RFC 9110 gives `status`: where it renamed one (413 and 422), its own, not
+/// the older one that HTTP libraries still carry.
+fn reason_phrase(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "Content Too Large",
+        StatusCode::UNPROCESSABLE_ENTITY => "Unprocessable Content",
+        _ => status.canonical_reason().unwrap_or("Error"),
     }
 }
 
@@ -135,5 +145,22 @@ impl IntoResponse for ProtocolProblem {
             tracing::error!(error = %error_chain(&self.0), code = problem.code, "request failed");
         }
         problem.into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_are_rfc_9110s_reason_phrases() {
+        let title = |status| Problem::new(status, "code", "detail").title;
+        assert_eq!(
+            title(StatusCode::UNPROCESSABLE_ENTITY),
+            "Unprocessable Content"
+        );
+        assert_eq!(title(StatusCode::PAYLOAD_TOO_LARGE), "Content Too Large");
+        assert_eq!(title(StatusCode::CONFLICT), "Conflict");
+        assert_eq!(title(StatusCode::PAYMENT_REQUIRED), "Payment Required");
     }
 }

@@ -2,6 +2,7 @@
 
 #[cfg(feature = "bench")]
 mod bench;
+mod contract;
 mod events;
 mod health;
 mod keys;
@@ -146,6 +147,7 @@ pub fn app(state: AppState) -> Router {
             axum::routing::post(ops::resolve_exception),
         )
         .route("/idempotency-keys/{key}", get(keys::show))
+        .route("/openapi.yaml", get(contract::openapi))
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))
         .merge(bench_routes())

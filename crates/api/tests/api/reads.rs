@@ -298,6 +298,23 @@ async fn health_and_readiness_answer(backend: Backend) {
     );
 }
 
+/// `GET /openapi.yaml` serves the contract this build answers by: the repository's
+/// `openapi.yaml`, byte for byte, to a caller without a key.
+async fn the_service_serves_its_contract(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let response = app
+        .client
+        .get(app.url("/openapi.yaml"))
+        .send()
+        .await
+        .expect("openapi.yaml");
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.headers()["content-type"], "application/yaml");
+    let contract = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../openapi.yaml"))
+        .expect("the repository's openapi.yaml");
+    assert_eq!(response.bytes().await.expect("body").as_ref(), contract);
+}
+
 on_every_backend!(
     a_charge_reads_back_exactly_as_it_was_created,
     another_tenants_charge_is_not_found_and_never_listed,
@@ -307,4 +324,5 @@ on_every_backend!(
     the_ledger_balances_per_currency_and_per_transaction,
     the_database_refuses_an_unbalanced_ledger_transaction,
     health_and_readiness_answer,
+    the_service_serves_its_contract,
 );
