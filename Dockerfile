@@ -77,8 +77,9 @@ RUN for manifest in crates/*/Cargo.toml examples/*/Cargo.toml; do \
 COPY crates ./crates
 COPY examples ./examples
 COPY migrations ./migrations
-# Served at GET /openapi.yaml, embedded when the service is built.
+# Served at GET /openapi.yaml and GET /problems/{code}, embedded when the service is built.
 COPY openapi.yaml ./
+COPY docs/errors.md docs/
 # --locked: build exactly the versions in Cargo.lock, and fail instead of updating it. The
 # e2e test binary is copied to a fixed path for the e2e stage.
 RUN find crates examples -name '*.rs' -exec touch {} + \

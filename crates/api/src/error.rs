@@ -263,7 +263,8 @@ impl ApiError {
 
     /// The problem document for this error, with its `Retry-After`.
     pub fn problem(&self) -> Problem {
-        let mut problem = Problem::new(self.status(), self.code(), self.to_string());
+        let mut problem = Problem::new(self.status(), self.code(), self.to_string())
+            .with_type(crate::routes::problems::type_of(self.code()));
         match self {
             Self::CardDeclined(decline)
             | Self::RefundDeclined(decline)
@@ -372,5 +373,114 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, bearer);
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::problems::documentation;
+
+    /// One of each error. The match makes a new variant fail to compile here until it is
+    /// listed, and so documented.
+    fn every_error() -> Vec<ApiError> {
+        let decline = || Decline::new("generic_decline".into(), "declined".into());
+        let every = vec![
+            ApiError::IdempotencyKeyMissing,
+            ApiError::IdempotencyKeyInvalid(String::new()),
+            ApiError::IdempotencyKeyReused,
+            ApiError::IdempotencyKeyIncomparable,
+            ApiError::IdempotencyKeyInUse {
+                retry_after_secs: 1,
+            },
+            ApiError::InvalidRequest(String::new()),
+            ApiError::CardNumberNotAllowed {
+                field: "source",
+                reason: String::new(),
+            },
+            ApiError::AuthorizationRepeated,
+            ApiError::Forbidden(""),
+            ApiError::Unauthorized,
+            ApiError::CardDeclined(decline()),
+            ApiError::RefundDeclined(decline()),
+            ApiError::RefundAmountTooLarge { refundable: 0 },
+            ApiError::ChargeAlreadyRefunded,
+            ApiError::PayoutDeclined(decline()),
+            ApiError::InsufficientBalance { available: 0 },
+            ApiError::ChargeVoided,
+            ApiError::ResolutionNotApplicable(String::new()),
+            ApiError::ExceptionAlreadyResolved,
+            ApiError::ExceptionBeingResolved,
+            ApiError::ResolutionDeclined(decline()),
+            ApiError::ProcessorUnavailable,
+            ApiError::PayloadTooLarge { limit: 0 },
+            ApiError::UnsupportedMediaType,
+            ApiError::NotFound(String::new()),
+            ApiError::MethodNotAllowed,
+            ApiError::RequestTimeout,
+            ApiError::HeadersTooLarge { limit: 0 },
+            ApiError::Timeout,
+            ApiError::TenantInFlightLimit,
+            ApiError::RateLimited {
+                retry_after_secs: 1,
+            },
+            ApiError::Overloaded,
+            ApiError::StoreUnavailable("down".into()),
+            ApiError::Internal("bug".into()),
+        ];
+        for error in &every {
+            match error {
+                ApiError::IdempotencyKeyMissing
+                | ApiError::IdempotencyKeyInvalid(_)
+                | ApiError::IdempotencyKeyReused
+                | ApiError::IdempotencyKeyIncomparable
+                | ApiError::IdempotencyKeyInUse { .. }
+                | ApiError::InvalidRequest(_)
+                | ApiError::CardNumberNotAllowed { .. }
+                | ApiError::AuthorizationRepeated
+                | ApiError::Forbidden(_)
+                | ApiError::Unauthorized
+                | ApiError::CardDeclined(_)
+                | ApiError::RefundDeclined(_)
+                | ApiError::RefundAmountTooLarge { .. }
+                | ApiError::ChargeAlreadyRefunded
+                | ApiError::PayoutDeclined(_)
+                | ApiError::InsufficientBalance { .. }
+                | ApiError::ChargeVoided
+                | ApiError::ResolutionNotApplicable(_)
+                | ApiError::ExceptionAlreadyResolved
+                | ApiError::ExceptionBeingResolved
+                | ApiError::ResolutionDeclined(_)
+                | ApiError::ProcessorUnavailable
+                | ApiError::PayloadTooLarge { .. }
+                | ApiError::UnsupportedMediaType
+                | ApiError::NotFound(_)
+                | ApiError::MethodNotAllowed
+                | ApiError::RequestTimeout
+                | ApiError::HeadersTooLarge { .. }
+                | ApiError::Timeout
+                | ApiError::TenantInFlightLimit
+                | ApiError::RateLimited { .. }
+                | ApiError::Overloaded
+                | ApiError::StoreUnavailable(_)
+                | ApiError::Internal(_) => {}
+            }
+        }
+        every
+    }
+
+    #[test]
+    fn every_code_links_to_its_documentation_with_its_own_status() {
+        let every = every_error();
+        let codes: std::collections::HashSet<_> = every.iter().map(ApiError::code).collect();
+        assert_eq!(codes.len(), every.len(), "one code per error");
+        for error in &every {
+            let code = error.code();
+            assert_eq!(error.problem().kind, format!("/problems/{code}"));
+            let text = documentation(code)
+                .unwrap_or_else(|| panic!("docs/errors.md has no row for {code}"));
+            let status = format!("Status {}: ", error.status().as_u16());
+            assert!(text.contains(&status), "{code}: {text}");
+        }
     }
 }

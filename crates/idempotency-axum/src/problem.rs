@@ -1,6 +1,8 @@
 //! RFC 9457 problem documents: a status, a stable snake_case `code` a client can branch on,
 //! and a detail a person can read. The protocol's own refusals are [`ProtocolProblem`].
 
+use std::borrow::Cow;
+
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use payments_idempotency::engine::{ProtocolError, error_chain};
@@ -12,8 +14,10 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 /// A problem document, and the `Retry-After` its answer carries, if any.
 #[derive(Debug, Clone, Serialize)]
 pub struct Problem {
+    /// A URI reference to the documentation of the problem's type: `about:blank` (the status
+    /// says it all) unless the service documents its codes ([`Problem::with_type`]).
     #[serde(rename = "type")]
-    pub kind: &'static str,
+    pub kind: Cow<'static, str>,
     pub title: &'static str,
     pub status: u16,
     pub detail: String,
@@ -29,7 +33,7 @@ pub struct Problem {
 impl Problem {
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
         Self {
-            kind: "about:blank",
+            kind: Cow::Borrowed("about:blank"),
             title: reason_phrase(status),
             status: status.as_u16(),
             detail: detail.into(),
@@ -37,6 +41,12 @@ impl Problem {
             extensions: serde_json::Map::new(),
             retry_after_secs: None,
         }
+    }
+
+    /// With `uri`, a URI reference to the documentation of this problem's type, as its `type`.
+    pub fn with_type(mut self, uri: impl Into<Cow<'static, str>>) -> Self {
+        self.kind = uri.into();
+        self
     }
 
     /// With the extension member `name`.

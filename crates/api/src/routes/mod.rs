@@ -8,6 +8,7 @@ mod health;
 mod keys;
 mod ledger;
 mod ops;
+pub(crate) mod problems;
 mod request_id;
 
 use axum::body::Body;
@@ -148,6 +149,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/idempotency-keys/{key}", get(keys::show))
         .route("/openapi.yaml", get(contract::openapi))
+        .route("/problems/{code}", get(problems::show))
         .route("/healthz", get(health::live))
         .route("/readyz", get(health::ready))
         .merge(bench_routes())

@@ -315,6 +315,41 @@ async fn the_service_serves_its_contract(backend: Backend) {
     assert_eq!(response.bytes().await.expect("body").as_ref(), contract);
 }
 
+/// A problem's `type` is where its code is documented: the service answers it with what the
+/// code means and what a caller does with it; an unknown code is a 404 problem.
+async fn every_problem_links_to_the_documentation_of_its_code(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let key = new_key();
+    assert_eq!(app.post_charge(ACME, &key, &visa(100)).await.status(), 201);
+    let (status, body) = problem(app.post_charge(ACME, &key, &visa(101)).await).await;
+    assert_eq!(status, 422);
+    assert_eq!(body["type"], "/problems/idempotency_key_reused");
+    assert_eq!(body["title"], "Unprocessable Content");
+
+    let documentation = app
+        .client
+        .get(app.url("/problems/idempotency_key_reused"))
+        .send()
+        .await
+        .expect("documentation");
+    assert_eq!(documentation.status().as_u16(), 200);
+    assert_eq!(
+        documentation.headers()["content-type"],
+        "text/markdown; charset=utf-8"
+    );
+    let text = documentation.text().await.expect("text");
+    assert!(text.contains("Status 422: "), "{text}");
+
+    let unknown = app
+        .client
+        .get(app.url("/problems/no_such_code"))
+        .send()
+        .await
+        .expect("unknown code");
+    let (status, body) = problem(unknown).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
+}
+
 on_every_backend!(
     a_charge_reads_back_exactly_as_it_was_created,
     another_tenants_charge_is_not_found_and_never_listed,
@@ -325,4 +360,5 @@ on_every_backend!(
     the_database_refuses_an_unbalanced_ledger_transaction,
     health_and_readiness_answer,
     the_service_serves_its_contract,
+    every_problem_links_to_the_documentation_of_its_code,
 );
