@@ -31,7 +31,8 @@ impl<T: Send + 'static> Engine<T> {
             Ok(CacheRead::Hit(hit)) if hit.expires_at <= Utc::now() => None,
             Ok(CacheRead::Hit(hit)) => {
                 if let Some(recent) = &self.recent {
-                    recent.put(scope, &request.key, hit.clone());
+                    let totals = recent.put(scope, &request.key, hit.clone());
+                    self.observer.recent_answers(totals);
                 }
                 Some(self.serve(op, request, hit, Outcome::ReplayedCache).await)
             }
@@ -103,8 +104,8 @@ impl<T: Send + 'static> Engine<T> {
                 response: response.clone(),
                 expires_at,
             };
-            recent.put(scope, &request.key, held);
-            self.observer.recent_answers(recent.held_now());
+            let totals = recent.put(scope, &request.key, held);
+            self.observer.recent_answers(totals);
         }
         let Some(cache) = self.cache.as_deref() else {
             return;
@@ -129,8 +130,8 @@ impl<T: Send + 'static> Engine<T> {
     /// with its record anyway; this covers clocks that disagree.
     pub(super) async fn forget(&self, scope: &Scope, key: &IdempotencyKey) {
         if let Some(recent) = &self.recent {
-            recent.forget(scope, key);
-            self.observer.recent_answers(recent.held_now());
+            let totals = recent.forget(scope, key);
+            self.observer.recent_answers(totals);
         }
         let Some(cache) = self.cache.as_deref() else {
             return;

@@ -50,6 +50,7 @@ struct Held {
 #[derive(Debug, Default)]
 struct TenantHeld {
     bytes: usize,
+    entries: usize,
     /// The tenant's slots in the order they were put, each with the number it was put under:
     /// a number that no longer matches its entry's was replaced or removed since, and is
     /// skipped.
@@ -102,20 +103,26 @@ impl RecentAnswers {
     }
 
     /// Holds `replay` for `key`, replacing what was held for it, and lets answers go until
-    /// everything fits: the oldest of the tenant holding the most first. An answer larger than the whole capacity is not held.
-    pub fn put(&self, scope: &Scope, key: &IdempotencyKey, replay: CachedReplay) {
+    /// everything fits: the oldest of the tenant holding the most first. An answer larger than
+    /// the whole capacity is not held. Returns how much is held then.
+    pub fn put(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        replay: CachedReplay,
+    ) -> RecentAnswersHeld {
         let size = size_of(scope, key, &replay);
-        if size > self.capacity {
-            return;
-        }
         let mut held = self.held();
+        if size > self.capacity {
+            return held.totals();
+        }
         let slot = (scope.clone(), key.clone());
         if held
             .entries
             .get(&slot)
             .is_some_and(|entry| entry.replay.generation == replay.generation)
         {
-            return;
+            return held.totals();
         }
         held.remove(&slot);
         while held.bytes + size > self.capacity {
@@ -126,26 +133,34 @@ impl RecentAnswers {
         held.bytes += size;
         let tenant = held.tenants.entry(scope.tenant.clone()).or_default();
         tenant.bytes += size;
+        tenant.entries += 1;
         tenant.order.push_back((put, slot.clone()));
         held.entries.insert(slot, Entry { put, size, replay });
         held.compact(&scope.tenant);
+        held.totals()
     }
 
-    /// Lets go of the answer held for `key`: its record was replaced.
-    pub fn forget(&self, scope: &Scope, key: &IdempotencyKey) {
-        self.held().remove(&(scope.clone(), key.clone()));
+    /// Lets go of the answer held for `key`: its record was replaced. Returns how much is held
+    /// then.
+    pub fn forget(&self, scope: &Scope, key: &IdempotencyKey) -> RecentAnswersHeld {
+        let mut held = self.held();
+        held.remove(&(scope.clone(), key.clone()));
+        held.totals()
     }
 
     pub fn held_now(&self) -> RecentAnswersHeld {
-        let held = self.held();
-        RecentAnswersHeld {
-            entries: held.entries.len(),
-            bytes: held.bytes,
-        }
+        self.held().totals()
     }
 }
 
 impl Held {
+    fn totals(&self) -> RecentAnswersHeld {
+        RecentAnswersHeld {
+            entries: self.entries.len(),
+            bytes: self.bytes,
+        }
+    }
+
     fn remove(&mut self, slot: &Slot) {
         let Some(entry) = self.entries.remove(slot) else {
             return;
@@ -154,7 +169,8 @@ impl Held {
         let tenant = &slot.0.tenant;
         if let Some(held) = self.tenants.get_mut(tenant) {
             held.bytes -= entry.size;
-            if held.bytes == 0 {
+            held.entries -= 1;
+            if held.entries == 0 {
                 self.tenants.remove(tenant);
             }
         }
@@ -187,14 +203,13 @@ impl Held {
     }
 
     /// Drops `tenant`'s stale places once they outnumber its live ones, so that its queue
-    /// stays within about twice its entries however often answers are replaced or forgotten
-    /// (an entry takes at least the fixed cost, so the bytes bound the entries).
+    /// stays within twice its entries however often answers are replaced or forgotten.
     fn compact(&mut self, tenant: &str) {
         let entries = &self.entries;
         let Some(held) = self.tenants.get_mut(tenant) else {
             return;
         };
-        if held.order.len() > 2 * (held.bytes / ENTRY_OVERHEAD_BYTES) + 64 {
+        if held.order.len() > 2 * held.entries + 64 {
             held.order
                 .retain(|(put, slot)| entries.get(slot).is_some_and(|entry| entry.put == *put));
         }
