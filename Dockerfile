@@ -51,6 +51,7 @@ COPY crates/idempotency-axum/Cargo.toml crates/idempotency-axum/
 COPY crates/storage/Cargo.toml crates/storage/
 COPY crates/redis/Cargo.toml crates/redis/
 COPY crates/card-sim/Cargo.toml crates/card-sim/
+COPY crates/client/Cargo.toml crates/client/
 COPY crates/api/Cargo.toml crates/api/
 COPY examples/orders/Cargo.toml examples/orders/
 RUN for manifest in crates/*/Cargo.toml examples/*/Cargo.toml; do \

@@ -3,6 +3,8 @@
 # the documentation gives, the compose file, lints, and every test of the workspace: unit
 # tests, the storage suite and the black-box suite (each test once on PostgreSQL and once on
 # SQLite, a fresh database per test, the real service binary and card-sim processor), the
+# caller's half (crates/client: its types checked against openapi.yaml, and its client and
+# `payments` command line driven through a faulty network in the black-box suite), the
 # embedded-mode and end-to-end tests, and last the contract test against openapi.yaml.
 # Everything is built once with every feature but `next-version` (the crash tests need the
 # `failpoints` build); the api binary once with `next-version`, the other half of a fleet

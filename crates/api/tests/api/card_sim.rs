@@ -1,28 +1,16 @@
 //! The stand-alone `card-sim` processor as a separate process, so that it keeps its charges
 //! (and its own idempotency keys) while the service is killed and restarted.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-use crate::helpers::{http_client, read_listening_address};
+use crate::helpers::{http_client, read_listening_address, workspace_binary};
 
 pub(crate) struct CardSim {
     pub url: String,
     _child: Child,
-}
-
-/// The `card-sim` binary, built beside `payments-api` by `cargo test --workspace`.
-fn binary() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_payments-api")).with_file_name("card-sim");
-    assert!(
-        path.exists(),
-        "{} is missing: build the workspace (cargo test --workspace)",
-        path.display()
-    );
-    path
 }
 
 impl CardSim {
@@ -32,7 +20,7 @@ impl CardSim {
 
     /// Starts a simulator that adds `latency_ms` to every charge.
     pub(crate) async fn start_with_latency_ms(latency_ms: u64) -> Self {
-        let mut child = Command::new(binary())
+        let mut child = Command::new(workspace_binary("card-sim"))
             .env_clear()
             .env("CARD_SIM_BIND", "127.0.0.1:0")
             .env("RUST_LOG", "warn")

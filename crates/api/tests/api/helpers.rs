@@ -695,6 +695,18 @@ pub(crate) async fn problem(response: Response) -> (u16, Value) {
     (status, body)
 }
 
+/// The workspace's binary `name` (`card-sim`, `payments`), built beside `payments-api` by
+/// `cargo test --workspace`.
+pub(crate) fn workspace_binary(name: &str) -> std::path::PathBuf {
+    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_payments-api")).with_file_name(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace (cargo test --workspace)",
+        path.display()
+    );
+    path
+}
+
 /// A card-sim process, and the service charging, refunding and paying out through it.
 pub(crate) async fn with_card_sim(backend: Backend) -> (CardSim, TestApp) {
     let card_sim = CardSim::start().await;

@@ -29,6 +29,7 @@ macro_rules! on_every_backend {
 mod bench_endpoints;
 mod card_sim;
 mod charges;
+mod client;
 mod concurrency;
 // Crash injection needs the service built with `--features failpoints`.
 #[cfg(feature = "failpoints")]

@@ -1,0 +1,276 @@
+//! `payments`: the payments API from a shell, retrying as a caller should.
+//!
+//! Prints the answer's JSON on stdout and exits 0, or prints the problem on stderr and exits
+//! with a code that says what to do next:
+//!
+//! | exit | meaning |
+//! | ---: | --- |
+//! | 0 | the answer is on stdout |
+//! | 1 | a final error (the problem JSON is on stderr): retrying changes nothing |
+//! | 2 | the command line is wrong |
+//! | 3 | no final answer before the deadline: run the same command again (with the same `--journal`, or `--key`) to resume it |
+//! | 4 | the key holds another request (`idempotency_key_reused`): the request was changed under one key |
+//! | 5 | the journal cannot be used, or the base URL is wrong |
+//!
+//! With `--journal FILE`, a write is recorded in FILE, with its key, before its first send, and
+//! its answer when it comes. The same command with the same journal is the same operation: a
+//! run killed in the middle and started again resumes it under the same key, and once it has
+//! its answer every later run prints that answer without sending anything.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use payments_client::types::{
+    ChargeRequest, KeyOperation, PayoutRequest, RefundReason, RefundRequest,
+};
+use payments_client::{Answer, Client, Error, FileJournal, Operation, Origin, RetryPolicy};
+use serde::Serialize;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "payments",
+    version,
+    about = "Charges, refunds and payouts, exactly once."
+)]
+struct Cli {
+    /// The service's address.
+    #[arg(
+        long,
+        env = "PAYMENTS_BASE_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    base_url: String,
+    /// The tenant's API key (`sk_...`).
+    #[arg(long, env = "PAYMENTS_API_KEY", hide_env_values = true)]
+    api_key: String,
+    /// How long the whole command may take, every retry included.
+    #[arg(long, default_value_t = 120)]
+    deadline_secs: u64,
+    /// How long one attempt may take.
+    #[arg(long, default_value_t = 30)]
+    attempt_timeout_secs: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Charges a card: POST /charges.
+    Charge {
+        /// In the currency's minor units (1999 is $19.99).
+        #[arg(long)]
+        amount: i64,
+        #[arg(long)]
+        currency: String,
+        /// A card token, `tok_...`.
+        #[arg(long)]
+        source: String,
+        #[arg(long)]
+        description: Option<String>,
+        #[command(flatten)]
+        write: Write,
+    },
+    /// Refunds part or all of a charge: POST /charges/{id}/refunds.
+    Refund {
+        /// The charge's id, `ch_...`.
+        #[arg(long)]
+        charge: String,
+        /// In minor units; all that remains when absent.
+        #[arg(long)]
+        amount: Option<i64>,
+        /// requested_by_customer, duplicate or fraudulent.
+        #[arg(long, value_parser = parse_reason)]
+        reason: Option<RefundReason>,
+        #[command(flatten)]
+        write: Write,
+    },
+    /// Pays out of the balance: POST /payouts.
+    Payout {
+        #[arg(long)]
+        amount: i64,
+        #[arg(long)]
+        currency: String,
+        /// The bank account, as the processor names it.
+        #[arg(long)]
+        destination: String,
+        #[arg(long)]
+        description: Option<String>,
+        #[command(flatten)]
+        write: Write,
+    },
+    /// The tenant's balance: GET /balance.
+    Balance,
+    /// What the service holds under a key: GET /idempotency-keys/{key}.
+    Key {
+        key: String,
+        /// charges.create, refunds.create or payouts.create.
+        #[arg(long, default_value = "charges.create", value_parser = parse_operation)]
+        operation: KeyOperation,
+    },
+}
+
+/// How a write is made exactly once.
+#[derive(Debug, Args)]
+struct Write {
+    /// The Idempotency-Key; a new random one when absent (recorded in the journal, if any).
+    #[arg(long)]
+    key: Option<String>,
+    /// A file that remembers the operation and its key across runs.
+    #[arg(long)]
+    journal: Option<PathBuf>,
+    /// Ask the service to wait up to N seconds (at most 10) for an attempt in flight under
+    /// the key, instead of answering 409 at once (`Prefer: wait=N`).
+    #[arg(long)]
+    wait_secs: Option<u8>,
+}
+
+fn parse_reason(value: &str) -> Result<RefundReason, String> {
+    serde_json::from_value(serde_json::Value::from(value))
+        .map_err(|_| "one of requested_by_customer, duplicate, fraudulent".to_owned())
+}
+
+fn parse_operation(value: &str) -> Result<KeyOperation, String> {
+    serde_json::from_value(serde_json::Value::from(value))
+        .map_err(|_| "one of charges.create, refunds.create, payouts.create".to_owned())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            match error.problem() {
+                Some(problem) => eprintln!("{}", pretty(problem)),
+                None => eprintln!("payments: {error}"),
+            }
+            ExitCode::from(match error {
+                Error::Problem { .. } => 1,
+                Error::OutcomeUnknown { .. } => 3,
+                Error::RequestChanged { .. } => 4,
+                _ => 5,
+            })
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<String, Error> {
+    let policy = RetryPolicy {
+        deadline: Duration::from_secs(cli.deadline_secs),
+        attempt_timeout: Duration::from_secs(cli.attempt_timeout_secs),
+        ..RetryPolicy::default()
+    };
+    let client = Client::new(&cli.base_url, &cli.api_key)?.with_policy(policy);
+    match cli.command {
+        Command::Charge {
+            amount,
+            currency,
+            source,
+            description,
+            write,
+        } => {
+            let request = ChargeRequest {
+                amount,
+                currency,
+                source,
+                description,
+            };
+            let (client, operation) = write.prepare(client, "charge", &request)?;
+            let answer = client.create_charge(&request, &operation).await?;
+            Ok(report(answer))
+        }
+        Command::Refund {
+            charge,
+            amount,
+            reason,
+            write,
+        } => {
+            let request = RefundRequest { amount, reason };
+            let command = format!("refund {charge}");
+            let (client, operation) = write.prepare(client, &command, &request)?;
+            let answer = client.create_refund(&charge, &request, &operation).await?;
+            Ok(report(answer))
+        }
+        Command::Payout {
+            amount,
+            currency,
+            destination,
+            description,
+            write,
+        } => {
+            let request = PayoutRequest {
+                amount,
+                currency,
+                destination,
+                description,
+            };
+            let (client, operation) = write.prepare(client, "payout", &request)?;
+            let answer = client.create_payout(&request, &operation).await?;
+            Ok(report(answer))
+        }
+        Command::Balance => Ok(pretty(&client.balance().await?)),
+        Command::Key { key, operation } => Ok(pretty(&client.key(&key, operation).await?)),
+    }
+}
+
+impl Write {
+    /// The client and the operation of one write. In a journal, the operation is named by its
+    /// key when one is given, and otherwise by the command and its request: the same command
+    /// with the same journal is the same operation.
+    fn prepare(
+        self,
+        client: Client,
+        command: &str,
+        request: &impl Serialize,
+    ) -> Result<(Client, Operation), Error> {
+        let policy = RetryPolicy {
+            prefer_wait_secs: self.wait_secs,
+            ..client.policy()
+        };
+        let client = client.with_policy(policy);
+        let operation = match &self.key {
+            Some(key) => Operation::with_key(key),
+            None => Operation::new(),
+        };
+        let Some(path) = self.journal else {
+            return Ok((client, operation));
+        };
+        let journal = FileJournal::open(path)?;
+        let name = match &self.key {
+            Some(key) => format!("key {key}"),
+            None => format!(
+                "{command} {}",
+                serde_json::to_string(request).unwrap_or_default()
+            ),
+        };
+        let client = client.with_journal(Arc::new(journal));
+        Ok((client, operation.journaled(name)))
+    }
+}
+
+/// The answer's JSON for stdout; its key and where it came from on stderr, for people.
+fn report<T: Serialize>(answer: Answer<T>) -> String {
+    let origin = match answer.origin {
+        Origin::Executed => "executed",
+        Origin::Replayed => "replayed by the service",
+        Origin::Journal => "from the journal",
+    };
+    eprintln!(
+        "payments: idempotency key {} ({origin}; replayed until {})",
+        answer.key.as_deref().unwrap_or("-"),
+        answer
+            .key_expires
+            .map_or_else(|| "-".to_owned(), httpdate::fmt_http_date),
+    );
+    pretty(&answer.value)
+}
+
+fn pretty(value: &impl Serialize) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}

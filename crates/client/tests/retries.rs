@@ -1,0 +1,195 @@
+//! The retry policy as a caller lives it: against a scripted server that answers each request
+//! with the next answer of its script, the client retries what is not final under one key,
+//! honours `Retry-After`, keeps its deadline, and stops at a final answer.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use payments_client::types::ChargeRequest;
+use payments_client::{Client, Error, Operation, Origin, RetryPolicy};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+/// One scripted answer: status, extra headers, body. `None` holds the connection open
+/// without answering.
+type Scripted = Option<(u16, &'static str, &'static str)>;
+
+/// A server answering from a script; it records the `Idempotency-Key` of every request.
+struct ScriptedServer {
+    url: String,
+    keys: Arc<Mutex<Vec<String>>>,
+}
+
+async fn serve(script: Vec<Scripted>) -> ScriptedServer {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&keys);
+    let script = Arc::new(Mutex::new(VecDeque::from(script)));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (script, seen) = (Arc::clone(&script), Arc::clone(&seen));
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                let (mut length, mut key) = (0, String::new());
+                loop {
+                    let mut line = String::new();
+                    if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(value) = lower.strip_prefix("content-length:") {
+                        length = value.trim().parse().expect("length");
+                    }
+                    if lower.starts_with("idempotency-key:") {
+                        key = line["idempotency-key:".len()..].trim().to_owned();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; length];
+                stream.read_exact(&mut body).await.expect("body");
+                seen.lock().expect("keys").push(key);
+                let next = script.lock().expect("script").pop_front().flatten();
+                let Some((status, headers, body)) = next else {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    return;
+                };
+                let answer = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{headers}\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.get_mut().write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    ScriptedServer { url, keys }
+}
+
+fn policy(deadline: Duration) -> RetryPolicy {
+    RetryPolicy {
+        attempt_timeout: Duration::from_millis(300),
+        deadline,
+        base_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+        prefer_wait_secs: None,
+    }
+}
+
+fn charge() -> ChargeRequest {
+    ChargeRequest {
+        amount: 100,
+        currency: "usd".to_owned(),
+        source: "tok_visa".to_owned(),
+        description: None,
+    }
+}
+
+const CHARGE: &str = r#"{"id":"ch_1","object":"charge","amount":100,"currency":"USD","source":"tok_visa","description":null,"status":"succeeded","processor_charge_id":"sim_1","amount_refunded":0,"created_at":"2026-12-01T12:00:00.000000Z"}"#;
+const IN_USE: &str = r#"{"type":"/problems/idempotency_key_in_use","title":"Conflict","status":409,"detail":"in flight","code":"idempotency_key_in_use"}"#;
+const UNAVAILABLE: &str = r#"{"type":"/problems/processor_unavailable","title":"Service Unavailable","status":503,"detail":"unknown","code":"processor_unavailable"}"#;
+const REUSED: &str = r#"{"type":"/problems/idempotency_key_reused","title":"Unprocessable Content","status":422,"detail":"another request","code":"idempotency_key_reused"}"#;
+const INVALID: &str = r#"{"type":"/problems/invalid_request","title":"Bad Request","status":400,"detail":"amount","code":"invalid_request"}"#;
+
+#[tokio::test]
+async fn what_is_not_final_is_retried_under_one_key_until_the_answer() {
+    let server = serve(vec![
+        None,
+        Some((409, "retry-after: 0\r\n", IN_USE)),
+        Some((503, "", UNAVAILABLE)),
+        Some((201, "idempotent-replayed: true\r\n", CHARGE)),
+    ])
+    .await;
+    let client = Client::new(&server.url, "sk").expect("client");
+    let client = client.with_policy(policy(Duration::from_secs(10)));
+    let operation = Operation::with_key("order-1");
+    let answer = client
+        .create_charge(&charge(), &operation)
+        .await
+        .expect("charged");
+    assert_eq!((answer.attempts, answer.origin), (4, Origin::Replayed));
+    assert_eq!(answer.value.id, "ch_1");
+    assert_eq!(*server.keys.lock().expect("keys"), ["order-1"; 4]);
+}
+
+#[tokio::test]
+async fn a_final_answer_is_never_retried_and_a_changed_request_says_so() {
+    let server = serve(vec![Some((422, "", REUSED)), Some((400, "", INVALID))]).await;
+    let client = Client::new(&server.url, "sk").expect("client");
+    let client = client.with_policy(policy(Duration::from_secs(10)));
+    let error = client
+        .create_charge(&charge(), &Operation::with_key("k"))
+        .await
+        .expect_err("422");
+    assert!(matches!(&error, Error::RequestChanged { key, .. } if key == "k"));
+    assert!(
+        error.to_string().contains("changed under one key"),
+        "{error}"
+    );
+    let invalid = client.create_charge(&charge(), &Operation::new()).await;
+    match invalid.expect_err("400") {
+        Error::Problem { problem } => assert_eq!(problem.code, "invalid_request"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.keys.lock().expect("keys").len(), 2, "each sent once");
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured_and_the_deadline_kept() {
+    // Retry-After: 1 every time, and 2.5 s to go: attempts at about 0, 1 and 2 s; a third wait
+    // would end past the deadline, so the client stops there instead of waiting.
+    let unavailable = Some((503, "retry-after: 1\r\n", UNAVAILABLE));
+    let server = serve(vec![unavailable; 10]).await;
+    let client = Client::new(&server.url, "sk").expect("client");
+    let client = client.with_policy(policy(Duration::from_millis(2_500)));
+    let started = Instant::now();
+    let error = client
+        .create_charge(&charge(), &Operation::with_key("k"))
+        .await
+        .expect_err("no final answer");
+    let elapsed = started.elapsed();
+    match &error {
+        Error::OutcomeUnknown {
+            key,
+            attempts,
+            last,
+        } => {
+            assert_eq!((key.as_deref(), *attempts), (Some("k"), 3));
+            assert!(last.starts_with("503"), "{last}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        elapsed >= Duration::from_secs(2),
+        "waited as told: {elapsed:?}"
+    );
+    assert!(elapsed < Duration::from_millis(2_500), "{elapsed:?}");
+
+    // A server that never answers: each attempt times out, and the deadline ends them.
+    let silent = serve(vec![None; 20]).await;
+    let client = Client::new(&silent.url, "sk").expect("client");
+    let client = client.with_policy(policy(Duration::from_millis(1_000)));
+    let started = Instant::now();
+    let error = client
+        .create_charge(&charge(), &Operation::with_key("k"))
+        .await
+        .expect_err("no answer");
+    assert!(
+        matches!(&error, Error::OutcomeUnknown { last, .. } if last.starts_with("timed out")),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1_500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("send it again under the key \"k\""),
+        "{error}"
+    );
+}
