@@ -11,7 +11,9 @@
 # step whose answer differed, so a test can rely on its exit code.
 #
 # Keys are fresh on every run, so the script can be run again and again against one service.
-# Needs only bash, curl and coreutils; python3 or jq, when present, pretty-print the JSON.
+# Needs only bash, curl and coreutils; python3 or jq, when present, pretty-print the JSON. Where
+# the `payments` command line is built (PAYMENTS_CLI, or `payments` on the PATH), a last step
+# shows the caller's half with it.
 set -euo pipefail
 
 BASE_URL="${1:-http://127.0.0.1:8080}"
@@ -24,6 +26,8 @@ OPS_AUTH="Authorization: Bearer sk_test_ops"
 RUN="demo-$(date +%s)-$RANDOM"
 
 command -v curl >/dev/null 2>&1 || { echo "demo.sh: curl is required" >&2; exit 1; }
+PAYMENTS_CLI="${PAYMENTS_CLI:-$(command -v payments || true)}"
+STEPS=12
 
 WORK=$(mktemp -d)
 BACKGROUND_PID=""
@@ -455,6 +459,37 @@ show_response "$WORK/mismatch_again"
 expect_status mismatch_again 402
 expect_problem mismatch_again charge_voided
 
+if [ -n "$PAYMENTS_CLI" ] && [ -x "$PAYMENTS_CLI" ]; then
+    STEPS=13
+    step 13 "The caller's half" "The payments command line sends every attempt of an operation under one key and retries only what is not final; with a journal, the same command run again is the same charge."
+    payments() { "$PAYMENTS_CLI" --base-url "$BASE_URL" --api-key sk_test_acme "$@"; }
+    CLI_CHARGE=(charge --amount 1300 --currency usd --source tok_visa --description "CLI $RUN")
+    printf '  $ payments %s --journal JOURNAL\n' "${CLI_CHARGE[*]}"
+    payments "${CLI_CHARGE[@]}" --journal "$WORK/journal" >"$WORK/cli.body" 2>"$WORK/cli.err" ||
+        fail "payments exited $?: $(cat "$WORK/cli.err")"
+    sed 's/^/  /' "$WORK/cli.err"
+    pretty "$WORK/cli.body"
+    CLI_ID=$(id_of cli ch_)
+    [ -n "$CLI_ID" ] || fail "no charge id on stdout"
+    CLI_KEY=$(sed -n 's/^payments: idempotency key \([^ ]*\) .*/\1/p' "$WORK/cli.err")
+    ok "charged: $CLI_ID, under the key $CLI_KEY, made before the first send"
+    printf '  $ payments %s --journal JOURNAL    (again)\n' "${CLI_CHARGE[*]}"
+    payments "${CLI_CHARGE[@]}" --journal "$WORK/journal" >"$WORK/cli_again.body" 2>"$WORK/cli_again.err" ||
+        fail "payments exited $?: $(cat "$WORK/cli_again.err")"
+    sed 's/^/  /' "$WORK/cli_again.err"
+    [ "$(id_of cli_again ch_)" = "$CLI_ID" ] || fail "the second run answered another charge"
+    grep -q "from the journal" "$WORK/cli_again.err" || fail "the second run did not answer from its journal"
+    ok "the same charge, from the journal: nothing was sent"
+    printf '  $ payments charge --amount 1301 ... --key %s\n' "$CLI_KEY"
+    status=0
+    payments charge --amount 1301 --currency usd --source tok_visa --description "CLI $RUN" \
+        --key "$CLI_KEY" >/dev/null 2>"$WORK/cli_changed.body" || status=$?
+    pretty "$WORK/cli_changed.body"
+    [ "$status" = 4 ] || fail "a changed request under the key exited $status, not 4"
+    grep -q '"idempotency_key_reused"' "$WORK/cli_changed.body" || fail "no idempotency_key_reused problem"
+    ok "exit 4: the request was changed under one key; never retried"
+fi
+
 CURRENT_STEP="summary"
-printf '\nOK: all 12 steps passed against %s (charge %s, refund %s, payout %s, exception %s; keys %s-*).\n' \
-    "$BASE_URL" "$CHARGE_ID" "$REFUND_ID" "$PAYOUT_ID" "$EXCEPTION_ID" "$RUN"
+printf '\nOK: all %s steps passed against %s (charge %s, refund %s, payout %s, exception %s; keys %s-*).\n' \
+    "$STEPS" "$BASE_URL" "$CHARGE_ID" "$REFUND_ID" "$PAYOUT_ID" "$EXCEPTION_ID" "$RUN"

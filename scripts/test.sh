@@ -207,7 +207,7 @@ if docker info >/dev/null 2>&1; then
             fail "the base images could not be made (target/compose-logs/base-images.log)"
         BASE_IMAGES_PID=""
     fi
-    bash scripts/compose/e2e.sh
+    PAYMENTS_CLI="$TARGET/debug/payments" bash scripts/compose/e2e.sh
 else
     echo "skipped: no Docker engine answers (.ci/run installs and starts one)"
 fi

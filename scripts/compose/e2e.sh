@@ -4,11 +4,12 @@
 #
 #   1. up --build -d
 #   2. the README's curl, sent twice: 201, then the same bytes with Idempotent-Replayed: true
-#   3. scripts/demo.sh against the stack
+#   3. scripts/demo.sh against the stack (its last step with the `payments` command line)
 #   4. --profile e2e build e2e, then --profile e2e run --rm e2e (crates/api/tests/e2e.rs in
 #      its own container)
 #   5. the faults of scripts/compose/faults.py: payments-api killed with -9 and paused past its
-#      lock, Redis paused; each with exact counts
+#      lock, Redis paused; each with exact counts. Its callers retry with the `payments` command
+#      line (PAYMENTS_CLI, else target/debug/payments, built when missing)
 #   6. down -v
 #
 # It runs under a compose project of its own (payments-compose-test) with images tagged
@@ -39,6 +40,15 @@ else
     fail "neither docker compose (v2) nor docker-compose (v1) is installed"
 fi
 say "compose ${version}"
+
+# The faults charge with the `payments` command line (crates/client), as a caller should retry:
+# the one scripts/test.sh built beside the service, or PAYMENTS_CLI.
+payments_cli=${PAYMENTS_CLI:-target/debug/payments}
+if [ ! -x "$payments_cli" ]; then
+    say "building the payments command line (cargo build -p payments-client)"
+    cargo build --locked -q -p payments-client --bin payments || fail "cannot build the payments command line"
+    payments_cli=target/debug/payments
+fi
 
 export COMPOSE_PROJECT_NAME=payments-compose-test PAYMENTS_IMAGE_TAG=compose-test
 PAYMENTS_API_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -109,7 +119,7 @@ summary+=("the README's curl twice: 201, then 201 replayed with the same body")
 
 # --- 3. scripts/demo.sh --------------------------------------------------------------------
 say "3. scripts/demo.sh $base_url"
-bash scripts/demo.sh "$base_url" >"$logs/demo.log" 2>&1 || {
+PAYMENTS_CLI="$payments_cli" bash scripts/demo.sh "$base_url" >"$logs/demo.log" 2>&1 || {
     tail -n 20 "$logs/demo.log" >&2
     fail "scripts/demo.sh failed against the stack (whole output in $logs/demo.log)"
 }
@@ -132,7 +142,7 @@ summary+=("${compose[*]} --profile e2e build e2e and run --rm e2e: $passed passe
 
 # --- 5. faults -----------------------------------------------------------------------------
 say "5. faults"
-python3 scripts/compose/faults.py --port "$PAYMENTS_API_PORT" -- "${compose[@]}" | tee "$logs/faults.log"
+python3 scripts/compose/faults.py --port "$PAYMENTS_API_PORT" --payments "$payments_cli" -- "${compose[@]}" | tee "$logs/faults.log"
 summary+=("$(sed -n 's/^faults summary: //p' "$logs/faults.log")")
 
 # --- 6. down -v ----------------------------------------------------------------------------

@@ -4,7 +4,8 @@ checked with exact counts taken before and after it (so whatever ran against the
 earlier does not count).
 
   kill    `docker kill -s KILL` of payments-api while client threads send 200 fresh keys, each
-          retried with the same body until it is answered 201; then `up -d` again. Every tenth
+          charged by the `payments` command line, which retries it under its key until it
+          has its final answer; then `up -d` again. Every tenth
           key is a tok_slow charge, which the processor takes seconds over, so the kill finds
           charges in flight (the run fails if it finds none); their keys settle once the dead
           attempts' locks expire. Every key answers one charge id (each is sent once more at
@@ -17,22 +18,25 @@ earlier does not count).
           try, and once Redis is back every outbox event of the stack is in the stream.
 
 The compose command comes as the arguments after `--`, the project from
-COMPOSE_PROJECT_NAME, and the API's published port from --port. It prints one summary line
+COMPOSE_PROJECT_NAME, the API's published port from --port, and the `payments` command line
+(crates/client) from --payments. It prints one summary line
 and exits non-zero naming every check that failed.
 
-  scripts/compose/faults.py --port 18080 -- docker-compose
+  scripts/compose/faults.py --port 18080 --payments target/debug/payments -- docker-compose
 """
 
 import argparse
 import http.client
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
 import uuid
 
-AUTH = "Bearer sk_test_acme"
+API_KEY = "sk_test_acme"
+AUTH = f"Bearer {API_KEY}"
 STREAM = "payments:events"
 # docker-compose.yml runs the service with the default idempotency lock.
 LOCK_SECS = 30
@@ -41,9 +45,10 @@ CLIENTS = 8
 
 
 class Stack:
-    def __init__(self, compose, port):
+    def __init__(self, compose, port, payments):
         self.compose = compose
         self.port = port
+        self.payments = payments
 
     def run(self, *args, timeout=120):
         done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
@@ -113,17 +118,20 @@ class Stack:
             connection.close()
 
     def settle(self, key, body, seconds=180):
-        """Sends one charge until it is answered 201, as a client with a key may: its id."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            status, headers, data = self.post_charge(key, body)
-            if status == 201:
-                return json.loads(data)["id"]
-            if status is not None and status < 500 and status not in (409, 429):
-                raise RuntimeError(f"{key} was answered {status}: {data[:200]!r}")
-            retry_after = headers.get("Retry-After", "")
-            time.sleep(min(float(retry_after), 1.0) if retry_after.isdigit() else 0.2)
-        raise RuntimeError(f"{key} did not settle in {seconds}s")
+        """Charges under `key` as a caller should, with the `payments` command line: the same
+        key on every attempt, Retry-After honoured, backoff otherwise, until its final answer
+        or `seconds`. The charge's id."""
+        command = [self.payments, "--base-url", f"http://127.0.0.1:{self.port}",
+                   "--deadline-secs", str(seconds), "--attempt-timeout-secs", "10",
+                   "charge", "--amount", str(body["amount"]), "--currency", body["currency"],
+                   "--source", body["source"], "--key", key]
+        environment = {**os.environ, "PAYMENTS_API_KEY": API_KEY}
+        done = subprocess.run(command, capture_output=True, text=True, env=environment,
+                              timeout=seconds + 30)
+        if done.returncode != 0:
+            raise RuntimeError(f"{key}: payments exited {done.returncode}: "
+                               f"{done.stderr.strip()[:300]}")
+        return json.loads(done.stdout)["id"]
 
 
 def log(message):
@@ -286,9 +294,10 @@ def redis_fault(stack, problems):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--payments", required=True, help="the payments command line")
     parser.add_argument("compose", nargs="+", help="the compose command, after --")
     args = parser.parse_args()
-    stack = Stack(args.compose, args.port)
+    stack = Stack(args.compose, args.port, os.path.abspath(args.payments))
     problems, lines = [], []
     for fault in (kill_fault, pause_fault, redis_fault):
         try:

@@ -58,19 +58,27 @@ pub trait Journal: Send + Sync + std::fmt::Debug {
 }
 
 /// A journal in one file of JSON lines, appended to and flushed to disk (`fsync`) on every
-/// record; the last line of a name wins. A line cut short by a crash is ignored. One process
-/// uses a file at a time.
+/// record; the last line of a name wins. A line cut short by a crash is ignored. The file is
+/// locked (`flock`) while it is open, so that two processes never resume one operation side
+/// by side; the lock goes with the process, however it ends.
 #[derive(Debug)]
 pub struct FileJournal {
     path: PathBuf,
-    entries: Mutex<HashMap<String, JournalEntry>>,
+    state: Mutex<Opened>,
+}
+
+#[derive(Debug)]
+struct Opened {
+    file: File,
+    entries: HashMap<String, JournalEntry>,
 }
 
 impl FileJournal {
-    /// Opens the journal at `path`, creating it when missing.
+    /// Opens the journal at `path`, creating it when missing; fails when another process has
+    /// it open.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         let path = path.as_ref().to_path_buf();
-        let error = |reason: std::io::Error| JournalError {
+        let error = |reason: &dyn std::fmt::Display| JournalError {
             path: path.display().to_string(),
             reason: reason.to_string(),
         };
@@ -79,17 +87,19 @@ impl FileJournal {
             .append(true)
             .read(true)
             .open(&path)
-            .map_err(error)?;
+            .map_err(|e| error(&e))?;
+        file.try_lock()
+            .map_err(|_| error(&"in use by another process"))?;
         let mut entries = HashMap::new();
-        for line in BufReader::new(file).lines() {
-            let line = line.map_err(error)?;
+        for line in BufReader::new(&file).lines() {
+            let line = line.map_err(|e| error(&e))?;
             if let Ok(entry) = serde_json::from_str::<JournalEntry>(&line) {
                 entries.insert(entry.name.clone(), entry);
             }
         }
         Ok(Self {
             path,
-            entries: Mutex::new(entries),
+            state: Mutex::new(Opened { file, entries }),
         })
     }
 
@@ -99,26 +109,23 @@ impl FileJournal {
             reason: reason.to_string(),
         }
     }
-
-    fn append(&self, line: &str) -> std::io::Result<()> {
-        let mut file: File = OpenOptions::new().append(true).open(&self.path)?;
-        // A line cut short by an earlier crash must not swallow this one: start it afresh.
-        file.write_all(format!("\n{line}\n").as_bytes())?;
-        file.sync_all()
-    }
 }
 
 impl Journal for FileJournal {
     fn entry(&self, name: &str) -> Result<Option<JournalEntry>, JournalError> {
-        let entries = self.entries.lock().map_err(|_| self.error("poisoned"))?;
-        Ok(entries.get(name).cloned())
+        let state = self.state.lock().map_err(|_| self.error("poisoned"))?;
+        Ok(state.entries.get(name).cloned())
     }
 
     fn record(&self, entry: &JournalEntry) -> Result<(), JournalError> {
-        let mut entries = self.entries.lock().map_err(|_| self.error("poisoned"))?;
+        let mut state = self.state.lock().map_err(|_| self.error("poisoned"))?;
         let line = serde_json::to_string(entry).map_err(|error| self.error(error))?;
-        self.append(&line).map_err(|error| self.error(error))?;
-        entries.insert(entry.name.clone(), entry.clone());
+        // A line cut short by an earlier crash must not swallow this one: start it afresh.
+        let written = state.file.write_all(format!("\n{line}\n").as_bytes());
+        written
+            .and_then(|()| state.file.sync_all())
+            .map_err(|error| self.error(error))?;
+        state.entries.insert(entry.name.clone(), entry.clone());
         Ok(())
     }
 }
@@ -148,6 +155,8 @@ mod tests {
         };
         {
             let journal = FileJournal::open(&path).expect("open");
+            let taken = FileJournal::open(&path).expect_err("one process at a time");
+            assert!(taken.to_string().contains("in use"), "{taken}");
             assert_eq!(journal.entry("order-1").expect("read"), None);
             journal
                 .record(&entry("order-1", "k1", None))
@@ -167,6 +176,7 @@ mod tests {
         journal
             .record(&entry("order-4", "k4", None))
             .expect("record");
+        drop(journal);
 
         let journal = FileJournal::open(&path).expect("reopen");
         let first = journal.entry("order-1").expect("read").expect("order-1");

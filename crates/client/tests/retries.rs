@@ -15,7 +15,8 @@ use tokio::net::TcpListener;
 /// without answering.
 type Scripted = Option<(u16, &'static str, &'static str)>;
 
-/// A server answering from a script; it records the `Idempotency-Key` of every request.
+/// A server answering from a script; it records the `Idempotency-Key` of every request, and
+/// its `Prefer` when it has one.
 struct ScriptedServer {
     url: String,
     keys: Arc<Mutex<Vec<String>>>,
@@ -43,7 +44,10 @@ async fn serve(script: Vec<Scripted>) -> ScriptedServer {
                         length = value.trim().parse().expect("length");
                     }
                     if lower.starts_with("idempotency-key:") {
-                        key = line["idempotency-key:".len()..].trim().to_owned();
+                        key.insert_str(0, line["idempotency-key:".len()..].trim());
+                    }
+                    if lower.starts_with("prefer:") {
+                        key.push_str(&format!(" ({})", line["prefer:".len()..].trim()));
                     }
                     if line == "\r\n" {
                         break;
@@ -113,6 +117,24 @@ async fn what_is_not_final_is_retried_under_one_key_until_the_answer() {
     assert_eq!((answer.attempts, answer.origin), (4, Origin::Replayed));
     assert_eq!(answer.value.id, "ch_1");
     assert_eq!(*server.keys.lock().expect("keys"), ["order-1"; 4]);
+}
+
+#[tokio::test]
+async fn prefer_wait_is_sent_when_asked_for() {
+    let server = serve(vec![Some((201, "", CHARGE))]).await;
+    let policy = RetryPolicy {
+        prefer_wait_secs: Some(5),
+        ..policy(Duration::from_secs(10))
+    };
+    let client = Client::new(&server.url, "sk")
+        .expect("client")
+        .with_policy(policy);
+    let answer = client
+        .create_charge(&charge(), &Operation::with_key("k"))
+        .await
+        .expect("charged");
+    assert_eq!(answer.origin, Origin::Executed);
+    assert_eq!(*server.keys.lock().expect("keys"), ["k (wait=5)"]);
 }
 
 #[tokio::test]

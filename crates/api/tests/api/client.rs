@@ -325,6 +325,54 @@ async fn the_command_line_charges_once_through_a_faulty_network(backend: Backend
     assert_eq!(ids(&proxy.take_answers()), [id; 5]);
     assert_eq!(card_sim.charges_created().await, 1);
     assert_eq!(Footprint::of(&app.database.pool).await.charges, 1);
+
+    // The other commands, through answers lost once each.
+    let key = key_of(&stderr);
+    let (_, record, stderr) = run(&mut payments(&proxy.url, &["key", &key])).await;
+    assert_eq!(record["state"], "completed", "{stderr}");
+    proxy.script(&[Fault::LoseAnswer, Fault::LoseAnswer]);
+    let refund = ["refund", "--charge", id, "--amount", "500"];
+    let (code, refund, stderr) = run(&mut payments(&proxy.url, &refund)).await;
+    assert_eq!(
+        (code, &refund["amount"]),
+        (0, &Value::from(500)),
+        "{stderr}"
+    );
+    let payout = [
+        "payout",
+        "--amount",
+        "400",
+        "--currency",
+        "usd",
+        "--destination",
+        "ba_checking",
+    ];
+    let (code, payout, stderr) = run(&mut payments(&proxy.url, &payout)).await;
+    assert_eq!(
+        (code, &payout["status"]),
+        (0, &Value::from("paid")),
+        "{stderr}"
+    );
+    let (code, balance, stderr) = run(&mut payments(&proxy.url, &["balance"])).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        balance["available"][0]["amount"],
+        1999 - 500 - 400,
+        "{balance}"
+    );
+    assert_eq!(card_sim.refunds_created().await, 1);
+    assert_eq!(card_sim.payouts_created().await, 1);
+    assert!(proxy.script_done());
+}
+
+/// The key the command line says it sent, from its stderr.
+fn key_of(stderr: &str) -> String {
+    let line = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("payments: idempotency key "));
+    let key = line.and_then(|line| line.split_whitespace().next());
+    key.unwrap_or_else(|| panic!("no key in {stderr}"))
+        .to_owned()
 }
 
 /// Waits until the journal at `path` holds an operation, and returns its key.

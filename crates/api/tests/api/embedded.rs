@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::helpers::{ACME, Service, http_client, new_key, snapshot, visa};
+use crate::helpers::{ACME, Service, http_client, new_key, snapshot, visa, workspace_binary};
 
 /// An empty working directory, removed afterwards.
 struct EmptyDir(PathBuf);
@@ -101,6 +101,7 @@ async fn the_demo_script_walks_the_embedded_service_through_the_state_machine() 
     let output = tokio::process::Command::new("bash")
         .arg(&script)
         .arg(&service.base_url)
+        .env("PAYMENTS_CLI", workspace_binary("payments"))
         .output()
         .await
         .expect("run scripts/demo.sh");
@@ -111,7 +112,7 @@ async fn the_demo_script_walks_the_embedded_service_through_the_state_machine() 
         "demo.sh failed:\n{stdout}\n{stderr}"
     );
     assert!(
-        stdout.contains("all 12 steps passed"),
+        stdout.contains("all 13 steps passed"),
         "demo.sh reports every step:\n{stdout}"
     );
 }
