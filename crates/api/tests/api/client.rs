@@ -286,8 +286,8 @@ fn payments(url: &str, args: &[&str]) -> Command {
         .env_clear()
         .env("PAYMENTS_BASE_URL", url)
         .env("PAYMENTS_API_KEY", ACME)
-        .args(["--attempt-timeout-secs", "1", "--deadline-secs", "60"])
         .args(args)
+        .args(["--attempt-timeout-secs", "1", "--deadline-secs", "60"])
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command
@@ -518,4 +518,20 @@ async fn final_errors_are_not_retried_and_a_changed_request_says_so(backend: Bac
         "order-7: a decline creates none"
     );
     assert_eq!(first["amount"], 800);
+
+    assert_eq!(
+        proxy.take_answers().len(),
+        1,
+        "the changed request, sent once"
+    );
+
+    // Without an API key nothing is sent: a usage error that names the setting.
+    let mut keyless = Command::new(workspace_binary("payments"));
+    keyless
+        .env_clear()
+        .args(["--base-url", &proxy.url, "balance"]);
+    let (code, _, stderr) = run(&mut keyless).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("PAYMENTS_API_KEY"), "{stderr}");
+    assert!(proxy.take_answers().is_empty());
 }

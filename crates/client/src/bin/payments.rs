@@ -35,22 +35,24 @@ use serde::Serialize;
     version,
     about = "Charges, refunds and payouts, exactly once."
 )]
+// Its options are global: taken before or after the command alike.
 struct Cli {
     /// The service's address.
     #[arg(
         long,
+        global = true,
         env = "PAYMENTS_BASE_URL",
         default_value = "http://127.0.0.1:8080"
     )]
     base_url: String,
     /// The tenant's API key (`sk_...`).
-    #[arg(long, env = "PAYMENTS_API_KEY", hide_env_values = true)]
-    api_key: String,
+    #[arg(long, global = true, env = "PAYMENTS_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
     /// How long the whole command may take, every retry included.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, global = true, default_value_t = 120)]
     deadline_secs: u64,
     /// How long one attempt may take.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, global = true, default_value_t = 30)]
     attempt_timeout_secs: u64,
     #[command(subcommand)]
     command: Command,
@@ -139,8 +141,13 @@ fn parse_operation(value: &str) -> Result<KeyOperation, String> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli).await {
+    let mut cli = Cli::parse();
+    // Required, but clap cannot require an option taken on either side of the command.
+    let Some(api_key) = cli.api_key.take() else {
+        eprintln!("payments: no API key: set PAYMENTS_API_KEY or pass --api-key");
+        return ExitCode::from(2);
+    };
+    match run(cli, &api_key).await {
         Ok(json) => {
             println!("{json}");
             ExitCode::SUCCESS
@@ -160,13 +167,13 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<String, Error> {
+async fn run(cli: Cli, api_key: &str) -> Result<String, Error> {
     let policy = RetryPolicy {
         deadline: Duration::from_secs(cli.deadline_secs),
         attempt_timeout: Duration::from_secs(cli.attempt_timeout_secs),
         ..RetryPolicy::default()
     };
-    let client = Client::new(&cli.base_url, &cli.api_key)?.with_policy(policy);
+    let client = Client::new(&cli.base_url, api_key)?.with_policy(policy);
     match cli.command {
         Command::Charge {
             amount,
