@@ -247,8 +247,14 @@ curl -sS --connect-timeout 5 --max-time 30 -X POST -H "$AUTH" -H "Idempotency-Ke
     -D "$WORK/slow.headers" -o "$WORK/slow.body" -w '%{http_code}' \
     "$BASE_URL/charges" >"$WORK/slow.status" 2>"$WORK/slow.err" &
 BACKGROUND_PID=$!
-# Long enough for the first request to claim the key, well inside the simulator's two seconds.
-sleep 0.5
+# The duplicate goes once the first request holds the key: "did it go through?" says pending.
+for _ in $(seq 1 200); do
+    curl -sS --max-time 5 -H "$AUTH" -o "$WORK/slow_key.body" -w '%{http_code}' \
+        "$BASE_URL/idempotency-keys/$KEY_SLOW" >"$WORK/slow_key.status" 2>/dev/null || true
+    if [ "$(cat "$WORK/slow_key.status")" = 200 ]; then break; fi
+    sleep 0.01
+done
+expect_field slow_key state '"pending"'
 request duplicate POST /charges "$KEY_SLOW" "$BODY_SLOW"
 show_response "$WORK/duplicate"
 expect_status duplicate 409
