@@ -181,10 +181,11 @@ async fn read_message(stream: &mut BufReader<TcpStream>) -> Option<(Vec<u8>, Vec
     Some((message, body))
 }
 
-/// A client that gives up on an attempt after a second and retries quickly.
+/// A client that gives up on an attempt after three seconds (far more than an answer takes,
+/// even on a loaded machine, so that only a delayed answer times out) and retries quickly.
 fn client(url: &str) -> Client {
     let policy = RetryPolicy {
-        attempt_timeout: Duration::from_secs(1),
+        attempt_timeout: Duration::from_secs(3),
         deadline: Duration::from_secs(60),
         base_backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(200),
@@ -201,11 +202,14 @@ fn ids(answers: &[Value]) -> Vec<&str> {
         .collect()
 }
 
+/// Past the client's timeout of an attempt.
+const DELAY: Duration = Duration::from_millis(3_500);
+
 const LOST_THREE_TIMES_DELAYED_AND_RESET: [Fault; 6] = [
     Fault::LoseAnswer,
     Fault::LoseAnswer,
     Fault::LoseAnswer,
-    Fault::DelayAnswer(Duration::from_millis(1_500)),
+    Fault::DelayAnswer(DELAY),
     Fault::Reset,
     Fault::Pass,
 ];
@@ -253,10 +257,7 @@ async fn every_operation_happens_once_through_a_faulty_network(backend: Backend)
     assert_eq!(ids(&proxy.take_answers()), [refund.value.id.as_str(); 3]);
     assert_eq!(card_sim.refunds_created().await, 1);
 
-    proxy.script(&[
-        Fault::DelayAnswer(Duration::from_millis(1_500)),
-        Fault::LoseAnswer,
-    ]);
+    proxy.script(&[Fault::DelayAnswer(DELAY), Fault::LoseAnswer]);
     let payout = PayoutRequest {
         amount: 1_000,
         currency: "usd".to_owned(),
@@ -287,7 +288,7 @@ fn payments(url: &str, args: &[&str]) -> Command {
         .env("PAYMENTS_BASE_URL", url)
         .env("PAYMENTS_API_KEY", ACME)
         .args(args)
-        .args(["--attempt-timeout-secs", "1", "--deadline-secs", "60"])
+        .args(["--attempt-timeout-secs", "3", "--deadline-secs", "60"])
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command
