@@ -13,9 +13,10 @@
 //! | 5 | the journal cannot be used, or the base URL is wrong |
 //!
 //! With `--journal FILE`, a write is recorded in FILE, with its key, before its first send, and
-//! its answer when it comes. The same command with the same journal is the same operation: a
-//! run killed in the middle and started again resumes it under the same key, and once it has
-//! its answer every later run prints that answer without sending anything.
+//! its answer when it comes. The same command with the same journal is the same operation (with
+//! `--key`, the key names it within its kind): a run killed in the middle and started again
+//! resumes it under the same key, and once it has its answer every later run prints that answer
+//! without sending anything.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -188,7 +189,8 @@ async fn run(cli: Cli, api_key: &str) -> Result<String, Error> {
                 source,
                 description,
             };
-            let (client, operation) = write.prepare(client, "charge", &request)?;
+            let (client, operation) =
+                write.prepare(client, KeyOperation::Charge, "charge", &request)?;
             let answer = client.create_charge(&request, &operation).await?;
             Ok(report(answer))
         }
@@ -200,7 +202,8 @@ async fn run(cli: Cli, api_key: &str) -> Result<String, Error> {
         } => {
             let request = RefundRequest { amount, reason };
             let command = format!("refund {charge}");
-            let (client, operation) = write.prepare(client, &command, &request)?;
+            let (client, operation) =
+                write.prepare(client, KeyOperation::Refund, &command, &request)?;
             let answer = client.create_refund(&charge, &request, &operation).await?;
             Ok(report(answer))
         }
@@ -217,7 +220,8 @@ async fn run(cli: Cli, api_key: &str) -> Result<String, Error> {
                 destination,
                 description,
             };
-            let (client, operation) = write.prepare(client, "payout", &request)?;
+            let (client, operation) =
+                write.prepare(client, KeyOperation::Payout, "payout", &request)?;
             let answer = client.create_payout(&request, &operation).await?;
             Ok(report(answer))
         }
@@ -227,12 +231,11 @@ async fn run(cli: Cli, api_key: &str) -> Result<String, Error> {
 }
 
 impl Write {
-    /// The client and the operation of one write. In a journal, the operation is named by its
-    /// key when one is given, and otherwise by the command and its request: the same command
-    /// with the same journal is the same operation.
+    /// The client and the operation of one write, named in the journal by [`journal_name`].
     fn prepare(
         self,
         client: Client,
+        kind: KeyOperation,
         command: &str,
         request: &impl Serialize,
     ) -> Result<(Client, Operation), Error> {
@@ -249,15 +252,27 @@ impl Write {
             return Ok((client, operation));
         };
         let journal = FileJournal::open(path)?;
-        let name = match &self.key {
-            Some(key) => format!("key {key}"),
-            None => format!(
-                "{command} {}",
-                serde_json::to_string(request).unwrap_or_default()
-            ),
-        };
+        let name = journal_name(kind, command, self.key.as_deref(), request);
         let client = client.with_journal(Arc::new(journal));
         Ok((client, operation.journaled(name)))
+    }
+}
+
+/// A write's name in the journal. A given key names the operation within its kind, as the
+/// service scopes keys (the same key may name a charge and a refund); without one, the command
+/// and its request do, so that the same command with the same journal is the same operation.
+fn journal_name(
+    kind: KeyOperation,
+    command: &str,
+    key: Option<&str>,
+    request: &impl Serialize,
+) -> String {
+    match key {
+        Some(key) => format!("{} key {key}", kind.as_str()),
+        None => format!(
+            "{command} {}",
+            serde_json::to_string(request).unwrap_or_default()
+        ),
     }
 }
 
@@ -280,4 +295,48 @@ fn report<T: Serialize>(answer: Answer<T>) -> String {
 
 fn pretty(value: &impl Serialize) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn charge(amount: i64) -> ChargeRequest {
+        ChargeRequest {
+            amount,
+            currency: "usd".to_owned(),
+            source: "tok_visa".to_owned(),
+            description: None,
+        }
+    }
+
+    #[test]
+    fn a_key_names_its_operation_within_its_kind_and_otherwise_the_request_does() {
+        let name =
+            |kind, command, key, request: &ChargeRequest| journal_name(kind, command, key, request);
+        let (one, other) = (charge(100), charge(200));
+        let charge_kind = KeyOperation::Charge;
+        // Under a key, another request is the same operation: the journal refuses it.
+        assert_eq!(
+            name(charge_kind, "charge", Some("k"), &one),
+            name(charge_kind, "charge", Some("k"), &other)
+        );
+        // The same key for a refund names another operation, as at the service.
+        let refund = journal_name(
+            KeyOperation::Refund,
+            "refund ch_1",
+            Some("k"),
+            &RefundRequest::default(),
+        );
+        assert_ne!(name(charge_kind, "charge", Some("k"), &one), refund);
+        // Without a key, the command and its request name it.
+        assert_eq!(
+            name(charge_kind, "charge", None, &one),
+            name(charge_kind, "charge", None, &charge(100))
+        );
+        assert_ne!(
+            name(charge_kind, "charge", None, &one),
+            name(charge_kind, "charge", None, &other)
+        );
+    }
 }
