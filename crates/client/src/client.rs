@@ -275,16 +275,14 @@ impl Client {
             if let Some(wait) = policy.prefer_wait_secs {
                 request = request.header("prefer", format!("wait={wait}"));
             }
-            let (last, after) = match attempt(request).await {
+            let (last, after) = match attempt(request, attempts).await {
                 Ok(received) => {
-                    let code = problem(&received.body).map(|problem| problem.code);
+                    // A success is never a problem: only an error's body is read for its code.
+                    let code = (!received.status.is_success())
+                        .then(|| problem(&received.body).map(|problem| problem.code))
+                        .flatten();
                     match verdict(received.status, code.as_deref()) {
-                        Verdict::Final => {
-                            return Ok(Received {
-                                attempts,
-                                ..received
-                            });
-                        }
+                        Verdict::Final => return Ok(received),
                         Verdict::Retry => {
                             let after = retry_after(&received.headers, SystemTime::now());
                             let code = code.unwrap_or_default();
@@ -307,7 +305,11 @@ impl Client {
     }
 }
 
-async fn attempt(request: reqwest::RequestBuilder) -> Result<Received, reqwest::Error> {
+/// Attempt number `attempts` of a request, to the last byte of its answer.
+async fn attempt(
+    request: reqwest::RequestBuilder,
+    attempts: u32,
+) -> Result<Received, reqwest::Error> {
     let response = request.send().await?;
     let status = response.status();
     let headers = response.headers().clone();
@@ -316,7 +318,7 @@ async fn attempt(request: reqwest::RequestBuilder) -> Result<Received, reqwest::
         status,
         headers,
         body,
-        attempts: 0,
+        attempts,
     })
 }
 
