@@ -8,6 +8,7 @@
 //! the `charged` recovery point behind.
 
 use payments_idempotency::engine::Checkpoint;
+use payments_storage::GroupCommit;
 
 /// The engine's checkpoints by the names `PAYMENTS_CRASH_AT` and `PAYMENTS_PAUSE_AT` take.
 #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
@@ -44,6 +45,26 @@ pub(crate) async fn hit(_point: Checkpoint) {}
 #[inline(always)]
 pub(crate) fn fails(_step: Failure) -> bool {
     false
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn in_group_commit(_commit: GroupCommit) {}
+
+/// `PAYMENTS_CRASH_AT=in_group_commit` aborts just before a group commit on SQLite that holds
+/// at least two records' transactions: their operations' rows and their records' ends are
+/// written, and none is committed.
+#[cfg(feature = "failpoints")]
+pub(crate) fn in_group_commit(commit: GroupCommit) {
+    if commit.records >= 2
+        && std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == "in_group_commit")
+    {
+        eprintln!(
+            "failpoint: aborting in a group commit of {} writes",
+            commit.writes
+        );
+        std::process::abort();
+    }
 }
 
 /// Whether `PAYMENTS_FAIL_AT` names `step`.

@@ -114,6 +114,10 @@ pub async fn run() -> Result<(), StartupError> {
     );
     state.events = events;
     state.metrics = metrics::install();
+    state
+        .store
+        .records()
+        .observe_commits(Arc::new(metrics::CommitMetrics));
     // Said once at start, and by `/readyz` each time it is asked: whether a commit the service
     // acknowledges survives a failover to a standby.
     let durability = state.store.durability().await.map_err(|e| {

@@ -9,10 +9,10 @@ use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{counter, gauge, histogram};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use payments_domain::ItemResult;
 use payments_idempotency::engine::{CacheCall, Checkpoint, Observer, Outcome, RecentAnswersHeld};
-use payments_storage::Durability;
+use payments_storage::{CommitObserver, Durability, GroupCommit, GroupCommits};
 
 use crate::failpoint;
 
@@ -21,13 +21,39 @@ const BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
+/// Writes per commit on SQLite, up to the most one group commit holds.
+const COMMIT_WRITES_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
 /// Installs the process-wide recorder; `None` if one is installed already.
 pub(crate) fn install() -> Option<PrometheusHandle> {
     PrometheusBuilder::new()
         .set_buckets(&BUCKETS)
         .ok()?
+        .set_buckets_for_metric(
+            Matcher::Full("database_commit_writes".to_owned()),
+            &COMMIT_WRITES_BUCKETS,
+        )
+        .ok()?
         .install_recorder()
         .ok()
+}
+
+/// The record store's commits on SQLite: their sizes as `database_commit_writes`, and the
+/// crash tests' failpoint inside a group commit.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CommitMetrics;
+
+impl CommitObserver for CommitMetrics {
+    fn committing(&self, commit: GroupCommit) {
+        histogram!("database_commit_writes").record(commit.writes as f64);
+        failpoint::in_group_commit(commit);
+    }
+}
+
+/// `database_commit_failures_total` and `database_writers_waiting`, from the upkeep.
+pub(crate) fn record_group_commits(commits: GroupCommits) {
+    counter!("database_commit_failures_total").absolute(commits.failed);
+    gauge!("database_writers_waiting").set(commits.waiting as f64);
 }
 
 /// The engine's observer: its outcomes, effect calls and cache failures as metrics (with each

@@ -21,6 +21,10 @@ pub enum Error {
     /// created, say).
     #[error("{0}")]
     Unusable(String),
+    /// The commit this write shared with other writers' failed: nothing of it was written, and
+    /// it may be done again alone.
+    #[error("a group commit failed: {0}")]
+    BatchFailed(String),
 }
 
 impl From<sqlx::Error> for Error {
@@ -40,6 +44,7 @@ impl From<Error> for StoreFailure {
     fn from(error: Error) -> Self {
         match error {
             Error::Unavailable(_) => Self::unavailable(error),
+            Error::BatchFailed(_) => Self::batch_failed(error),
             other => Self::other(other),
         }
     }

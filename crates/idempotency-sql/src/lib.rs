@@ -33,7 +33,8 @@ use sqlx::{PgConnection, Postgres, SqliteConnection};
 
 pub use error::{Error, distrusts_connections, is_unavailable, no_answer, sqlite_code};
 pub use postgres::PgRecords;
-pub use sqlite::{SqliteRecords, WriteTx};
+use sqlite::Sharing;
+pub use sqlite::{CommitObserver, GroupCommit, GroupCommits, SqliteRecords, WriteTx};
 
 /// How to reach the database.
 #[derive(Debug, Clone)]
@@ -249,6 +250,23 @@ impl SqlRecords {
         }
     }
 
+    /// Shows every later commit of this process's writes to `observer` (on SQLite; on
+    /// PostgreSQL every request commits on its own, and there is nothing to show).
+    pub fn observe_commits(&self, observer: std::sync::Arc<dyn CommitObserver>) {
+        if let Self::Sqlite(records) = self {
+            records.observe_commits(observer);
+        }
+    }
+
+    /// The group commits of this process's writes so far; `None` on PostgreSQL, where every
+    /// request commits on its own.
+    pub fn group_commits(&self) -> Option<GroupCommits> {
+        match self {
+            Self::Postgres(_) => None,
+            Self::Sqlite(records) => Some(records.group_commits()),
+        }
+    }
+
     /// Creates the records table and its indexes where they are missing, for a service
     /// without migrations of its own (one with migrations copies `schema/<backend>.sql`).
     pub async fn create_schema(&self) -> Result<(), Error> {
@@ -414,7 +432,20 @@ impl RecordStore for SqlRecords {
     async fn begin(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
         Ok(match self {
             Self::Postgres(records) => records.begin(owner).await?.map(Transaction::Postgres),
-            Self::Sqlite(records) => records.begin(owner).await?.map(Transaction::Sqlite),
+            Self::Sqlite(records) => records
+                .begin(owner, Sharing::Batched)
+                .await?
+                .map(Transaction::Sqlite),
+        })
+    }
+
+    async fn begin_alone(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
+        Ok(match self {
+            Self::Postgres(records) => records.begin(owner).await?.map(Transaction::Postgres),
+            Self::Sqlite(records) => records
+                .begin(owner, Sharing::Alone)
+                .await?
+                .map(Transaction::Sqlite),
         })
     }
 

@@ -29,6 +29,10 @@ pub enum StoreError {
     /// created, say).
     #[error("{0}")]
     Unusable(String),
+    /// The commit this write shared with other requests' failed, having written nothing of it
+    /// (the record store's group commit on SQLite).
+    #[error("a group commit failed: {0}")]
+    BatchFailed(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -58,6 +62,7 @@ impl From<payments_idempotency_sql::Error> for StoreError {
             Error::Database(error) => Self::from(error),
             Error::Corrupt(what) => Self::Corrupt(what),
             Error::Unusable(what) => Self::Unusable(what),
+            Error::BatchFailed(why) => Self::BatchFailed(why),
         }
     }
 }
@@ -68,6 +73,7 @@ impl From<StoreError> for StoreFailure {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Unavailable(_) => Self::unavailable(error),
+            StoreError::BatchFailed(_) => Self::batch_failed(error),
             other => Self::other(other),
         }
     }

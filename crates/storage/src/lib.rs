@@ -42,7 +42,10 @@ pub use error::StoreError;
 pub use events::{EventPage, EventRepository, ListEvents, StoredEvent};
 #[cfg(feature = "bench")]
 pub use floors::FloorRepository;
-pub use payments_idempotency_sql::{Backend, Database, PendingEffect, PoolSettings, Transaction};
+pub use payments_idempotency_sql::{
+    Backend, CommitObserver, Database, GroupCommit, GroupCommits, PendingEffect, PoolSettings,
+    Transaction,
+};
 pub use payouts::{Funds, ListPayouts, PayoutPage, PayoutRepository, PayoutReservation};
 pub use reconciliation::{
     BooksSide, ExceptionPage, ExceptionStatus, ListExceptions, ProcessorSide,

@@ -80,11 +80,15 @@ pub(crate) fn spawn(
         },
     )));
     if let Some(metrics) = state.metrics.clone() {
+        let records = state.store.records();
         workers.push(tokio::spawn(every(
             METRICS_UPKEEP,
             shutdown.clone(),
             move || {
                 metrics.run_upkeep();
+                if let Some(commits) = records.group_commits() {
+                    crate::metrics::record_group_commits(commits);
+                }
                 std::future::ready(())
             },
         )));

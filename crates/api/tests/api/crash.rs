@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use futures::future::join_all;
 use reqwest::Response;
 use serde_json::Value;
 
@@ -465,6 +466,76 @@ async fn a_failed_finish_lets_go_of_the_key_so_a_retry_at_once_completes_it(back
     );
     assert_eq!(card_sim.charges_created().await, 1);
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
+}
+
+/// The service is aborted inside a group commit on SQLite, once at least two requests'
+/// charges and their records' ends are written in the batch's transaction and none is
+/// committed. Rounds of eight concurrent charges are sent until the abort comes (their finishes
+/// meet at the gate, having claimed and charged together). Restarted, every request of every
+/// round, retried under its key, ends with exactly one charge at the processor, one ledger
+/// transaction and one event: the batch's requests were either committed together or are
+/// resumed from their effect keys, never charged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_inside_a_group_commit_loses_no_charge_and_doubles_none() {
+    const ROUNDS: usize = 20;
+    const CONCURRENT: usize = 8;
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create(Backend::Sqlite).await;
+    let settings = settings(&card_sim);
+    let body = visa(4321);
+    let crash = [("PAYMENTS_CRASH_AT", "in_group_commit")];
+    let mut crashing = start(&db, &settings, &crash).await;
+
+    let mut sent = Vec::new();
+    let mut answered = Vec::new();
+    let mut cut_short = false;
+    for _ in 0..ROUNDS {
+        let keys: Vec<String> = (0..CONCURRENT).map(|_| new_key()).collect();
+        let answers = join_all(keys.iter().map(|key| post(&crashing, key, &body))).await;
+        for (key, answer) in keys.iter().zip(&answers) {
+            match answer {
+                Ok(answer) if answer.status().as_u16() == 201 => answered.push(key.clone()),
+                Ok(answer) => panic!("{key} was answered {}", answer.status()),
+                Err(_) => cut_short = true,
+            }
+        }
+        sent.extend(keys);
+        if cut_short {
+            break;
+        }
+    }
+    assert!(
+        cut_short,
+        "{ROUNDS} rounds of {CONCURRENT} concurrent charges never met in one group commit"
+    );
+    assert!(
+        !crashing.wait_exit().await,
+        "the service was aborted, not shut down"
+    );
+
+    // A charge is answered only once its batch is committed: none of them is lost.
+    for key in &answered {
+        assert_eq!(
+            record_state(&db, key).await.as_deref(),
+            Some("completed"),
+            "{key} was answered 201 before the abort"
+        );
+    }
+    let service = start(&db, &settings, &[]).await;
+    for key in &sent {
+        let (status, _) = post_until_final(&service, key, &body).await;
+        assert_eq!(
+            status, 201,
+            "every request is charged, after the restart if not before"
+        );
+    }
+    let sent = sent.len() as i64;
+    assert_eq!(
+        card_sim.charges_created().await,
+        sent,
+        "charges at the processor"
+    );
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(sent));
 }
 
 on_every_backend!(

@@ -7,14 +7,17 @@
 //!   whether they come from one process or several, and the transaction the engine ends a
 //!   record in holds the whole database until it ends;
 //! - inside one process, writers also queue on an async mutex first, so that they wait their
-//!   turn in order instead of spinning in SQLite's busy handler. A service writes its own rows
-//!   through the same gate ([`SqliteRecords::begin_write`]);
+//!   turn in order instead of spinning in SQLite's busy handler, and the claims and the
+//!   records' transactions of concurrent requests share one commit (`batch.rs`: a group
+//!   commit, each writer under a savepoint of its own). A service writes its own rows through
+//!   the same gate, alone ([`SqliteRecords::begin_write`]);
 //! - the clock is SQLite's (`strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`), so lock expiry is judged
 //!   the same way by every process on the file.
 //!
 //! The statements are in `statements.rs`: PostgreSQL's, in the same order under the same
 //! names, with SQLite's clock and without its row locks.
 
+mod batch;
 mod file;
 mod statements;
 
@@ -33,8 +36,9 @@ use sqlx::sqlite::{
     SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Sqlite, SqliteConnection};
-use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use batch::WriteGate;
+pub use batch::{CommitObserver, GroupCommit, GroupCommits, Sharing, WriteTx, WritesLocked};
 use file::{create_parent_directory, owner_only};
 use statements::*;
 
@@ -52,37 +56,7 @@ pub const SCHEMA: &str = include_str!("../../schema/sqlite.sql");
 pub struct SqliteRecords {
     pool: SqlitePool,
     policy: IdempotencyPolicy,
-    write_gate: Arc<Mutex<()>>,
-}
-
-/// A write transaction: the in-process gate, then SQLite's write lock. Dropped uncommitted,
-/// it is rolled back.
-#[derive(Debug)]
-pub struct WriteTx {
-    tx: sqlx::Transaction<'static, Sqlite>,
-    _gate: OwnedMutexGuard<()>,
-}
-
-impl std::ops::Deref for WriteTx {
-    type Target = SqliteConnection;
-
-    fn deref(&self) -> &Self::Target {
-        &self.tx
-    }
-}
-
-impl std::ops::DerefMut for WriteTx {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.tx
-    }
-}
-
-impl WriteTx {
-    /// Commits and, by consuming the transaction, also releases the gate.
-    pub async fn commit(self) -> Result<(), Error> {
-        self.tx.commit().await?;
-        Ok(())
-    }
+    writes: WriteGate,
 }
 
 impl SqliteRecords {
@@ -120,9 +94,9 @@ impl SqliteRecords {
         }
         let pool = pool.connect_with(options).await?;
         Ok(Self {
+            writes: WriteGate::new(pool.clone()),
             pool,
             policy,
-            write_gate: Arc::new(Mutex::new(())),
         })
     }
 
@@ -136,23 +110,25 @@ impl SqliteRecords {
 
     /// Waits for this process's other writers, then holds the gate (migrations, which write
     /// outside a transaction of this store's).
-    pub async fn lock_writes(&self) -> OwnedMutexGuard<()> {
-        Arc::clone(&self.write_gate).lock_owned().await
+    pub async fn lock_writes(&self) -> WritesLocked {
+        self.writes.lock().await
     }
 
-    /// Begins a write transaction that holds the write lock from its first statement on.
+    /// Begins a write transaction of its own, which holds the write lock from its first
+    /// statement on (a service's own writes).
     pub async fn begin_write(&self) -> Result<WriteTx, Error> {
-        let gate = self.lock_writes().await;
-        // The SQLite driver's custom BEGIN is not cancel-safe: a request dropped while it runs
-        // (its client went away, or it timed out) can leave the connection inside a
-        // transaction that nothing will roll back, holding the write lock for good. On a task
-        // of its own the BEGIN always finishes, and a transaction whose caller is gone is
-        // dropped there, which rolls it back. Once the caller holds it, dropping it is safe.
-        let pool = self.pool.clone();
-        let tx = tokio::spawn(async move { pool.begin_with("BEGIN IMMEDIATE").await })
-            .await
-            .map_err(|_| Error::from(sqlx::Error::WorkerCrashed))??;
-        Ok(WriteTx { tx, _gate: gate })
+        self.writes.begin(Sharing::Alone).await
+    }
+
+    /// The commits of this process's writes so far, and how many writes they held.
+    pub fn group_commits(&self) -> GroupCommits {
+        self.writes.group_commits()
+    }
+
+    /// Shows every later commit of this process's writes to `observer`, just before it is
+    /// made; the first observer set stays.
+    pub fn observe_commits(&self, observer: Arc<dyn CommitObserver>) {
+        self.writes.observe(observer);
     }
 
     pub(crate) async fn find_record(
@@ -167,10 +143,18 @@ impl SqliteRecords {
             .transpose()
     }
 
-    /// The insert, the read and the decision run in one `BEGIN IMMEDIATE` transaction: the
-    /// write lock is held from the first statement, so no other claim can interleave.
+    /// The insert, the read and the decision run in one write transaction: the write lock is
+    /// held from the first statement, so no other claim can interleave. The claim shares its
+    /// commit with concurrent writers', and is made again alone if that commit fails.
     pub(crate) async fn claim_exclusive(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
-        let mut write = self.begin_write().await?;
+        match self.claim_in(claim, Sharing::Batched).await {
+            Err(Error::BatchFailed(_)) => self.claim_in(claim, Sharing::Alone).await,
+            claimed => claimed,
+        }
+    }
+
+    async fn claim_in(&self, claim: NewClaim<'_>, sharing: Sharing) -> Result<Claim, Error> {
+        let mut write = self.writes.begin(sharing).await?;
         if let Some(claimed) = self.insert_pending(&mut write, &claim).await? {
             write.commit().await?;
             return Ok(Claim::Owned(claimed));
@@ -239,11 +223,17 @@ impl SqliteRecords {
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
-    pub(crate) async fn begin(&self, owner: Owner<'_>) -> Result<Option<WriteTx>, Error> {
-        let mut write = self.begin_write().await?;
+    /// Begins the transaction a record ends in, shared with concurrent writers' (`Batched`)
+    /// or `Alone`, once the record is locked by its owner.
+    pub(crate) async fn begin(
+        &self,
+        owner: Owner<'_>,
+        sharing: Sharing,
+    ) -> Result<Option<WriteTx>, Error> {
+        let mut write = self.writes.begin(sharing).await?;
         let locked: Option<(i32,)> = fenced_as(LOCK, owner).fetch_optional(&mut *write).await?;
         // Not found: dropped, the transaction is rolled back having written nothing.
-        Ok(locked.map(|_| write))
+        Ok(locked.map(|_| write.over_record()))
     }
 
     pub(crate) async fn end(
@@ -349,7 +339,7 @@ impl SqliteRecords {
 
     /// Creates the records table and its indexes if they are missing (`schema/sqlite.sql`).
     pub(crate) async fn create_schema(&self) -> Result<(), Error> {
-        let _gate = self.lock_writes().await;
+        let _gate = self.writes.lock().await;
         sqlx::raw_sql(SCHEMA).execute(&self.pool).await?;
         Ok(())
     }

@@ -297,20 +297,23 @@ pub async fn a_transaction_holds_its_record_until_it_ends<S: Subject>(subject: &
         ended.unwrap_or_else(|e| panic!("{e}")),
         Completion::Stored { .. }
     ));
-    store
-        .commit(transaction)
-        .await
-        .unwrap_or_else(|e| panic!("commit: {e}"));
+    // The commit runs beside the waiting retry and completer, as concurrent requests do: a
+    // store that commits several transactions together may commit this one with theirs.
+    let completing = async {
+        match passed_by {
+            Some(taken) => taken,
+            None => completer.await,
+        }
+    };
+    let (committed, retried, taken) =
+        tokio::join!(store.commit(transaction), &mut retry, completing);
+    committed.unwrap_or_else(|e| panic!("commit: {e}"));
 
-    let retried = retry.await.unwrap_or_else(|e| panic!("claim: {e}"));
+    let retried = retried.unwrap_or_else(|e| panic!("claim: {e}"));
     assert!(
         matches!(&retried, Claim::Replay { response, .. } if *response == stored),
         "the retry should replay the completed record, got {retried:?}"
     );
-    let taken = match passed_by {
-        Some(taken) => taken,
-        None => completer.await,
-    };
     let taken = taken.unwrap_or_else(|e| panic!("take over: {e}"));
     assert!(taken.is_none(), "the completer took over {taken:?}");
     let (record, _) = record(subject).await;

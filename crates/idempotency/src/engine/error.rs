@@ -12,6 +12,9 @@ pub struct StoreFailure {
     /// Whether the store could not be reached or did not answer in time (a retry later may
     /// succeed), rather than refusing or failing the call.
     unavailable: bool,
+    /// Whether a commit the store shared among several records' transactions failed: nothing
+    /// of this one was written, and it may be done again alone.
+    batch_failed: bool,
     #[source]
     source: Source,
 }
@@ -21,6 +24,17 @@ impl StoreFailure {
     pub fn unavailable(source: impl Into<Source>) -> Self {
         Self {
             unavailable: true,
+            batch_failed: false,
+            source: source.into(),
+        }
+    }
+
+    /// A commit shared with other records' transactions failed, having written nothing of
+    /// this one ([`RecordStore::begin_alone`](super::RecordStore::begin_alone)).
+    pub fn batch_failed(source: impl Into<Source>) -> Self {
+        Self {
+            unavailable: false,
+            batch_failed: true,
             source: source.into(),
         }
     }
@@ -29,8 +43,13 @@ impl StoreFailure {
     pub fn other(source: impl Into<Source>) -> Self {
         Self {
             unavailable: false,
+            batch_failed: false,
             source: source.into(),
         }
+    }
+
+    pub fn is_batch_failed(&self) -> bool {
+        self.batch_failed
     }
 
     pub fn is_unavailable(&self) -> bool {

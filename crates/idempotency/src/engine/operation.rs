@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::ports::{Owner, RecordStore, Unmade};
+use super::transaction::Sharing;
 use super::{ProtocolError, StoreFailure};
 use crate::{SchemaVersion, StoredResponse};
 
@@ -63,6 +64,7 @@ pub enum Settled<E> {
 pub struct Preparing<'a, T> {
     records: &'a dyn RecordStore<Transaction = T>,
     owner: Owner<'a>,
+    sharing: Sharing,
     transaction: Option<T>,
 }
 
@@ -76,10 +78,15 @@ impl<T> fmt::Debug for Preparing<'_, T> {
 }
 
 impl<'a, T: Send + 'static> Preparing<'a, T> {
-    pub(super) fn new(records: &'a dyn RecordStore<Transaction = T>, owner: Owner<'a>) -> Self {
+    pub(super) fn new(
+        records: &'a dyn RecordStore<Transaction = T>,
+        owner: Owner<'a>,
+        sharing: Sharing,
+    ) -> Self {
         Self {
             records,
             owner,
+            sharing,
             transaction: None,
         }
     }
@@ -88,7 +95,7 @@ impl<'a, T: Send + 'static> Preparing<'a, T> {
     /// or generation owns the record now (answer [`Prepared::Fenced`]).
     pub async fn transaction(&mut self) -> Result<Option<&mut T>, StoreFailure> {
         if self.transaction.is_none() {
-            self.transaction = self.records.begin(self.owner).await?;
+            self.transaction = self.sharing.begin(self.records, self.owner).await?;
         }
         Ok(self.transaction.as_mut())
     }

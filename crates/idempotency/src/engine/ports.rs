@@ -279,6 +279,17 @@ pub trait RecordStore: Send + Sync + 'static {
     /// ends; `None`, with nothing begun, when another attempt or generation owns the record.
     async fn begin(&self, owner: Owner<'_>) -> Result<Option<Self::Transaction>, StoreFailure>;
 
+    /// [`begin`](Self::begin), for a transaction that shares its commit with no other. A store
+    /// that commits several records' transactions together (a group commit) fails them all
+    /// with [`StoreFailure::is_batch_failed`] when that commit fails, having written nothing;
+    /// the engine then does each one again alone, so that one bad row fails one request.
+    async fn begin_alone(
+        &self,
+        owner: Owner<'_>,
+    ) -> Result<Option<Self::Transaction>, StoreFailure> {
+        self.begin(owner).await
+    }
+
     /// Ends the record `owner` holds as `end` says, in `transaction` (begun over it). Its
     /// retention, counted from now, ends at the returned expiry. [`Completion::Fenced`] when
     /// the record may not end that way (it holds an effect id, and `end` made none): the

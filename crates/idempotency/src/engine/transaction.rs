@@ -2,12 +2,44 @@
 //! operation writes its own rows in it, and the engine ends the record in it and commits. So
 //! an operation's rows exist exactly when its record says they do, fenced once, here, for
 //! every operation.
+//!
+//! A store may commit several records' transactions together (a group commit). When such a
+//! commit fails, nothing of any of them was written, and each is done once more alone
+//! ([`RecordStore::begin_alone`]): one bad row fails its own request, not its batch.
 
 use chrono::{DateTime, Utc};
 
-use super::ports::{Completion, End, Owner, Unmade};
-use super::{Engine, Operation, Prepared, Preparing, ProtocolError};
+use super::ports::{Completion, End, Owner, RecordStore, Unmade};
+use super::{Engine, Operation, Prepared, Preparing, ProtocolError, StoreFailure};
 use crate::StoredResponse;
+
+/// Whether a record's transaction may share its commit with other records' transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sharing {
+    /// The store's choice: a group commit, if it has one.
+    Shared,
+    /// Committed on its own: the second try after a shared commit failed.
+    Alone,
+}
+
+impl Sharing {
+    /// Begins the transaction over `owner`'s record in `records`, shared or alone.
+    pub(super) async fn begin<T: Send + 'static>(
+        self,
+        records: &dyn RecordStore<Transaction = T>,
+        owner: Owner<'_>,
+    ) -> Result<Option<T>, StoreFailure> {
+        match self {
+            Self::Shared => records.begin(owner).await,
+            Self::Alone => records.begin_alone(owner).await,
+        }
+    }
+}
+
+/// Whether `result` is a shared commit's failure, to be tried again alone.
+fn batch_failed<V>(result: &Result<V, ProtocolError>) -> bool {
+    matches!(result, Err(ProtocolError::Store(failure)) if failure.is_batch_failed())
+}
 
 /// What a transaction that ends a record came to.
 #[derive(Debug)]
@@ -31,7 +63,21 @@ impl<T: Send + 'static> Engine<T> {
         owner: Owner<'_>,
         request: &O::Request,
     ) -> Result<Prepared<O::Plan>, ProtocolError> {
-        let mut preparing = Preparing::new(self.records.as_ref(), owner);
+        let prepared = self.prepare_once(op, owner, request, Sharing::Shared).await;
+        if batch_failed(&prepared) {
+            return self.prepare_once(op, owner, request, Sharing::Alone).await;
+        }
+        prepared
+    }
+
+    async fn prepare_once<O: Operation<Transaction = T>>(
+        &self,
+        op: &O,
+        owner: Owner<'_>,
+        request: &O::Request,
+        sharing: Sharing,
+    ) -> Result<Prepared<O::Plan>, ProtocolError> {
+        let mut preparing = Preparing::new(self.records.as_ref(), owner, sharing);
         let prepared = op.prepare(&mut preparing, owner, request).await?;
         if let (Prepared::Ready(_), Some(transaction)) = (&prepared, preparing.into_transaction()) {
             self.records.commit(transaction).await?;
@@ -48,7 +94,24 @@ impl<T: Send + 'static> Engine<T> {
         plan: &O::Plan,
         effect_id: String,
     ) -> Result<Ended, ProtocolError> {
-        let Some(mut transaction) = self.records.begin(owner).await? else {
+        let ended = (self.finish_once(op, owner, plan, effect_id.clone(), Sharing::Shared)).await;
+        if batch_failed(&ended) {
+            return self
+                .finish_once(op, owner, plan, effect_id, Sharing::Alone)
+                .await;
+        }
+        ended
+    }
+
+    async fn finish_once<O: Operation<Transaction = T>>(
+        &self,
+        op: &O,
+        owner: Owner<'_>,
+        plan: &O::Plan,
+        effect_id: String,
+        sharing: Sharing,
+    ) -> Result<Ended, ProtocolError> {
+        let Some(mut transaction) = sharing.begin(self.records.as_ref(), owner).await? else {
             return Ok(Ended::Fenced);
         };
         let response = op.finish(&mut transaction, owner, plan, effect_id).await?;
@@ -75,7 +138,21 @@ impl<T: Send + 'static> Engine<T> {
         owner: Owner<'_>,
         end: Unmade<'_>,
     ) -> Result<Completion, ProtocolError> {
-        let Some(mut transaction) = self.records.begin(owner).await? else {
+        let completion = self.end_unmade_once(op, owner, end, Sharing::Shared).await;
+        if batch_failed(&completion) {
+            return self.end_unmade_once(op, owner, end, Sharing::Alone).await;
+        }
+        completion
+    }
+
+    async fn end_unmade_once<O: Operation<Transaction = T>>(
+        &self,
+        op: &O,
+        owner: Owner<'_>,
+        end: Unmade<'_>,
+        sharing: Sharing,
+    ) -> Result<Completion, ProtocolError> {
+        let Some(mut transaction) = sharing.begin(self.records.as_ref(), owner).await? else {
             return Ok(Completion::Fenced);
         };
         op.end_unmade(&mut transaction, owner, end).await?;

@@ -1,0 +1,394 @@
+//! Group commit: the write transactions of concurrent callers in this process share one SQLite
+//! transaction and one commit.
+//!
+//! SQLite has one writer, and with `synchronous = FULL` each commit waits for the disk; a
+//! commit per request makes the disk's flush the limit of every write path. So the write gate
+//! holds more than a turn: the last writer through it leaves its transaction open
+//! ([`Batch`]) for the next, each writer that joins others' work works inside a savepoint of
+//! its own (`member`), and the batch is committed once, by the first of its members to come
+//! back to the gate and find it still open. Every member then hears the same outcome. A writer never waits for others
+//! to arrive: a lone writer comes back to a free gate at once and commits its batch of one,
+//! and writers that queued while a batch was being committed form the next one.
+//!
+//! A member that fails, or is dropped, rolls back to its savepoint and hands the batch on: its
+//! rows are gone and the others' stay. A commit that fails fails every member of the batch
+//! with [`Error::BatchFailed`], having written nothing; each then does its work again alone
+//! ([`Sharing::Alone`]), so one bad row cannot fail many writers. Writes that are not a
+//! request's (a migration, the completer's and the reaper's, a service's own) run alone.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use sqlx::sqlite::SqlitePool;
+use sqlx::{Sqlite, SqliteConnection};
+use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
+
+use crate::error::Error;
+
+/// The most writers one batch holds: a commit is never put off for long, and the outcomes
+/// waiting on it stay few.
+const MAX_MEMBERS: usize = 64;
+
+/// Whether a write transaction may share its commit with other writers'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// In the open batch, under a savepoint of its own.
+    Batched,
+    /// A transaction of its own, committed on its own.
+    Alone,
+}
+
+/// How a batch's commit went, as each of its members hears it.
+type Outcome = Result<(), Arc<str>>;
+
+/// An open write transaction that writers have left their work in, and the writers waiting
+/// for its commit.
+#[derive(Debug)]
+struct Batch {
+    tx: sqlx::Transaction<'static, Sqlite>,
+    members: Vec<oneshot::Sender<Outcome>>,
+    /// How many of the members are records' transactions.
+    records: usize,
+}
+
+/// A commit about to be made: how many writes it holds, and how many of them are records'
+/// transactions (an operation's rows and its record's end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommit {
+    pub writes: usize,
+    pub records: usize,
+}
+
+/// Sees every commit of the gate just before it is made (its size, for metrics).
+pub trait CommitObserver: Send + Sync + std::fmt::Debug {
+    fn committing(&self, commit: GroupCommit);
+}
+
+/// The gate every writer of this process goes through, and the batch the last one left open.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteGate {
+    pool: SqlitePool,
+    open: Arc<Mutex<Option<Batch>>>,
+    commits: Arc<Commits>,
+    observer: Arc<OnceLock<Arc<dyn CommitObserver>>>,
+}
+
+/// How many commits the gate made, how many writes they held, how many failed, and how many
+/// writers wait at the gate now.
+#[derive(Debug, Default)]
+struct Commits {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    failed: AtomicU64,
+    waiting: AtomicUsize,
+}
+
+/// The gate's commits so far, and the writers waiting at it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GroupCommits {
+    /// Commits made (a batch, or a write alone).
+    pub commits: u64,
+    /// Writes those commits held: `writes / commits` is the mean batch size.
+    pub writes: u64,
+    /// Commits that failed, each member then written again alone.
+    pub failed: u64,
+    /// Writers waiting to begin now.
+    pub waiting: usize,
+}
+
+impl Commits {
+    fn count(&self, committed: bool, writes: u64) {
+        if committed {
+            self.commits.fetch_add(1, Ordering::Relaxed);
+            self.writes.fetch_add(writes, Ordering::Relaxed);
+        } else {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One writer counted as waiting at the gate, for as long as it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(waiting: &'a AtomicUsize) -> Self {
+        waiting.fetch_add(1, Ordering::Relaxed);
+        Self(waiting)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl WriteGate {
+    pub(crate) fn new(pool: SqlitePool) -> Self {
+        Self {
+            pool,
+            open: Arc::new(Mutex::new(None)),
+            commits: Arc::default(),
+            observer: Arc::default(),
+        }
+    }
+
+    /// Shows every later commit to `observer`; the first observer set stays.
+    pub(crate) fn observe(&self, observer: Arc<dyn CommitObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    fn committing(&self, commit: GroupCommit) {
+        if let Some(observer) = self.observer.get() {
+            observer.committing(commit);
+        }
+    }
+
+    pub(crate) fn group_commits(&self) -> GroupCommits {
+        GroupCommits {
+            commits: self.commits.commits.load(Ordering::Relaxed),
+            writes: self.commits.writes.load(Ordering::Relaxed),
+            failed: self.commits.failed.load(Ordering::Relaxed),
+            waiting: self.commits.waiting.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits for this process's other writers and commits the batch they left open, then
+    /// holds the gate (migrations, which write outside a transaction of this store's).
+    pub(crate) async fn lock(&self) -> WritesLocked {
+        let mut gate = Arc::clone(&self.open).lock_owned().await;
+        if let Some(batch) = gate.take() {
+            self.commit(batch).await;
+        }
+        WritesLocked { _gate: gate }
+    }
+
+    /// Begins a write transaction that holds the write lock from its first statement on:
+    /// `Batched`, in the open batch (or a new one) under its own savepoint; `Alone`, after
+    /// the open batch is committed, in a transaction of its own.
+    pub(crate) async fn begin(&self, sharing: Sharing) -> Result<WriteTx, Error> {
+        let waiting = Waiting::new(&self.commits.waiting);
+        let mut gate = Arc::clone(&self.open).lock_owned().await;
+        drop(waiting);
+        let batch = match gate.take() {
+            Some(batch) if sharing == Sharing::Batched && batch.members.len() < MAX_MEMBERS => {
+                batch
+            }
+            open => {
+                if let Some(batch) = open {
+                    self.commit(batch).await;
+                }
+                self.begin_batch().await?
+            }
+        };
+        let mut write = WriteTx {
+            held: Some(Held { batch, gate }),
+            sharing,
+            over_record: false,
+            writers: self.clone(),
+        };
+        // A writer that joins others' work marks where its own begins, to undo only its own;
+        // the first writer of a batch has nothing of others' to keep, and needs no mark.
+        if write.joins_others() {
+            sqlx::query("SAVEPOINT member").execute(&mut *write).await?;
+        }
+        Ok(write)
+    }
+
+    /// The SQLite driver's custom BEGIN is not cancel-safe: a request dropped while it runs
+    /// (its client went away, or it timed out) can leave the connection inside a transaction
+    /// that nothing will roll back, holding the write lock for good. On a task of its own the
+    /// BEGIN always finishes, and a transaction whose caller is gone is dropped there, which
+    /// rolls it back. Once the caller holds it, dropping it is safe.
+    async fn begin_batch(&self) -> Result<Batch, Error> {
+        let pool = self.pool.clone();
+        let tx = tokio::spawn(async move { pool.begin_with("BEGIN IMMEDIATE").await })
+            .await
+            .map_err(|_| Error::from(sqlx::Error::WorkerCrashed))??;
+        Ok(Batch {
+            tx,
+            members: Vec::new(),
+            records: 0,
+        })
+    }
+
+    /// Commits `batch` and tells each member how it went. On a task of its own, so that a
+    /// caller dropped meanwhile leaves no member without an outcome.
+    async fn commit(&self, batch: Batch) {
+        let writers = self.clone();
+        let committed = tokio::spawn(async move {
+            let writes = batch.members.len();
+            writers.committing(GroupCommit {
+                writes,
+                records: batch.records,
+            });
+            let outcome: Outcome = batch
+                .tx
+                .commit()
+                .await
+                .map_err(|error| Arc::from(error.to_string()));
+            writers.commits.count(outcome.is_ok(), writes as u64);
+            for member in batch.members {
+                let _ = member.send(outcome.clone());
+            }
+        });
+        // A task that panicked dropped its members' senders: they hear it was abandoned.
+        let _ = committed.await;
+    }
+
+    /// Waits for the outcome of the batch a member left its work in. If the gate comes free
+    /// first and the outcome is not in, the batch is still open and nobody else is on the
+    /// way to commit it: this member commits it.
+    async fn outcome_of(&self, mut outcome: oneshot::Receiver<Outcome>) -> Result<(), Error> {
+        let heard = tokio::select! {
+            biased;
+            heard = &mut outcome => heard.unwrap_or_else(|_| abandoned()),
+            mut gate = Arc::clone(&self.open).lock_owned() => match outcome.try_recv() {
+                Ok(heard) => heard,
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    if let Some(batch) = gate.take() {
+                        self.commit(batch).await;
+                    }
+                    drop(gate);
+                    outcome.await.unwrap_or_else(|_| abandoned())
+                }
+                Err(oneshot::error::TryRecvError::Closed) => abandoned(),
+            },
+        };
+        heard.map_err(|reason| Error::BatchFailed(reason.to_string()))
+    }
+}
+
+/// The outcome of a batch dropped uncommitted (a member's savepoint could not be undone):
+/// rolled back, nothing written.
+fn abandoned() -> Outcome {
+    Err(Arc::from("the batch was rolled back"))
+}
+
+/// The gate held, with no batch open: nothing else of this process writes meanwhile.
+#[derive(Debug)]
+pub struct WritesLocked {
+    _gate: OwnedMutexGuard<Option<Batch>>,
+}
+
+/// What a writer holds while it writes: the batch, and the gate.
+#[derive(Debug)]
+struct Held {
+    batch: Batch,
+    gate: OwnedMutexGuard<Option<Batch>>,
+}
+
+/// A write transaction: the gate, then SQLite's write lock, in the open batch under a
+/// savepoint or alone. Dropped uncommitted, what it wrote is rolled back (its savepoint, or
+/// its transaction).
+#[derive(Debug)]
+pub struct WriteTx {
+    held: Option<Held>,
+    sharing: Sharing,
+    /// Whether it is a record's transaction (counted in [`GroupCommit::records`]).
+    over_record: bool,
+    writers: WriteGate,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &Self::Target {
+        &self.held.as_ref().expect("held until it ends").batch.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.held.as_mut().expect("held until it ends").batch.tx
+    }
+}
+
+impl WriteTx {
+    /// Whether this writer works in a batch that holds others' work (under a savepoint).
+    fn joins_others(&self) -> bool {
+        self.sharing == Sharing::Batched
+            && self
+                .held
+                .as_ref()
+                .is_some_and(|held| !held.batch.members.is_empty())
+    }
+
+    /// Counts this transaction as a record's.
+    pub(crate) fn over_record(mut self) -> Self {
+        self.over_record = true;
+        self
+    }
+
+    /// Commits: alone, at once; batched, by leaving the work in the batch and waiting for the
+    /// batch's commit. `Ok` means durable either way.
+    pub async fn commit(mut self) -> Result<(), Error> {
+        let Held {
+            mut batch,
+            mut gate,
+        } = self.held.take().expect("held until it ends");
+        if self.sharing == Sharing::Alone {
+            self.writers.committing(GroupCommit {
+                writes: 1,
+                records: usize::from(self.over_record),
+            });
+            let committed = batch.tx.commit().await;
+            self.writers.commits.count(committed.is_ok(), 1);
+            return Ok(committed?);
+        }
+        // On a task of its own, so that a caller dropped meanwhile still hands the batch on
+        // (the others' work is in it) instead of rolling it back.
+        let records = usize::from(self.over_record);
+        let left = tokio::spawn(async move {
+            if !batch.members.is_empty() {
+                sqlx::query("RELEASE member")
+                    .execute(&mut *batch.tx)
+                    .await?;
+            }
+            let (sender, outcome) = oneshot::channel();
+            batch.members.push(sender);
+            batch.records += records;
+            *gate = Some(batch);
+            Ok::<_, sqlx::Error>(outcome)
+        });
+        // A failed RELEASE drops the batch, rolled back: every member of it hears that it was
+        // abandoned, and this one fails.
+        let outcome = left
+            .await
+            .map_err(|_| Error::from(sqlx::Error::WorkerCrashed))??;
+        self.writers.outcome_of(outcome).await
+    }
+}
+
+impl Drop for WriteTx {
+    fn drop(&mut self) {
+        let Some(Held {
+            mut batch,
+            mut gate,
+        }) = self.held.take()
+        else {
+            return;
+        };
+        if self.sharing == Sharing::Alone || batch.members.is_empty() {
+            // The transaction holds nothing but this writer's work: dropped, it rolls back.
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        // Undo this writer's work alone and hand the batch on, holding the gate meanwhile.
+        runtime.spawn(async move {
+            let undone = async {
+                sqlx::query("ROLLBACK TO member")
+                    .execute(&mut *batch.tx)
+                    .await?;
+                sqlx::query("RELEASE member").execute(&mut *batch.tx).await
+            };
+            if undone.await.is_ok() {
+                *gate = Some(batch);
+            }
+            // Otherwise the batch is dropped and rolled back: its members hear it was
+            // abandoned, and do their work again alone.
+        });
+    }
+}

@@ -1,0 +1,402 @@
+//! The group commit on SQLite: the claims and the records' transactions of concurrent writers
+//! share one transaction and one commit, and each still gets its own verdict.
+//!
+//! Each test stages one batch exactly. The test holds the write gate with a write of its own
+//! while the writers queue behind it (it waits until the gate counts them all waiting), then
+//! commits: the gate lets them in one at a time, in the order they queued, and each leaves its
+//! work in the batch the first of them began, which the first to come back commits.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use payments_idempotency::engine::{
+    Claim, Completion, EffectError, End, Engine, Fence, Idempotent, KeyedRequest, Operation, Owner,
+    Prepared, Preparing, ProtocolError, RecordStore, Settled,
+};
+use payments_idempotency::{
+    Fingerprint, IdempotencyKey, RecordState, SchemaVersion, Scope, StoredResponse,
+};
+use payments_idempotency_sql::{Backend, Connection, GroupCommits, SqlRecords, Transaction};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+fn scope() -> Scope {
+    Scope {
+        tenant: "acme".to_owned(),
+        operation: "checks.create".to_owned(),
+    }
+}
+
+fn key(name: &str) -> IdempotencyKey {
+    IdempotencyKey::parse(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn fingerprint(amount: u64) -> Fingerprint {
+    Fingerprint::of_json_request("POST", "/checks", &json!({ "amount": amount }))
+}
+
+fn response(body: &Value) -> StoredResponse {
+    let json = [("content-type", "application/json")];
+    StoredResponse::new(
+        SchemaVersion::new(1),
+        201,
+        json,
+        body.to_string().into_bytes(),
+    )
+}
+
+fn commits(records: &SqlRecords) -> GroupCommits {
+    records
+        .group_commits()
+        .unwrap_or_else(|| panic!("SQLite groups its commits"))
+}
+
+/// Waits until `writers` writers wait at the gate (bounded: a writer that never comes fails
+/// the test).
+async fn until_waiting(records: &SqlRecords, writers: usize) {
+    for _ in 0..1_000 {
+        if commits(records).waiting >= writers {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "{} writers wait at the gate, not {writers}",
+        commits(records).waiting
+    );
+}
+
+async fn claim(records: &SqlRecords, name: &str, amount: u64) -> Claim {
+    records
+        .claim(&scope(), &key(name), &fingerprint(amount), b"{}")
+        .await
+        .unwrap_or_else(|e| panic!("claim {name}: {e}"))
+}
+
+async fn owned(records: &SqlRecords, name: &str, amount: u64) -> Fence {
+    match claim(records, name, amount).await {
+        Claim::Owned(claimed) => claimed.fence(),
+        other => panic!("{name} should be claimed, got {other:?}"),
+    }
+}
+
+/// Ends `name`'s record in a transaction begun over it under `fence`, if the fence holds.
+async fn end_record(records: &SqlRecords, name: &str, fence: Fence) -> Option<Completion> {
+    let (scope, key) = (scope(), key(name));
+    let owner = Owner::new(&scope, &key, fence);
+    let mut transaction = records
+        .begin(owner)
+        .await
+        .unwrap_or_else(|e| panic!("begin {name}: {e}"))?;
+    let stored = response(&json!({ "ended": name }));
+    let completion = records
+        .end(&mut transaction, owner, End::Made(&stored))
+        .await
+        .unwrap_or_else(|e| panic!("end {name}: {e}"));
+    records
+        .commit(transaction)
+        .await
+        .unwrap_or_else(|e| panic!("commit {name}: {e}"));
+    Some(completion)
+}
+
+fn ended(completion: Option<Completion>) -> String {
+    match completion {
+        None => "fenced off",
+        Some(Completion::Stored { .. }) => "stored",
+        Some(Completion::Fenced) => "fenced at its end",
+    }
+    .to_owned()
+}
+
+async fn state(records: &SqlRecords, name: &str) -> Option<(RecordState, i32)> {
+    records
+        .find_record(&scope(), &key(name))
+        .await
+        .unwrap_or_else(|e| panic!("read {name}: {e}"))
+        .map(|(record, _)| (record.state, record.attempts.0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_batch_holds_fresh_claims_a_duplicate_a_mismatch_and_a_fenced_off_record() {
+    let fresh = common::on(Backend::Sqlite).await;
+    let records = Arc::new(fresh.records.clone());
+    let ending = owned(&records, "ending", 1).await;
+    let stale = Fence {
+        generation: uuid::Uuid::new_v4(),
+        ..ending
+    };
+
+    let holder = records
+        .begin_write()
+        .await
+        .unwrap_or_else(|e| panic!("hold the gate: {e}"));
+    let before = commits(&records);
+    let mut writers = Vec::new();
+    // In this order: the duplicate and the mismatch meet the first claim of `fresh-1` in the
+    // batch, uncommitted; the fenced-off transaction sits between writers that write.
+    let queue: [(&str, u64); 7] = [
+        ("fresh-1", 1),
+        ("fresh-2", 1),
+        ("fresh-1", 1),
+        ("fenced", 0),
+        ("fresh-1", 2),
+        ("ending", 0),
+        ("fresh-3", 1),
+    ];
+    for (position, (name, amount)) in queue.into_iter().enumerate() {
+        let writer = Arc::clone(&records);
+        writers.push(tokio::spawn(async move {
+            match name {
+                "fenced" => ended(end_record(&writer, "ending", stale).await),
+                "ending" => ended(end_record(&writer, "ending", ending).await),
+                _ => match claim(&writer, name, amount).await {
+                    Claim::Owned(_) => "owned".to_owned(),
+                    Claim::InFlight { .. } => "in flight".to_owned(),
+                    other => format!("{other:?}"),
+                },
+            }
+        }));
+        until_waiting(&records, position + 1).await;
+    }
+    holder
+        .commit()
+        .await
+        .unwrap_or_else(|e| panic!("commit the holder: {e}"));
+    let mut verdicts = Vec::new();
+    for writer in writers {
+        verdicts.push(writer.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+
+    assert_eq!(
+        verdicts,
+        [
+            "owned",
+            "owned",
+            "in flight",
+            "fenced off",
+            "Mismatch",
+            "stored",
+            "owned"
+        ],
+        "the verdicts, in the order the writers queued"
+    );
+    let after = commits(&records);
+    assert_eq!(
+        (after.commits - before.commits, after.writes - before.writes),
+        (2, 7),
+        "the holder's commit, then one commit of the six writers that wrote (the fenced-off \
+         one wrote nothing)"
+    );
+    for name in ["fresh-1", "fresh-2", "fresh-3"] {
+        assert_eq!(state(&records, name).await, Some((RecordState::Pending, 1)));
+    }
+    assert_eq!(
+        state(&records, "ending").await,
+        Some((RecordState::Completed, 1)),
+        "the record ended by its owner, not touched by the fenced-off transaction"
+    );
+}
+
+/// An operation whose rows reference a parent row, checked only at the commit (a deferred
+/// foreign key): a request naming a parent that does not exist fails the commit it is in.
+/// Its effect port makes one effect per effect key, and holds every call until the test lets
+/// them go, so that their finishes queue together.
+#[derive(Debug)]
+struct Check {
+    arrived: AtomicUsize,
+    go: watch::Receiver<bool>,
+}
+
+const TABLES: [&str; 3] = [
+    "CREATE TABLE parents (id text PRIMARY KEY)",
+    "CREATE TABLE checks (effect_id text PRIMARY KEY,
+                          parent text NOT NULL REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
+    "INSERT INTO parents (id) VALUES ('present')",
+];
+
+fn internal(error: sqlx::Error) -> ProtocolError {
+    ProtocolError::Internal(error.into())
+}
+
+#[async_trait]
+impl Operation for Check {
+    type Request = String;
+    type Plan = String;
+    type Effect = String;
+    type Transaction = Transaction;
+
+    const FAMILY: &'static str = "checks.create";
+    const VERSION: SchemaVersion = SchemaVersion::new(1);
+    const EFFECT: &'static str = "check";
+    const ROUTE: (&'static str, &'static str) = ("POST", "/checks");
+
+    fn canonical_request(parent: &String) -> Value {
+        json!({ "parent": parent })
+    }
+
+    fn stored_request(&self, body: &[u8]) -> Option<String> {
+        let body: Value = serde_json::from_slice(body).ok()?;
+        Some(body["parent"].as_str()?.to_owned())
+    }
+
+    async fn prepare(
+        &self,
+        _: &mut Preparing<'_, Transaction>,
+        _: Owner<'_>,
+        parent: &String,
+    ) -> Result<Prepared<String>, ProtocolError> {
+        Ok(Prepared::Ready(parent.clone()))
+    }
+
+    async fn effect(&self, _: &String, effect_key: &str) -> Result<String, EffectError> {
+        self.arrived.fetch_add(1, Ordering::SeqCst);
+        let mut go = self.go.clone();
+        let _ = go.wait_for(|go| *go).await;
+        Ok(format!("effect-{effect_key}"))
+    }
+
+    async fn settle(&self, effect_key: &str) -> Result<Settled<String>, EffectError> {
+        Ok(Settled::Exists(format!("effect-{effect_key}")))
+    }
+
+    fn effect_id(id: &String) -> String {
+        id.clone()
+    }
+
+    fn confirms(_: &String, _: &String) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn declined(&self, code: String, _: String) -> StoredResponse {
+        response(&json!({ "declined": code }))
+    }
+
+    async fn finish(
+        &self,
+        transaction: &mut Transaction,
+        _: Owner<'_>,
+        parent: &String,
+        effect_id: String,
+    ) -> Result<StoredResponse, ProtocolError> {
+        let Connection::Sqlite(connection) = transaction.connection() else {
+            panic!("an SQLite store's transaction");
+        };
+        sqlx::query("INSERT INTO checks (effect_id, parent) VALUES ($1, $2)")
+            .bind(&effect_id)
+            .bind(parent)
+            .execute(connection)
+            .await
+            .map_err(internal)?;
+        Ok(response(&json!({ "effect_id": effect_id })))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_group_commit_is_written_again_one_writer_at_a_time() {
+    let fresh = common::on(Backend::Sqlite).await;
+    let SqlRecords::Sqlite(sqlite) = &fresh.records else {
+        panic!("an SQLite store");
+    };
+    for sql in TABLES {
+        sqlx::query(sql)
+            .execute(sqlite.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    let records = fresh.records.clone();
+    let (go, waiting_to_go) = watch::channel(false);
+    let op = Arc::new(Idempotent::new(Check {
+        arrived: AtomicUsize::new(0),
+        go: waiting_to_go,
+    }));
+    let engine = Arc::new(Engine::new(Arc::new(records.clone())));
+
+    // Four requests whose rows are good, and one whose parent does not exist.
+    let parents = ["present", "present", "absent", "present", "present"];
+    let mut requests = Vec::new();
+    for (n, parent) in parents.into_iter().enumerate() {
+        let (engine, op) = (Arc::clone(&engine), Arc::clone(&op));
+        requests.push(tokio::spawn(async move {
+            let body = json!({ "parent": parent });
+            let request = KeyedRequest::of::<Check>(
+                "acme".to_owned(),
+                key(&format!("check-{n}")),
+                parent.to_owned(),
+                &body,
+                None,
+            );
+            engine.run(&op, request).await
+        }));
+    }
+    for _ in 0..1_000 {
+        if op.arrived.load(Ordering::SeqCst) == parents.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(op.arrived.load(Ordering::SeqCst), parents.len());
+
+    // Every finish queues behind the holder, and all five go into one batch.
+    let holder = records
+        .begin_write()
+        .await
+        .unwrap_or_else(|e| panic!("hold the gate: {e}"));
+    let before = commits(&records);
+    go.send_replace(true);
+    until_waiting(&records, parents.len()).await;
+    holder
+        .commit()
+        .await
+        .unwrap_or_else(|e| panic!("commit the holder: {e}"));
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+
+    let statuses: Vec<_> = answers
+        .iter()
+        .map(|answer| match answer {
+            Ok(answer) => answer.response.status,
+            Err(ProtocolError::Store(_)) => 503,
+            Err(other) => panic!("{other}"),
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [201, 201, 503, 201, 201],
+        "only the request with the bad row fails"
+    );
+    let after = commits(&records);
+    assert_eq!(
+        after.failed - before.failed,
+        2,
+        "the batch of five failed once, and the bad row again alone"
+    );
+    let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM checks")
+        .fetch_one(sqlite.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rows, 4, "one row for each request that succeeded");
+    for (n, parent) in parents.into_iter().enumerate() {
+        let (record, _) = records
+            .find_record(&scope(), &key(&format!("check-{n}")))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("check-{n} has a record"));
+        let expected = if parent == "present" {
+            (RecordState::Completed, None)
+        } else {
+            // Left for a retry, with the effect it made: never failed, never made again.
+            (
+                RecordState::Pending,
+                Some(format!("effect-{}", record.effect_key)),
+            )
+        };
+        assert_eq!((record.state, record.effect_id.clone()), expected);
+    }
+}
