@@ -5,10 +5,11 @@
 //! commit per request makes the disk's flush the limit of every write path. So the write gate
 //! holds more than a turn: the last writer through it leaves its transaction open
 //! ([`Batch`]) for the next, each writer that joins others' work works inside a savepoint of
-//! its own (`member`), and the batch is committed once, by the first of its members to come
-//! back to the gate and find it still open. Every member then hears the same outcome. A writer never waits for others
-//! to arrive: a lone writer comes back to a free gate at once and commits its batch of one,
-//! and writers that queued while a batch was being committed form the next one.
+//! its own (`member`), and the batch is committed once, by a task its first member starts,
+//! which queues at the gate behind the writers waiting there and commits the batch once they
+//! have joined it. Every member then hears the same outcome. A writer never waits for others
+//! to arrive: a lone writer's batch is committed as soon as the gate is free, and the writers
+//! that queue while a batch is being committed form the next one.
 //!
 //! A member that fails, or is dropped, rolls back to its savepoint and hands the batch on: its
 //! rows are gone and the others' stay. A commit that fails fails every member of the batch
@@ -45,6 +46,8 @@ type Outcome = Result<(), Arc<str>>;
 /// for its commit.
 #[derive(Debug)]
 struct Batch {
+    /// Which batch of the gate's it is: its committer commits this one, no later one.
+    id: u64,
     tx: sqlx::Transaction<'static, Sqlite>,
     members: Vec<oneshot::Sender<Outcome>>,
     /// How many of the members are records' transactions.
@@ -81,6 +84,8 @@ struct Commits {
     writes: AtomicU64,
     failed: AtomicU64,
     waiting: AtomicUsize,
+    /// The id of the last batch begun.
+    begun: AtomicU64,
 }
 
 /// The gate's commits so far, and the writers waiting at it now.
@@ -206,6 +211,7 @@ impl WriteGate {
             .await
             .map_err(|_| Error::from(sqlx::Error::WorkerCrashed))??;
         Ok(Batch {
+            id: self.commits.begun.fetch_add(1, Ordering::Relaxed),
             tx,
             members: Vec::new(),
             records: 0,
@@ -236,26 +242,20 @@ impl WriteGate {
         let _ = committed.await;
     }
 
-    /// Waits for the outcome of the batch a member left its work in. If the gate comes free
-    /// first and the outcome is not in, the batch is still open and nobody else is on the
-    /// way to commit it: this member commits it.
-    async fn outcome_of(&self, mut outcome: oneshot::Receiver<Outcome>) -> Result<(), Error> {
-        let heard = tokio::select! {
-            biased;
-            heard = &mut outcome => heard.unwrap_or_else(|_| abandoned()),
-            mut gate = Arc::clone(&self.open).lock_owned() => match outcome.try_recv() {
-                Ok(heard) => heard,
-                Err(oneshot::error::TryRecvError::Empty) => {
-                    if let Some(batch) = gate.take() {
-                        self.commit(batch).await;
-                    }
-                    drop(gate);
-                    outcome.await.unwrap_or_else(|_| abandoned())
-                }
-                Err(oneshot::error::TryRecvError::Closed) => abandoned(),
-            },
-        };
-        heard.map_err(|reason| Error::BatchFailed(reason.to_string()))
+    /// Commits batch `id` once the writers queued at the gate now have joined it, unless it
+    /// was committed meanwhile (when it filled up, or before a write alone). Spawned when the
+    /// batch's first member leaves its work in it: the batch is committed even if every
+    /// member is dropped while it waits.
+    fn commit_when_joined(&self, id: u64) {
+        let writers = self.clone();
+        tokio::spawn(async move {
+            let mut gate = Arc::clone(&writers.open).lock_owned().await;
+            if gate.as_ref().is_some_and(|open| open.id == id)
+                && let Some(batch) = gate.take()
+            {
+                writers.commit(batch).await;
+            }
+        });
     }
 }
 
@@ -339,6 +339,7 @@ impl WriteTx {
         // On a task of its own, so that a caller dropped meanwhile still hands the batch on
         // (the others' work is in it) instead of rolling it back.
         let records = usize::from(self.over_record);
+        let writers = self.writers.clone();
         let left = tokio::spawn(async move {
             if !batch.members.is_empty() {
                 sqlx::query("RELEASE member")
@@ -348,6 +349,9 @@ impl WriteTx {
             let (sender, outcome) = oneshot::channel();
             batch.members.push(sender);
             batch.records += records;
+            if batch.members.len() == 1 {
+                writers.commit_when_joined(batch.id);
+            }
             *gate = Some(batch);
             Ok::<_, sqlx::Error>(outcome)
         });
@@ -356,7 +360,8 @@ impl WriteTx {
         let outcome = left
             .await
             .map_err(|_| Error::from(sqlx::Error::WorkerCrashed))??;
-        self.writers.outcome_of(outcome).await
+        let heard = outcome.await.unwrap_or_else(|_| abandoned());
+        heard.map_err(|reason| Error::BatchFailed(reason.to_string()))
     }
 }
 
