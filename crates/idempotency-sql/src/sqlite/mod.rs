@@ -84,7 +84,10 @@ impl SqliteRecords {
             .busy_timeout(settings.acquire_timeout);
         let mut pool = SqlitePoolOptions::new()
             .max_connections(settings.max_connections)
-            .acquire_timeout(settings.acquire_timeout);
+            .acquire_timeout(settings.acquire_timeout)
+            // A connection to a file cannot be cut off the way a socket can, and the driver's
+            // ping before each acquire costs a round trip to the connection's thread.
+            .test_before_acquire(false);
         if in_memory {
             // An in-memory database lives as long as one connection to it does.
             pool = pool
