@@ -400,3 +400,73 @@ async fn a_failed_group_commit_is_written_again_one_writer_at_a_time() {
         assert_eq!((record.state, record.effect_id.clone()), expected);
     }
 }
+
+/// Waits until `writes` writes are left in the open batch, waiting for its commit (bounded).
+async fn until_left(records: &SqlRecords, writes: usize) {
+    for _ in 0..1_000 {
+        if commits(records).left == writes {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "{} writes are left in the open batch, not {writes}",
+        commits(records).left
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_writers_all_went_away_is_still_committed() {
+    let fresh = common::on(Backend::Sqlite).await;
+    let SqlRecords::Sqlite(sqlite) = &fresh.records else {
+        panic!("an SQLite store");
+    };
+    let records = Arc::new(fresh.records.clone());
+    let holder = records
+        .begin_write()
+        .await
+        .unwrap_or_else(|e| panic!("hold the gate: {e}"));
+    let mut claims = Vec::new();
+    for (position, name) in ["gone-1", "gone-2"].into_iter().enumerate() {
+        let writer = Arc::clone(&records);
+        claims.push(tokio::spawn(async move { claim(&writer, name, 1).await }));
+        until_waiting(&records, position + 1).await;
+    }
+    // A writer that queues behind them and is then not polled: once they are through, the gate
+    // is kept for it, and whatever commits their batch has to wait behind it.
+    let mut stalled = Box::pin(records.begin_write());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(20), &mut stalled)
+            .await
+            .is_err(),
+        "the gate is held"
+    );
+    until_waiting(&records, 3).await;
+    holder
+        .commit()
+        .await
+        .unwrap_or_else(|e| panic!("commit the holder: {e}"));
+
+    // Both claims are in the open batch, waiting for its commit; then their clients go away.
+    until_left(&records, 2).await;
+    for claim in claims {
+        claim.abort();
+        assert!(claim.await.is_err_and(|e| e.is_cancelled()));
+    }
+    drop(stalled);
+
+    until_left(&records, 0).await;
+    for name in ["gone-1", "gone-2"] {
+        assert_eq!(
+            state(&records, name).await,
+            Some((RecordState::Pending, 1)),
+            "{name}'s claim was committed with its batch"
+        );
+    }
+    // The batch's transaction has ended: a write from outside the gate (another process's)
+    // gets the write lock.
+    sqlx::query("UPDATE idempotency_records SET updated_at = updated_at")
+        .execute(sqlite.pool())
+        .await
+        .unwrap_or_else(|e| panic!("a write outside the gate: {e}"));
+}

@@ -49,7 +49,7 @@ struct Batch {
     /// Which batch of the gate's it is: its committer commits this one, no later one.
     id: u64,
     tx: sqlx::Transaction<'static, Sqlite>,
-    members: Vec<oneshot::Sender<Outcome>>,
+    members: Vec<Left>,
     /// How many of the members are records' transactions.
     records: usize,
 }
@@ -84,6 +84,7 @@ struct Commits {
     writes: AtomicU64,
     failed: AtomicU64,
     waiting: AtomicUsize,
+    left: AtomicUsize,
     /// The id of the last batch begun.
     begun: AtomicU64,
 }
@@ -99,6 +100,40 @@ pub struct GroupCommits {
     pub failed: u64,
     /// Writers waiting to begin now.
     pub waiting: usize,
+    /// Writes left in the open batch now, waiting for its commit.
+    pub left: usize,
+}
+
+/// A member's work left in a batch: how it hears the batch's outcome, counted in
+/// [`GroupCommits::left`] until it does (or the batch is dropped).
+#[derive(Debug)]
+struct Left {
+    outcome: Option<oneshot::Sender<Outcome>>,
+    commits: Arc<Commits>,
+}
+
+impl Left {
+    fn new(commits: Arc<Commits>) -> (Self, oneshot::Receiver<Outcome>) {
+        let (sender, receiver) = oneshot::channel();
+        commits.left.fetch_add(1, Ordering::Relaxed);
+        let left = Self {
+            outcome: Some(sender),
+            commits,
+        };
+        (left, receiver)
+    }
+
+    fn tell(mut self, outcome: Outcome) {
+        if let Some(sender) = self.outcome.take() {
+            let _ = sender.send(outcome);
+        }
+    }
+}
+
+impl Drop for Left {
+    fn drop(&mut self) {
+        self.commits.left.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Commits {
@@ -155,6 +190,7 @@ impl WriteGate {
             writes: self.commits.writes.load(Ordering::Relaxed),
             failed: self.commits.failed.load(Ordering::Relaxed),
             waiting: self.commits.waiting.load(Ordering::Relaxed),
+            left: self.commits.left.load(Ordering::Relaxed),
         }
     }
 
@@ -235,7 +271,7 @@ impl WriteGate {
                 .map_err(|error| Arc::from(error.to_string()));
             writers.commits.count(outcome.is_ok(), writes as u64);
             for member in batch.members {
-                let _ = member.send(outcome.clone());
+                member.tell(outcome.clone());
             }
         });
         // A task that panicked dropped its members' senders: they hear it was abandoned.
@@ -346,8 +382,8 @@ impl WriteTx {
                     .execute(&mut *batch.tx)
                     .await?;
             }
-            let (sender, outcome) = oneshot::channel();
-            batch.members.push(sender);
+            let (left, outcome) = Left::new(Arc::clone(&writers.commits));
+            batch.members.push(left);
             batch.records += records;
             if batch.members.len() == 1 {
                 writers.commit_when_joined(batch.id);
