@@ -360,6 +360,24 @@ impl SqlRecords {
     }
 }
 
+impl SqlRecords {
+    /// Begins the transaction over `owner`'s record: on SQLite shared with concurrent
+    /// writers' or alone, as `sharing` says; on PostgreSQL always its own.
+    async fn begin_sharing(
+        &self,
+        owner: Owner<'_>,
+        sharing: Sharing,
+    ) -> Result<Option<Transaction>, StoreFailure> {
+        Ok(match self {
+            Self::Postgres(records) => records.begin(owner).await?.map(Transaction::Postgres),
+            Self::Sqlite(records) => records
+                .begin(owner, sharing)
+                .await?
+                .map(Transaction::Sqlite),
+        })
+    }
+}
+
 /// What a reconciler finds of the pending record an effect key belongs to.
 #[derive(Debug, Clone)]
 pub enum PendingEffect {
@@ -430,23 +448,11 @@ impl RecordStore for SqlRecords {
     }
 
     async fn begin(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
-        Ok(match self {
-            Self::Postgres(records) => records.begin(owner).await?.map(Transaction::Postgres),
-            Self::Sqlite(records) => records
-                .begin(owner, Sharing::Batched)
-                .await?
-                .map(Transaction::Sqlite),
-        })
+        self.begin_sharing(owner, Sharing::Shared).await
     }
 
     async fn begin_alone(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
-        Ok(match self {
-            Self::Postgres(records) => records.begin(owner).await?.map(Transaction::Postgres),
-            Self::Sqlite(records) => records
-                .begin(owner, Sharing::Alone)
-                .await?
-                .map(Transaction::Sqlite),
-        })
+        self.begin_sharing(owner, Sharing::Alone).await
     }
 
     async fn end(

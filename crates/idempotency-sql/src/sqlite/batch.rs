@@ -34,7 +34,7 @@ const MAX_MEMBERS: usize = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sharing {
     /// In the open batch, under a savepoint of its own.
-    Batched,
+    Shared,
     /// A transaction of its own, committed on its own.
     Alone,
 }
@@ -205,16 +205,14 @@ impl WriteGate {
     }
 
     /// Begins a write transaction that holds the write lock from its first statement on:
-    /// `Batched`, in the open batch (or a new one) under its own savepoint; `Alone`, after
+    /// `Shared`, in the open batch (or a new one) under its own savepoint; `Alone`, after
     /// the open batch is committed, in a transaction of its own.
     pub(crate) async fn begin(&self, sharing: Sharing) -> Result<WriteTx, Error> {
         let waiting = Waiting::new(&self.commits.waiting);
         let mut gate = Arc::clone(&self.open).lock_owned().await;
         drop(waiting);
         let batch = match gate.take() {
-            Some(batch) if sharing == Sharing::Batched && batch.members.len() < MAX_MEMBERS => {
-                batch
-            }
+            Some(batch) if sharing == Sharing::Shared && batch.members.len() < MAX_MEMBERS => batch,
             open => {
                 if let Some(batch) = open {
                     self.commit(batch).await;
@@ -343,7 +341,7 @@ impl std::ops::DerefMut for WriteTx {
 impl WriteTx {
     /// Whether this writer works in a batch that holds others' work (under a savepoint).
     fn joins_others(&self) -> bool {
-        self.sharing == Sharing::Batched
+        self.sharing == Sharing::Shared
             && self
                 .held
                 .as_ref()

@@ -150,7 +150,7 @@ impl SqliteRecords {
     /// held from the first statement, so no other claim can interleave. The claim shares its
     /// commit with concurrent writers', and is made again alone if that commit fails.
     pub(crate) async fn claim_exclusive(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
-        match self.claim_in(claim, Sharing::Batched).await {
+        match self.claim_in(claim, Sharing::Shared).await {
             Err(Error::BatchFailed(_)) => self.claim_in(claim, Sharing::Alone).await,
             claimed => claimed,
         }
@@ -226,7 +226,7 @@ impl SqliteRecords {
         Ok(Finish::from_rows(done.rows_affected()))
     }
 
-    /// Begins the transaction a record ends in, shared with concurrent writers' (`Batched`)
+    /// Begins the transaction a record ends in, shared with concurrent writers' (`Shared`)
     /// or `Alone`, once the record is locked by its owner.
     pub(crate) async fn begin(
         &self,

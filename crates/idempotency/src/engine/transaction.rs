@@ -36,9 +36,18 @@ impl Sharing {
     }
 }
 
-/// Whether `result` is a shared commit's failure, to be tried again alone.
-fn batch_failed<V>(result: &Result<V, ProtocolError>) -> bool {
-    matches!(result, Err(ProtocolError::Store(failure)) if failure.is_batch_failed())
+/// Runs `attempt` shared and, if the shared commit failed (having written nothing), once more
+/// alone.
+async fn shared_then_alone<V, F>(attempt: impl Fn(Sharing) -> F) -> Result<V, ProtocolError>
+where
+    F: Future<Output = Result<V, ProtocolError>>,
+{
+    match attempt(Sharing::Shared).await {
+        Err(ProtocolError::Store(failure)) if failure.is_batch_failed() => {
+            attempt(Sharing::Alone).await
+        }
+        done => done,
+    }
 }
 
 /// What a transaction that ends a record came to.
@@ -63,11 +72,7 @@ impl<T: Send + 'static> Engine<T> {
         owner: Owner<'_>,
         request: &O::Request,
     ) -> Result<Prepared<O::Plan>, ProtocolError> {
-        let prepared = self.prepare_once(op, owner, request, Sharing::Shared).await;
-        if batch_failed(&prepared) {
-            return self.prepare_once(op, owner, request, Sharing::Alone).await;
-        }
-        prepared
+        shared_then_alone(|sharing| self.prepare_once(op, owner, request, sharing)).await
     }
 
     async fn prepare_once<O: Operation<Transaction = T>>(
@@ -94,13 +99,8 @@ impl<T: Send + 'static> Engine<T> {
         plan: &O::Plan,
         effect_id: String,
     ) -> Result<Ended, ProtocolError> {
-        let ended = (self.finish_once(op, owner, plan, effect_id.clone(), Sharing::Shared)).await;
-        if batch_failed(&ended) {
-            return self
-                .finish_once(op, owner, plan, effect_id, Sharing::Alone)
-                .await;
-        }
-        ended
+        shared_then_alone(|sharing| self.finish_once(op, owner, plan, effect_id.clone(), sharing))
+            .await
     }
 
     async fn finish_once<O: Operation<Transaction = T>>(
@@ -138,11 +138,7 @@ impl<T: Send + 'static> Engine<T> {
         owner: Owner<'_>,
         end: Unmade<'_>,
     ) -> Result<Completion, ProtocolError> {
-        let completion = self.end_unmade_once(op, owner, end, Sharing::Shared).await;
-        if batch_failed(&completion) {
-            return self.end_unmade_once(op, owner, end, Sharing::Alone).await;
-        }
-        completion
+        shared_then_alone(|sharing| self.end_unmade_once(op, owner, end, sharing)).await
     }
 
     async fn end_unmade_once<O: Operation<Transaction = T>>(
