@@ -31,7 +31,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says how long the one before it took, and the run's end says how long each took:
+# where a run's time goes, in its own log.
+STEP_NAME="" STEP_STARTED=$SECONDS STEP_TIMES=""
+step() {
+    end_step
+    STEP_NAME="$*" STEP_STARTED=$SECONDS
+    printf '\n==> %s\n' "$*"
+}
+end_step() {
+    [ -n "$STEP_NAME" ] || return 0
+    local took=$((SECONDS - STEP_STARTED))
+    printf '(%s: %d s)\n' "$STEP_NAME" "$took"
+    STEP_TIMES+="$(printf '%6d s  %s' "$took" "$STEP_NAME")"$'\n'
+    STEP_NAME=""
+}
 fail() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
 
 # host:port out of a URL, for a dependency-free reachability check.
@@ -50,6 +64,8 @@ as_postgres() {
 }
 stop_private() {
     local status=$?
+    end_step
+    [ -n "$STEP_TIMES" ] && printf '\n==> Time per step (%d s in all)\n%s' "$SECONDS" "$STEP_TIMES"
     [ -n "$BASE_IMAGES_PID" ] && { kill "$BASE_IMAGES_PID" 2>/dev/null || true; }
     [ -n "$PRIVATE_REDIS_PID" ] && { kill "$PRIVATE_REDIS_PID" 2>/dev/null || true; }
     if [ -n "$PRIVATE_PG" ]; then
