@@ -51,6 +51,10 @@ pub(crate) fn fails(_step: Failure) -> bool {
 #[inline(always)]
 pub(crate) fn in_group_commit(_commit: GroupCommit) {}
 
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn after_group_commit_of_claims(_commit: GroupCommit) {}
+
 /// `PAYMENTS_CRASH_AT=in_group_commit` aborts just before a group commit on SQLite that holds
 /// at least two records' transactions: their operations' rows and their records' ends are
 /// written, and none is committed.
@@ -61,6 +65,23 @@ pub(crate) fn in_group_commit(commit: GroupCommit) {
     {
         eprintln!(
             "failpoint: aborting in a group commit of {} writes",
+            commit.writes
+        );
+        std::process::abort();
+    }
+}
+
+/// `PAYMENTS_CRASH_AT=after_group_commit_of_claims` aborts once a group commit of at least two
+/// fresh claims and nothing else is made (on PostgreSQL, one statement of claims), before any
+/// of them hears it: their records are pending, and no effect was asked for.
+#[cfg(feature = "failpoints")]
+pub(crate) fn after_group_commit_of_claims(commit: GroupCommit) {
+    if commit.records == 0
+        && commit.writes >= 2
+        && std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == "after_group_commit_of_claims")
+    {
+        eprintln!(
+            "failpoint: aborting after a group commit of {} claims",
             commit.writes
         );
         std::process::abort();

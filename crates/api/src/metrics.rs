@@ -38,8 +38,9 @@ pub(crate) fn install() -> Option<PrometheusHandle> {
         .ok()
 }
 
-/// The record store's commits on SQLite: their sizes as `database_commit_writes`, and the
-/// crash tests' failpoint inside a group commit.
+/// The record store's group commits (every write's on SQLite, fresh claims' on PostgreSQL):
+/// their sizes as `database_commit_writes`, and the crash tests' failpoints inside and after
+/// one.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct CommitMetrics;
 
@@ -47,6 +48,10 @@ impl CommitObserver for CommitMetrics {
     fn committing(&self, commit: GroupCommit) {
         histogram!("database_commit_writes").record(commit.writes as f64);
         failpoint::in_group_commit(commit);
+    }
+
+    fn committed(&self, commit: GroupCommit) {
+        failpoint::after_group_commit_of_claims(commit);
     }
 }
 

@@ -250,20 +250,21 @@ impl SqlRecords {
         }
     }
 
-    /// Shows every later commit of this process's writes to `observer` (on SQLite; on
-    /// PostgreSQL every request commits on its own, and there is nothing to show).
+    /// Shows every later group commit of this process's writes to `observer`, just before it
+    /// is made: on SQLite every write's, on PostgreSQL the statements of fresh claims.
     pub fn observe_commits(&self, observer: std::sync::Arc<dyn CommitObserver>) {
-        if let Self::Sqlite(records) = self {
-            records.observe_commits(observer);
+        match self {
+            Self::Postgres(records) => records.observe_commits(observer),
+            Self::Sqlite(records) => records.observe_commits(observer),
         }
     }
 
-    /// The group commits of this process's writes so far; `None` on PostgreSQL, where every
-    /// request commits on its own.
-    pub fn group_commits(&self) -> Option<GroupCommits> {
+    /// The group commits of this process's writes so far: on SQLite every write's, on
+    /// PostgreSQL the statements of fresh claims.
+    pub fn group_commits(&self) -> GroupCommits {
         match self {
-            Self::Postgres(_) => None,
-            Self::Sqlite(records) => Some(records.group_commits()),
+            Self::Postgres(records) => records.group_commits(),
+            Self::Sqlite(records) => records.group_commits(),
         }
     }
 

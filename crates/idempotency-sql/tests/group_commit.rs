@@ -1,10 +1,15 @@
-//! The group commit on SQLite: the claims and the records' transactions of concurrent writers
-//! share one transaction and one commit, and each still gets its own verdict.
+//! Group commits: concurrent writers share one commit, and each still gets its own verdict.
 //!
-//! Each test stages one batch exactly. The test holds the write gate with a write of its own
-//! while the writers queue behind it (it waits until the gate counts them all waiting), then
-//! commits: the gate lets them in one at a time, in the order they queued, and each leaves its
-//! work in the batch the first of them began, which the first to come back commits.
+//! On SQLite the claims and the records' transactions of concurrent writers share one
+//! transaction. Each test stages one batch exactly: the test holds the write gate with a write
+//! of its own while the writers queue behind it (it waits until the gate counts them all
+//! waiting), then commits: the gate lets them in one at a time, in the order they queued, and
+//! each leaves its work in the batch the first of them began.
+//!
+//! On PostgreSQL the inserts of concurrent fresh claims share one statement. A transaction of
+//! the test's holds an uncommitted row under the key `holder`, and a claim of that key waits on
+//! it inside the first statement; the claims queued meanwhile (the test waits until the store
+//! counts them all waiting) are the next statement's, in the order they queued.
 
 mod common;
 
@@ -22,6 +27,7 @@ use payments_idempotency::{
 };
 use payments_idempotency_sql::{Backend, Connection, GroupCommits, SqlRecords, Transaction};
 use serde_json::{Value, json};
+use sqlx::{Connection as _, PgConnection};
 use tokio::sync::watch;
 
 fn scope() -> Scope {
@@ -50,13 +56,11 @@ fn response(body: &Value) -> StoredResponse {
 }
 
 fn commits(records: &SqlRecords) -> GroupCommits {
-    records
-        .group_commits()
-        .unwrap_or_else(|| panic!("SQLite groups its commits"))
+    records.group_commits()
 }
 
-/// Waits until `writers` writers wait at the gate (bounded: a writer that never comes fails
-/// the test).
+/// Waits until `writers` writers wait at the gate, or fresh claims for a statement (bounded: a
+/// writer that never comes fails the test).
 async fn until_waiting(records: &SqlRecords, writers: usize) {
     for _ in 0..1_000 {
         if commits(records).waiting >= writers {
@@ -469,4 +473,174 @@ async fn a_batch_whose_writers_all_went_away_is_still_committed() {
         .execute(sqlite.pool())
         .await
         .unwrap_or_else(|e| panic!("a write outside the gate: {e}"));
+}
+
+/// A claim's verdict, in words.
+async fn claim_verdict(records: &SqlRecords, name: &str, amount: u64) -> String {
+    match records
+        .claim(&scope(), &key(name), &fingerprint(amount), b"{}")
+        .await
+    {
+        Ok(Claim::Owned(_)) => "owned".to_owned(),
+        Ok(Claim::InFlight { .. }) => "in flight".to_owned(),
+        Ok(other) => format!("{other:?}"),
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+/// A connection of the test's own to the records' database.
+async fn connection(records: &SqlRecords) -> PgConnection {
+    let SqlRecords::Postgres(records) = records else {
+        panic!("PostgreSQL's records");
+    };
+    let options = records.pool().connect_options();
+    PgConnection::connect_with(&options)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"))
+}
+
+/// Runs `queue`'s claims in one statement, behind the holder's, and returns their verdicts in
+/// the order they queued, with the store's statements before the holder's and after all.
+async fn in_one_statement(
+    records: &Arc<SqlRecords>,
+    queue: &[(&'static str, u64)],
+) -> (Vec<String>, GroupCommits, GroupCommits) {
+    let mut holder = connection(records).await;
+    sqlx::query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .unwrap_or_else(|e| panic!("begin: {e}"));
+    sqlx::query(
+        "INSERT INTO idempotency_records
+             (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
+              locked_until, attempts, resource_id, processor_key, expires_at)
+         VALUES ('acme', 'checks.create', 'holder', sha256('holder'), 'pending', 'started',
+                 now(), 1, gen_random_uuid(), 'effect_holder', now())",
+    )
+    .execute(&mut holder)
+    .await
+    .unwrap_or_else(|e| panic!("hold the key: {e}"));
+    let before = records.group_commits();
+    let behind_holder = {
+        let records = Arc::clone(records);
+        tokio::spawn(async move { claim_verdict(&records, "holder", 1).await })
+    };
+    until_a_statement_waits_on_the_holder(&mut connection(records).await).await;
+    let mut claims = Vec::new();
+    for (position, &(name, amount)) in queue.iter().enumerate() {
+        let queued = Arc::clone(records);
+        claims.push(tokio::spawn(async move {
+            claim_verdict(&queued, name, amount).await
+        }));
+        until_waiting(records, position + 1).await;
+    }
+    sqlx::query("ROLLBACK")
+        .execute(&mut holder)
+        .await
+        .unwrap_or_else(|e| panic!("let the key go: {e}"));
+    assert_eq!(
+        behind_holder.await.unwrap_or_else(|e| panic!("{e}")),
+        "owned",
+        "the claim the holder held back, once the holder's row is gone"
+    );
+    let mut verdicts = Vec::new();
+    for claim in claims {
+        verdicts.push(claim.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    (verdicts, before, records.group_commits())
+}
+
+/// Waits until a statement of the store waits for the holder's row lock (bounded). Asked on a
+/// connection outside the holder's transaction, which would see one snapshot of the activity.
+async fn until_a_statement_waits_on_the_holder(watcher: &mut PgConnection) {
+    for _ in 0..1_000 {
+        let (waiting,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *watcher)
+        .await
+        .unwrap_or_else(|e| panic!("pg_stat_activity: {e}"));
+        if waiting == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("no statement waits on the holder's row");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_statement_holds_fresh_claims_a_duplicate_and_a_mismatch() {
+    let fresh = common::on(Backend::Postgres).await;
+    let records = Arc::new(fresh.records.clone());
+
+    // The duplicate and the mismatch meet the first claim of `fresh-1` in the same statement.
+    let (verdicts, before, after) = in_one_statement(
+        &records,
+        &[
+            ("fresh-1", 1),
+            ("fresh-2", 1),
+            ("fresh-1", 1),
+            ("fresh-1", 2),
+            ("fresh-3", 1),
+        ],
+    )
+    .await;
+
+    assert_eq!(
+        verdicts,
+        ["owned", "owned", "in flight", "Mismatch", "owned"],
+        "the verdicts, in the order the claims queued"
+    );
+    assert_eq!(
+        (after.commits - before.commits, after.writes - before.writes),
+        (2, 6),
+        "the holder's statement, then one statement of the five claims"
+    );
+    for name in ["holder", "fresh-1", "fresh-2", "fresh-3"] {
+        assert_eq!(
+            state(&records, name).await,
+            Some((RecordState::Pending, 1)),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_statement_is_written_again_claim_by_claim() {
+    let fresh = common::on(Backend::Postgres).await;
+    let records = Arc::new(fresh.records.clone());
+    // A row the database refuses: one claim's key breaks a constraint of the test's.
+    sqlx::query(
+        "ALTER TABLE idempotency_records
+         ADD CONSTRAINT no_refused_key CHECK (idempotency_key <> 'refused')",
+    )
+    .execute(&mut connection(&records).await)
+    .await
+    .unwrap_or_else(|e| panic!("add the constraint: {e}"));
+
+    let (verdicts, before, after) =
+        in_one_statement(&records, &[("good-1", 1), ("refused", 1), ("good-2", 1)]).await;
+
+    assert_eq!(verdicts[0], "owned");
+    assert!(
+        verdicts[1].starts_with("error: "),
+        "the refused claim fails alone: {}",
+        verdicts[1]
+    );
+    assert_eq!(verdicts[2], "owned");
+    assert_eq!(
+        (after.commits - before.commits, after.failed - before.failed),
+        (1, 1),
+        "the holder's statement, then the three claims' statement, refused"
+    );
+    assert_eq!(
+        state(&records, "good-1").await,
+        Some((RecordState::Pending, 1))
+    );
+    assert_eq!(state(&records, "refused").await, None);
+    assert_eq!(
+        state(&records, "good-2").await,
+        Some((RecordState::Pending, 1))
+    );
 }

@@ -86,9 +86,7 @@ pub(crate) fn spawn(
             shutdown.clone(),
             move || {
                 metrics.run_upkeep();
-                if let Some(commits) = records.group_commits() {
-                    crate::metrics::record_group_commits(commits);
-                }
+                crate::metrics::record_group_commits(records.group_commits());
                 std::future::ready(())
             },
         )));

@@ -477,13 +477,28 @@ async fn a_failed_finish_lets_go_of_the_key_so_a_retry_at_once_completes_it(back
 /// resumed from their effect keys, never charged again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_inside_a_group_commit_loses_no_charge_and_doubles_none() {
+    kill_in_a_group_commit(Backend::Sqlite, "in_group_commit").await;
+}
+
+/// The service is aborted on PostgreSQL once one statement has claimed at least two fresh keys
+/// together, before any of their requests hears it: their records are pending, locked, and
+/// nothing was charged. Restarted, every request, retried under its key, ends with exactly one
+/// charge, ledger transaction and event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_after_a_statement_of_claims_loses_no_charge_and_doubles_none() {
+    kill_in_a_group_commit(Backend::Postgres, "after_group_commit_of_claims").await;
+}
+
+/// Rounds of concurrent charges until `failpoint` aborts the service, then every key retried
+/// after a restart: what was answered is committed, and each key has exactly one effect.
+async fn kill_in_a_group_commit(backend: Backend, failpoint: &str) {
     const ROUNDS: usize = 20;
     const CONCURRENT: usize = 8;
     let card_sim = CardSim::start().await;
-    let db = TestDatabase::create(Backend::Sqlite).await;
+    let db = TestDatabase::create(backend).await;
     let settings = settings(&card_sim);
     let body = visa(4321);
-    let crash = [("PAYMENTS_CRASH_AT", "in_group_commit")];
+    let crash = [("PAYMENTS_CRASH_AT", failpoint)];
     let mut crashing = start(&db, &settings, &crash).await;
 
     let mut sent = Vec::new();

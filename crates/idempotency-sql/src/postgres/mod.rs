@@ -12,6 +12,7 @@
 //! demoted, or got no answer, makes every connection opened before it suspect, and each is
 //! closed as it comes back to the pool.
 
+mod claims;
 mod pool;
 mod statements;
 
@@ -26,6 +27,7 @@ use payments_idempotency::{
 };
 use sqlx::{PgConnection, PgPool, Postgres};
 
+use claims::ClaimQueue;
 use pool::ANSWER_MARGIN;
 pub use pool::{answer_bound, answered, connect_lazy, distrust_open_connections};
 use statements::*;
@@ -41,6 +43,8 @@ use crate::{NewClaim, PendingEffect, PoolSettings};
 pub struct PgRecords {
     pool: PgPool,
     policy: IdempotencyPolicy,
+    /// The fresh claims of this process, written many to a statement (`claims.rs`).
+    claims: ClaimQueue,
     /// How long a `BEGIN` may take: a connection from the pool, then the statement's answer.
     begin_bound: Duration,
 }
@@ -49,6 +53,7 @@ impl PgRecords {
     /// The records of the database `pool` connects to, which [`connect_lazy`] made.
     pub fn new(pool: PgPool, settings: &PoolSettings, policy: IdempotencyPolicy) -> Self {
         Self {
+            claims: ClaimQueue::new(pool.clone(), policy),
             pool,
             policy,
             begin_bound: settings.acquire_timeout + settings.statement_timeout + ANSWER_MARGIN,
@@ -61,6 +66,16 @@ impl PgRecords {
 
     pub fn policy(&self) -> IdempotencyPolicy {
         self.policy
+    }
+
+    /// Shows every later statement of fresh claims to `observer`, just before it is sent.
+    pub fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) {
+        self.claims.observe(observer);
+    }
+
+    /// The statements of fresh claims so far, and the claims waiting for one now.
+    pub fn group_commits(&self) -> crate::GroupCommits {
+        self.claims.group_commits()
     }
 
     pub(crate) async fn find_record(
@@ -79,11 +94,9 @@ impl PgRecords {
     /// the failed insert and the locking read, and then the insert is tried once more.
     pub(crate) async fn claim_exclusive(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
         for _ in 0..2 {
-            let mut connection = self.pool.acquire().await?;
-            if let Some(claimed) = self.insert_pending(&mut connection, &claim).await? {
+            if let Some(claimed) = self.insert_pending(&claim).await? {
                 return Ok(Claim::Owned(claimed));
             }
-            drop(connection);
             let mut tx = self.begin_transaction().await?;
             let Some(found) = read(&mut tx, READ_LOCKED, claim.scope, claim.key).await? else {
                 continue;
@@ -123,17 +136,35 @@ impl PgRecords {
         )))
     }
 
+    /// Inserts the claim's pending record, in a statement shared with this process's
+    /// concurrent claims; `None`: the key exists.
     async fn insert_pending(
         &self,
-        connection: &mut PgConnection,
         claim: &NewClaim<'_>,
     ) -> Result<Option<payments_idempotency::engine::Claimed>, Error> {
         let new = Generation::new();
+        let attempts = match self.claims.insert(claim, new.id, &new.effect_key).await {
+            claims::Verdict::Inserted(attempts) => Some(attempts),
+            claims::Verdict::Exists => None,
+            claims::Verdict::Failed(error) => return Err(error),
+            claims::Verdict::Alone => self.insert_pending_alone(claim, &new).await?,
+        };
+        Ok(attempts.map(|attempts| new.claimed(attempts)))
+    }
+
+    /// The claim's insert in a statement of its own, after its shared statement failed.
+    async fn insert_pending_alone(
+        &self,
+        claim: &NewClaim<'_>,
+        new: &Generation,
+    ) -> Result<Option<i32>, Error> {
+        let mut connection = self.pool.acquire().await?;
         let inserted: Option<(i32,)> = answered(
-            new_generation(INSERT_PENDING, *claim, self.policy, &new).fetch_optional(connection),
+            new_generation(INSERT_PENDING, *claim, self.policy, new)
+                .fetch_optional(&mut *connection),
         )
         .await?;
-        Ok(inserted.map(|(attempts,)| new.claimed(attempts)))
+        Ok(inserted.map(|(attempts,)| attempts))
     }
 
     pub(crate) async fn record_effect(

@@ -14,6 +14,28 @@ VALUES ($1, $2, $3, $4, $5, 'pending', 'started', now() + make_interval(secs => 
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING attempts";
 
+/// `INSERT_PENDING` for many claims in one statement and one commit, their columns as the
+/// arrays `$3` to `$10` (the lock timeout `$1` and the retention `$2` are the store's, the same
+/// for all). Returns the generation (`resource_id`) and attempt number of each claim whose key
+/// was inserted; a key that exists, or that an earlier claim of the same statement inserted,
+/// returns nothing. PostgreSQL's only: on SQLite, concurrent claims share a transaction
+/// instead (`sqlite/batch.rs`).
+pub(super) const INSERT_PENDING_MANY: &str = "
+INSERT INTO idempotency_records
+    (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
+     locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at,
+     request_body)
+SELECT claim.tenant_id, claim.operation, claim.idempotency_key, claim.fingerprint,
+       claim.request_version, 'pending', 'started', now() + make_interval(secs => $1), 1,
+       claim.resource_id, claim.processor_key, now(), now() + make_interval(secs => $2), now(),
+       claim.request_body
+FROM UNNEST($3::text[], $4::text[], $5::text[], $6::bytea[], $7::bigint[], $8::uuid[],
+            $9::text[], $10::bytea[])
+    AS claim(tenant_id, operation, idempotency_key, fingerprint, request_version, resource_id,
+             processor_key, request_body)
+ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+RETURNING resource_id, attempts";
+
 /// A record and the database's clock, without a lock.
 pub(super) const READ: &str = "
 SELECT r.*, now() AS db_now FROM idempotency_records r

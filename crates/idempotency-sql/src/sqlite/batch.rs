@@ -62,9 +62,12 @@ pub struct GroupCommit {
     pub records: usize,
 }
 
-/// Sees every commit of the gate just before it is made (its size, for metrics).
+/// Sees every group commit just before it is made (its size, for metrics), and once it is
+/// made, before any of its writers hears of it.
 pub trait CommitObserver: Send + Sync + std::fmt::Debug {
     fn committing(&self, commit: GroupCommit);
+
+    fn committed(&self, _commit: GroupCommit) {}
 }
 
 /// The gate every writer of this process goes through, and the batch the last one left open.
@@ -184,6 +187,12 @@ impl WriteGate {
         }
     }
 
+    fn committed(&self, commit: GroupCommit) {
+        if let Some(observer) = self.observer.get() {
+            observer.committed(commit);
+        }
+    }
+
     pub(crate) fn group_commits(&self) -> GroupCommits {
         GroupCommits {
             commits: self.commits.commits.load(Ordering::Relaxed),
@@ -258,16 +267,20 @@ impl WriteGate {
         let writers = self.clone();
         let committed = tokio::spawn(async move {
             let writes = batch.members.len();
-            writers.committing(GroupCommit {
+            let commit = GroupCommit {
                 writes,
                 records: batch.records,
-            });
+            };
+            writers.committing(commit);
             let outcome: Outcome = batch
                 .tx
                 .commit()
                 .await
                 .map_err(|error| Arc::from(error.to_string()));
             writers.commits.count(outcome.is_ok(), writes as u64);
+            if outcome.is_ok() {
+                writers.committed(commit);
+            }
             for member in batch.members {
                 member.tell(outcome.clone());
             }
@@ -362,13 +375,19 @@ impl WriteTx {
             mut gate,
         } = self.held.take().expect("held until it ends");
         if self.sharing == Sharing::Alone {
-            self.writers.committing(GroupCommit {
+            let commit = GroupCommit {
                 writes: 1,
                 records: usize::from(self.over_record),
-            });
-            let committed = batch.tx.commit().await;
-            self.writers.commits.count(committed.is_ok(), 1);
-            return Ok(committed?);
+            };
+            self.writers.committing(commit);
+            batch
+                .tx
+                .commit()
+                .await
+                .inspect_err(|_| self.writers.commits.count(false, 1))?;
+            self.writers.commits.count(true, 1);
+            self.writers.committed(commit);
+            return Ok(());
         }
         // On a task of its own, so that a caller dropped meanwhile still hands the batch on
         // (the others' work is in it) instead of rolling it back.

@@ -1,0 +1,293 @@
+//! Group commit of fresh claims on PostgreSQL: the inserts of a process's concurrent claims go
+//! to the database as one statement, `INSERT_PENDING_MANY`, and one commit.
+//!
+//! A claim joins the queue; if no statement of the queue is being written, it starts a task
+//! that writes the queue, up to [`MAX_CLAIMS`] claims a statement, until the queue is empty.
+//! The claims that arrive while a statement is on its way are the next statement's. Nobody
+//! waits for others to arrive: a lone claim is written at once.
+//!
+//! Each claim hears its own verdict: its key inserted (it owns the record), or not (the key
+//! exists, or another claim of the statement inserted it first: it is judged under the lock
+//! as before). A statement the database refused is written again claim by claim, so that one
+//! bad row fails only its own request. The task writes whether or not the requests still wait:
+//! a request that went away leaves its record pending, as a dropped lone insert would.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use super::pool::answered;
+use super::statements::INSERT_PENDING_MANY;
+use crate::NewClaim;
+use crate::error::Error;
+use crate::row::request_version;
+use crate::sqlite::{CommitObserver, GroupCommit, GroupCommits};
+use payments_idempotency::IdempotencyPolicy;
+
+/// The most claims one statement writes.
+pub(crate) const MAX_CLAIMS: usize = 64;
+
+/// The claims of this process waiting to be written, and the statements written so far.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimQueue {
+    pool: PgPool,
+    policy: IdempotencyPolicy,
+    queue: Arc<Mutex<Queue>>,
+    statements: Arc<Statements>,
+    observer: Arc<OnceLock<Arc<dyn CommitObserver>>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    claims: Vec<Queued>,
+    /// Whether a task is writing the queue: the claims queued now are its next statement's.
+    writing: bool,
+}
+
+/// A claim's row, owned, and how its request hears the verdict.
+#[derive(Debug)]
+struct Queued {
+    tenant: String,
+    operation: String,
+    key: String,
+    fingerprint: Vec<u8>,
+    request_version: i64,
+    generation: Uuid,
+    effect_key: String,
+    request_body: Vec<u8>,
+    verdict: oneshot::Sender<Verdict>,
+}
+
+/// What a claim's request hears from its statement.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// The key was inserted with this attempt number: the claim owns the record.
+    Inserted(i32),
+    /// The key exists (or another claim of the statement inserted it first).
+    Exists,
+    /// The database refused the statement for a row of some claim: write this claim alone.
+    Alone,
+    /// The database could not be reached or did not answer (or, for a statement of one
+    /// claim, refused it): the claim fails with this error.
+    Failed(Error),
+}
+
+#[derive(Debug, Default)]
+struct Statements {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    failed: AtomicU64,
+    waiting: AtomicUsize,
+}
+
+impl ClaimQueue {
+    pub(crate) fn new(pool: PgPool, policy: IdempotencyPolicy) -> Self {
+        Self {
+            pool,
+            policy,
+            queue: Arc::default(),
+            statements: Arc::default(),
+            observer: Arc::default(),
+        }
+    }
+
+    /// Shows every later statement to `observer`, just before it is sent and once it is
+    /// committed; the first observer set stays.
+    pub(crate) fn observe(&self, observer: Arc<dyn CommitObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    pub(crate) fn group_commits(&self) -> GroupCommits {
+        GroupCommits {
+            commits: self.statements.commits.load(Ordering::Relaxed),
+            writes: self.statements.writes.load(Ordering::Relaxed),
+            failed: self.statements.failed.load(Ordering::Relaxed),
+            waiting: self.statements.waiting.load(Ordering::Relaxed),
+            left: 0,
+        }
+    }
+
+    /// Queues the insert of `claim`'s record in generation `generation` (with its effect key)
+    /// and waits for its statement's verdict.
+    pub(crate) async fn insert(
+        &self,
+        claim: &NewClaim<'_>,
+        generation: Uuid,
+        effect_key: &str,
+    ) -> Verdict {
+        let (verdict, heard) = oneshot::channel();
+        let queued = Queued {
+            tenant: claim.scope.tenant.as_str().to_owned(),
+            operation: claim.scope.operation.as_str().to_owned(),
+            key: claim.key.as_str().to_owned(),
+            fingerprint: claim.fingerprint.as_bytes().to_vec(),
+            request_version: request_version(claim.fingerprint),
+            generation,
+            effect_key: effect_key.to_owned(),
+            request_body: claim.request_body.to_vec(),
+            verdict,
+        };
+        let start = {
+            let mut queue = lock(&self.queue);
+            queue.claims.push(queued);
+            self.statements.waiting.fetch_add(1, Ordering::Relaxed);
+            !std::mem::replace(&mut queue.writing, true)
+        };
+        if start {
+            let writer = Writer {
+                queue: self.clone(),
+                emptied: false,
+            };
+            tokio::spawn(writer.write_all());
+        }
+        // The writer gone without a word (its task panicked, or the runtime is shutting
+        // down): the claim is written alone.
+        heard.await.unwrap_or(Verdict::Alone)
+    }
+
+    fn take(&self) -> Vec<Queued> {
+        let mut queue = lock(&self.queue);
+        let take = queue.claims.len().min(MAX_CLAIMS);
+        let claims: Vec<Queued> = queue.claims.drain(..take).collect();
+        if claims.is_empty() {
+            queue.writing = false;
+        }
+        self.statements
+            .waiting
+            .fetch_sub(claims.len(), Ordering::Relaxed);
+        claims
+    }
+
+    /// Writes one statement of `claims` and tells each its verdict.
+    async fn write(&self, claims: Vec<Queued>) {
+        let commit = GroupCommit {
+            writes: claims.len(),
+            records: 0,
+        };
+        let observer = self.observer.get();
+        if let Some(observer) = observer {
+            observer.committing(commit);
+        }
+        let mut connection = match self.pool.acquire().await {
+            Ok(connection) => connection,
+            Err(error) => {
+                self.statements.failed.fetch_add(1, Ordering::Relaxed);
+                return tell_failure(claims, Error::from(error));
+            }
+        };
+        let inserted: Result<Vec<(Uuid, i32)>, sqlx::Error> = answered(
+            sqlx::query_as(INSERT_PENDING_MANY)
+                .bind(self.policy.lock_timeout.as_secs_f64())
+                .bind(self.policy.ttl.as_secs_f64())
+                .bind(column(&claims, |c| c.tenant.as_str()))
+                .bind(column(&claims, |c| c.operation.as_str()))
+                .bind(column(&claims, |c| c.key.as_str()))
+                .bind(column(&claims, |c| c.fingerprint.as_slice()))
+                .bind(column(&claims, |c| &c.request_version))
+                .bind(column(&claims, |c| &c.generation))
+                .bind(column(&claims, |c| c.effect_key.as_str()))
+                .bind(column(&claims, |c| c.request_body.as_slice()))
+                .fetch_all(&mut *connection),
+        )
+        .await;
+        match inserted {
+            Ok(rows) => {
+                if let Some(observer) = observer {
+                    observer.committed(commit);
+                }
+                self.statements.commits.fetch_add(1, Ordering::Relaxed);
+                let writes = u64::try_from(claims.len()).unwrap_or(u64::MAX);
+                self.statements.writes.fetch_add(writes, Ordering::Relaxed);
+                let attempts: HashMap<Uuid, i32> = rows.into_iter().collect();
+                for claim in claims {
+                    let verdict = match attempts.get(&claim.generation) {
+                        Some(&attempts) => Verdict::Inserted(attempts),
+                        None => Verdict::Exists,
+                    };
+                    let _ = claim.verdict.send(verdict);
+                }
+            }
+            Err(error) => {
+                self.statements.failed.fetch_add(1, Ordering::Relaxed);
+                tell_failure(claims, Error::from(error));
+            }
+        }
+    }
+}
+
+/// One column of the claims, the array bound for it.
+fn column<'a, T: ?Sized>(claims: &'a [Queued], value: fn(&'a Queued) -> &'a T) -> Vec<&'a T> {
+    claims.iter().map(value).collect()
+}
+
+/// A failed statement's claims: the one claim of a lone statement gets its error; the claims
+/// of a shared one are written alone if the database refused a row, and fail as unavailable if
+/// it could not be reached (written alone, each would wait for the same silence again).
+fn tell_failure(mut claims: Vec<Queued>, error: Error) {
+    if claims.len() == 1 {
+        let claim = claims.remove(0);
+        let _ = claim.verdict.send(Verdict::Failed(error));
+        return;
+    }
+    let unavailable = matches!(error, Error::Unavailable(_));
+    let message = format!("a statement of {} claims: {error}", claims.len());
+    for claim in claims {
+        let verdict = if unavailable {
+            Verdict::Failed(Error::Unavailable(sqlx::Error::Io(std::io::Error::other(
+                message.clone(),
+            ))))
+        } else {
+            Verdict::Alone
+        };
+        let _ = claim.verdict.send(verdict);
+    }
+}
+
+/// The task that writes the queue until it is empty. Dropped early (a panic, the runtime
+/// shutting down), it hands the queue on: the claims still queued are told to write alone, and
+/// the next claim starts a writer again.
+struct Writer {
+    queue: ClaimQueue,
+    /// Whether it found the queue empty and said so: the next claim starts another writer.
+    emptied: bool,
+}
+
+impl Writer {
+    async fn write_all(mut self) {
+        loop {
+            let claims = self.queue.take();
+            if claims.is_empty() {
+                self.emptied = true;
+                return;
+            }
+            self.queue.write(claims).await;
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.emptied {
+            return;
+        }
+        let mut queue = lock(&self.queue.queue);
+        queue.writing = false;
+        // Their senders dropped, the claims still queued write alone.
+        let dropped = std::mem::take(&mut queue.claims).len();
+        self.queue
+            .statements
+            .waiting
+            .fetch_sub(dropped, Ordering::Relaxed);
+    }
+}
+
+/// The queue's lock; a panic while it was held left nothing half-done in it.
+fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    queue
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
