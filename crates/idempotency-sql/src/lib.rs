@@ -10,6 +10,7 @@
 //! backend's own. This crate knows no operation's tables, no web framework, no cache, and no
 //! crate of the workspace but the engine.
 
+mod commits;
 mod error;
 pub mod postgres;
 mod row;
@@ -31,10 +32,11 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{PgConnection, Postgres, SqliteConnection};
 
+pub use commits::{CommitObserver, GroupCommit, GroupCommits};
 pub use error::{Error, distrusts_connections, is_unavailable, no_answer, sqlite_code};
 pub use postgres::PgRecords;
 use sqlite::Sharing;
-pub use sqlite::{CommitObserver, GroupCommit, GroupCommits, SqliteRecords, WriteTx};
+pub use sqlite::{SqliteRecords, WriteTx};
 
 /// How to reach the database.
 #[derive(Debug, Clone)]

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use payments_idempotency::IdempotencyPolicy;
 use sqlx::PgPool;
 use tokio::sync::oneshot;
 use uuid::Uuid;
@@ -23,10 +24,9 @@ use uuid::Uuid;
 use super::pool::answered;
 use super::statements::INSERT_PENDING_MANY;
 use crate::NewClaim;
+use crate::commits::{CommitObserver, GroupCommit, GroupCommits};
 use crate::error::Error;
 use crate::row::request_version;
-use crate::sqlite::{CommitObserver, GroupCommit, GroupCommits};
-use payments_idempotency::IdempotencyPolicy;
 
 /// The most claims one statement writes.
 pub(crate) const MAX_CLAIMS: usize = 64;
@@ -234,7 +234,8 @@ fn tell_failure(mut claims: Vec<Queued>, error: Error) {
         return;
     }
     let unavailable = matches!(error, Error::Unavailable(_));
-    let message = format!("a statement of {} claims: {error}", claims.len());
+    let cause = std::error::Error::source(&error).map_or(String::new(), |e| format!(": {e}"));
+    let message = format!("a statement of {} claims: {error}{cause}", claims.len());
     for claim in claims {
         let verdict = if unavailable {
             Verdict::Failed(Error::Unavailable(sqlx::Error::Io(std::io::Error::other(

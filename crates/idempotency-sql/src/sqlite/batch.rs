@@ -24,6 +24,7 @@ use sqlx::sqlite::SqlitePool;
 use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
+use crate::commits::{CommitObserver, GroupCommit, GroupCommits};
 use crate::error::Error;
 
 /// The most writers one batch holds: a commit is never put off for long, and the outcomes
@@ -54,22 +55,6 @@ struct Batch {
     records: usize,
 }
 
-/// A commit about to be made: how many writes it holds, and how many of them are records'
-/// transactions (an operation's rows and its record's end).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupCommit {
-    pub writes: usize,
-    pub records: usize,
-}
-
-/// Sees every group commit just before it is made (its size, for metrics), and once it is
-/// made, before any of its writers hears of it.
-pub trait CommitObserver: Send + Sync + std::fmt::Debug {
-    fn committing(&self, commit: GroupCommit);
-
-    fn committed(&self, _commit: GroupCommit) {}
-}
-
 /// The gate every writer of this process goes through, and the batch the last one left open.
 #[derive(Debug, Clone)]
 pub(crate) struct WriteGate {
@@ -90,21 +75,6 @@ struct Commits {
     left: AtomicUsize,
     /// The id of the last batch begun.
     begun: AtomicU64,
-}
-
-/// The gate's commits so far, and the writers waiting at it now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct GroupCommits {
-    /// Commits made (a batch, or a write alone).
-    pub commits: u64,
-    /// Writes those commits held: `writes / commits` is the mean batch size.
-    pub writes: u64,
-    /// Commits that failed, each member then written again alone.
-    pub failed: u64,
-    /// Writers waiting to begin now.
-    pub waiting: usize,
-    /// Writes left in the open batch now, waiting for its commit.
-    pub left: usize,
 }
 
 /// A member's work left in a batch: how it hears the batch's outcome, counted in

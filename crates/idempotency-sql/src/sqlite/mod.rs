@@ -38,10 +38,11 @@ use sqlx::sqlite::{
 use sqlx::{Sqlite, SqliteConnection};
 
 use batch::WriteGate;
-pub use batch::{CommitObserver, GroupCommit, GroupCommits, Sharing, WriteTx, WritesLocked};
+pub use batch::{Sharing, WriteTx, WritesLocked};
 use file::{create_parent_directory, owner_only};
 use statements::*;
 
+use crate::commits::{CommitObserver, GroupCommits};
 use crate::error::Error;
 use crate::row::{
     AbandonedRow, Generation, RecordWithClock, ResponseColumns, TakenOver, request_version,
