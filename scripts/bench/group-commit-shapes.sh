@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What grouping a first charge's writes could buy on PostgreSQL, measured with pgbench on the
-# database alone (no service, no processor): the same rows written in five shapes, eight
+# database alone (no service, no processor): the same rows written in six shapes, eight
 # charges per pgbench transaction, against the bench floor's one statement per charge.
 #
 #   scripts/bench/group-commit-shapes.sh [SECONDS]
@@ -10,6 +10,7 @@
 #             INSERT, and the finish's transaction (BEGIN, the record's SELECT .. FOR UPDATE,
 #             the charge's statement, the record's completion, COMMIT)
 #   claims    the same, the eight claims in one INSERT .. SELECT FROM UNNEST
+#   reads     and the eight lock-free reads in one SELECT
 #   shared    the claims in one statement, the eight finishes in one transaction, each under
 #             a SAVEPOINT of its own (the shape of SQLite's group commit)
 #   unguarded the same without the savepoints (one member's error fails them all)
@@ -62,6 +63,7 @@ charge_rows = (f"WITH b AS (SELECT k, md5(k)::uuid AS id, gen_random_uuid() AS t
                "INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_id, payload) SELECT gen_random_uuid(), 't1', 'payment.completed', b.id, '{\"type\":\"payment.completed\"}'::jsonb FROM b;")
 complete_rows = f"UPDATE idempotency_records r {completion} FROM UNNEST({keys}) AS b(k) WHERE r.tenant_id = 't1' AND r.operation = 'charges.create' AND r.idempotency_key = b.k AND r.attempts = 1 AND r.state = 'pending' RETURNING r.expires_at;"
 
+read_all = f"SELECT r.*, now() AS db_now FROM UNNEST({keys}) AS b(k) JOIN idempotency_records r ON r.tenant_id = 't1' AND r.operation = 'charges.create' AND r.idempotency_key = b.k;"
 def each(statement): return "".join(statement.replace(":K", f":k{i}") + "\n" for i in range(N))
 def members(savepoint):
     return "".join(("SAVEPOINT member;\n" if savepoint else "") + "\n".join(s.replace(":K", f":k{i}") for s in (lock, charge, complete)) + "\n" + ("RELEASE member;\n" if savepoint else "") for i in range(N))
@@ -71,6 +73,7 @@ shapes = {
     "floor": "\\set k random(1, 999999999999)\n" + charge.replace(":K", ":k") + "\n",
     "alone": head + "".join("\n".join(s.replace(":K", f":k{i}") for s in (read, claim, "BEGIN;", lock, charge, complete, "COMMIT;")) + "\n" for i in range(N)),
     "claims": head + each(read) + claims + "\n" + finish_alone,
+    "reads": head + read_all + "\n" + claims + "\n" + finish_alone,
     "shared": head + each(read) + claims + "\nBEGIN;\n" + members(True) + "COMMIT;\n",
     "unguarded": head + each(read) + claims + "\nBEGIN;\n" + members(False) + "COMMIT;\n",
     "rows": head + each(read) + claims + "\nBEGIN;\n" + lock_rows + "\n" + charge_rows + "\n" + complete_rows + "\nCOMMIT;\n",
@@ -88,7 +91,7 @@ run unguarded 5 >/dev/null
 psql -q "$URL" -c ANALYZE
 printf '| shape | charges/s | machine CPU µs per charge | x floor |\n| --- | ---: | ---: | ---: |\n'
 floor_rate=""
-for shape in floor alone claims shared unguarded rows; do
+for shape in ${SHAPES:-floor alone claims reads shared unguarded rows}; do
     per=8; [ "$shape" = floor ] && per=1
     psql -q "$URL" -c CHECKPOINT
     before=$(busy)
