@@ -25,7 +25,9 @@ use payments_idempotency::engine::{
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, RecordState, SchemaVersion, Scope, StoredResponse,
 };
-use payments_idempotency_sql::{Backend, Connection, GroupCommits, SqlRecords, Transaction};
+use payments_idempotency_sql::{
+    Backend, Connection, GroupCommits, PgRecords, PoolSettings, SqlRecords, Transaction,
+};
 use serde_json::{Value, json};
 use sqlx::{Connection as _, PgConnection};
 use tokio::sync::watch;
@@ -117,6 +119,15 @@ fn ended(completion: Option<Completion>) -> String {
     .to_owned()
 }
 
+/// The writers' verdicts, in the order they were spawned.
+async fn verdicts(writers: Vec<tokio::task::JoinHandle<String>>) -> Vec<String> {
+    let mut verdicts = Vec::new();
+    for writer in writers {
+        verdicts.push(writer.await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    verdicts
+}
+
 async fn state(records: &SqlRecords, name: &str) -> Option<(RecordState, i32)> {
     records
         .find_record(&scope(), &key(name))
@@ -171,10 +182,7 @@ async fn one_batch_holds_fresh_claims_a_duplicate_a_mismatch_and_a_fenced_off_re
         .commit()
         .await
         .unwrap_or_else(|e| panic!("commit the holder: {e}"));
-    let mut verdicts = Vec::new();
-    for writer in writers {
-        verdicts.push(writer.await.unwrap_or_else(|e| panic!("{e}")));
-    }
+    let verdicts = verdicts(writers).await;
 
     assert_eq!(
         verdicts,
@@ -505,6 +513,34 @@ async fn in_one_statement(
     records: &Arc<SqlRecords>,
     queue: &[(&'static str, u64)],
 ) -> (Vec<String>, GroupCommits, GroupCommits) {
+    let holder = hold(records, "holder").await;
+    let before = records.group_commits();
+    let behind_holder = {
+        let records = Arc::clone(records);
+        tokio::spawn(async move { claim_verdict(&records, "holder", 1).await })
+    };
+    until_statements_wait_on_holders(records, 1).await;
+    let mut claims = Vec::new();
+    for (position, &(name, amount)) in queue.iter().enumerate() {
+        let queued = Arc::clone(records);
+        claims.push(tokio::spawn(async move {
+            claim_verdict(&queued, name, amount).await
+        }));
+        until_waiting(records, position + 1).await;
+    }
+    let_go(holder).await;
+    assert_eq!(
+        behind_holder.await.unwrap_or_else(|e| panic!("{e}")),
+        "owned",
+        "the claim the holder held back, once the holder's row is gone"
+    );
+    let verdicts = verdicts(claims).await;
+    (verdicts, before, records.group_commits())
+}
+
+/// A transaction of the test's holding an uncommitted record under `key`: a claim of the key
+/// waits on it inside its statement until [`let_go`].
+async fn hold(records: &SqlRecords, key: &str) -> PgConnection {
     let mut holder = connection(records).await;
     sqlx::query("BEGIN")
         .execute(&mut holder)
@@ -514,59 +550,42 @@ async fn in_one_statement(
         "INSERT INTO idempotency_records
              (tenant_id, operation, idempotency_key, fingerprint, state, recovery_point,
               locked_until, attempts, resource_id, processor_key, expires_at)
-         VALUES ('acme', 'checks.create', 'holder', sha256('holder'), 'pending', 'started',
-                 now(), 1, gen_random_uuid(), 'effect_holder', now())",
+         VALUES ('acme', 'checks.create', $1, sha256($1::bytea), 'pending', 'started',
+                 now(), 1, gen_random_uuid(), 'effect_' || $1, now())",
     )
+    .bind(key)
     .execute(&mut holder)
     .await
-    .unwrap_or_else(|e| panic!("hold the key: {e}"));
-    let before = records.group_commits();
-    let behind_holder = {
-        let records = Arc::clone(records);
-        tokio::spawn(async move { claim_verdict(&records, "holder", 1).await })
-    };
-    until_a_statement_waits_on_the_holder(&mut connection(records).await).await;
-    let mut claims = Vec::new();
-    for (position, &(name, amount)) in queue.iter().enumerate() {
-        let queued = Arc::clone(records);
-        claims.push(tokio::spawn(async move {
-            claim_verdict(&queued, name, amount).await
-        }));
-        until_waiting(records, position + 1).await;
-    }
+    .unwrap_or_else(|e| panic!("hold {key}: {e}"));
+    holder
+}
+
+/// Rolls the holder's record back: the claim waiting on it inserts its own.
+async fn let_go(mut holder: PgConnection) {
     sqlx::query("ROLLBACK")
         .execute(&mut holder)
         .await
         .unwrap_or_else(|e| panic!("let the key go: {e}"));
-    assert_eq!(
-        behind_holder.await.unwrap_or_else(|e| panic!("{e}")),
-        "owned",
-        "the claim the holder held back, once the holder's row is gone"
-    );
-    let mut verdicts = Vec::new();
-    for claim in claims {
-        verdicts.push(claim.await.unwrap_or_else(|e| panic!("{e}")));
-    }
-    (verdicts, before, records.group_commits())
 }
 
-/// Waits until a statement of the store waits for the holder's row lock (bounded). Asked on a
-/// connection outside the holder's transaction, which would see one snapshot of the activity.
-async fn until_a_statement_waits_on_the_holder(watcher: &mut PgConnection) {
+/// Waits until `statements` statements wait for a row lock (bounded). Asked on a connection
+/// outside the holders' transactions, which would each see one snapshot of the activity.
+async fn until_statements_wait_on_holders(records: &SqlRecords, statements: i64) {
+    let mut watcher = connection(records).await;
     for _ in 0..1_000 {
         let (waiting,): (i64,) = sqlx::query_as(
             "SELECT count(*) FROM pg_stat_activity
              WHERE datname = current_database() AND wait_event_type = 'Lock'",
         )
-        .fetch_one(&mut *watcher)
+        .fetch_one(&mut watcher)
         .await
         .unwrap_or_else(|e| panic!("pg_stat_activity: {e}"));
-        if waiting == 1 {
+        if waiting == statements {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    panic!("no statement waits on the holder's row");
+    panic!("{statements} statements do not wait on a holder's row");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -642,5 +661,95 @@ async fn a_refused_statement_is_written_again_claim_by_claim() {
     assert_eq!(
         state(&records, "good-2").await,
         Some((RecordState::Pending, 1))
+    );
+}
+
+/// A second instance on the same database: a record store with a claim queue of its own.
+fn another_instance(records: &SqlRecords) -> SqlRecords {
+    let SqlRecords::Postgres(records) = records else {
+        panic!("PostgreSQL's records");
+    };
+    let settings = PoolSettings {
+        max_connections: 8,
+        acquire_timeout: Duration::from_secs(10),
+        statement_timeout: Duration::from_secs(30),
+    };
+    SqlRecords::Postgres(PgRecords::new(
+        records.pool().clone(),
+        &settings,
+        records.policy(),
+    ))
+}
+
+/// Queues `names`' claims on `records` behind a statement held back by the key `gate` (the
+/// `waiting`th statement then waiting on a holder; the store counting the claims waiting),
+/// and returns them with the gate's holder.
+async fn queue_behind(
+    records: &Arc<SqlRecords>,
+    gate: &'static str,
+    waiting: i64,
+    names: [&'static str; 3],
+) -> (PgConnection, Vec<tokio::task::JoinHandle<String>>) {
+    let holder = hold(records, gate).await;
+    let mut claims = Vec::new();
+    let gated = Arc::clone(records);
+    claims.push(tokio::spawn(
+        async move { claim_verdict(&gated, gate, 1).await },
+    ));
+    until_statements_wait_on_holders(records, waiting).await;
+    for (position, name) in names.into_iter().enumerate() {
+        let queued = Arc::clone(records);
+        claims.push(tokio::spawn(async move {
+            claim_verdict(&queued, name, 1).await
+        }));
+        until_waiting(records, position + 1).await;
+    }
+    (holder, claims)
+}
+
+/// Two instances' statements hold some of the same keys, queued in opposite orders, and are
+/// on their way at once. Each statement takes its keys in key order, so the second waits for
+/// the first and never the other way round as well: no deadlock (which PostgreSQL would end
+/// after `deadlock_timeout` by failing one statement, its claims then written alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_claiming_the_same_keys_in_opposite_orders_never_deadlock() {
+    let fresh = common::on(Backend::Postgres).await;
+    let one = Arc::new(fresh.records.clone());
+    let two = Arc::new(another_instance(&fresh.records));
+    // Each instance's statement of three claims is held back by a gate, and each holds a key
+    // of its own (`z-one`, `z-two`) that a holder keeps it waiting on once it has begun.
+    let z_one = hold(&one, "z-one").await;
+    let z_two = hold(&two, "z-two").await;
+    let (gate_one, mut claims) = queue_behind(&one, "gate-one", 1, ["a", "z-one", "b"]).await;
+    let (gate_two, claims_two) = queue_behind(&two, "gate-two", 2, ["b", "z-two", "a"]).await;
+    claims.extend(claims_two);
+
+    // Instance one's statement begins and stops at `z-one`; then instance two's begins.
+    let_go(gate_one).await;
+    until_statements_wait_on_holders(&one, 2).await;
+    let_go(gate_two).await;
+    until_statements_wait_on_holders(&one, 2).await;
+    let_go(z_one).await;
+    let_go(z_two).await;
+    let verdicts = verdicts(claims).await;
+
+    assert_eq!(
+        verdicts,
+        [
+            "owned",
+            "owned",
+            "owned",
+            "owned",
+            "owned",
+            "in flight",
+            "owned",
+            "in flight"
+        ],
+        "instance one's gate, a, z-one and b; instance two's gate, b, z-two and a"
+    );
+    assert_eq!(
+        (commits(&one).failed, commits(&two).failed),
+        (0, 0),
+        "no statement failed (a deadlock fails one of the two)"
     );
 }

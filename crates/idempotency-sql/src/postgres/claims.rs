@@ -163,7 +163,15 @@ impl ClaimQueue {
     }
 
     /// Writes one statement of `claims` and tells each its verdict.
-    async fn write(&self, claims: Vec<Queued>) {
+    ///
+    /// The claims go in key order (and in the order they queued within a key): the order in
+    /// which every instance's statements take their keys' locks. Two statements that hold some
+    /// of the same keys then wait for each other in one direction only, never in a cycle,
+    /// which PostgreSQL would end after its `deadlock_timeout` by failing one of them.
+    async fn write(&self, mut claims: Vec<Queued>) {
+        claims.sort_by(|a, b| {
+            (&a.tenant, &a.operation, &a.key).cmp(&(&b.tenant, &b.operation, &b.key))
+        });
         let commit = GroupCommit {
             writes: claims.len(),
             records: 0,

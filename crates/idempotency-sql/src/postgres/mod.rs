@@ -68,7 +68,8 @@ impl PgRecords {
         self.policy
     }
 
-    /// Shows every later statement of fresh claims to `observer`, just before it is sent.
+    /// Shows every later statement of fresh claims to `observer`, just before it is sent and
+    /// once it is committed.
     pub fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) {
         self.claims.observe(observer);
     }

@@ -16,10 +16,10 @@ RETURNING attempts";
 
 /// `INSERT_PENDING` for many claims in one statement and one commit, their columns as the
 /// arrays `$3` to `$10` (the lock timeout `$1` and the retention `$2` are the store's, the same
-/// for all). Returns the generation (`resource_id`) and attempt number of each claim whose key
-/// was inserted; a key that exists, or that an earlier claim of the same statement inserted,
-/// returns nothing. PostgreSQL's only: on SQLite, concurrent claims share a transaction
-/// instead (`sqlite/batch.rs`).
+/// for all), inserted in the arrays' order. Returns the generation (`resource_id`) and attempt
+/// number of each claim whose key was inserted; a key that exists, or that an earlier claim of
+/// the same statement inserted, returns nothing. PostgreSQL's only: on SQLite, concurrent
+/// claims share a transaction instead (`sqlite/batch.rs`).
 pub(super) const INSERT_PENDING_MANY: &str = "
 INSERT INTO idempotency_records
     (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
@@ -30,9 +30,10 @@ SELECT claim.tenant_id, claim.operation, claim.idempotency_key, claim.fingerprin
        claim.resource_id, claim.processor_key, now(), now() + make_interval(secs => $2), now(),
        claim.request_body
 FROM UNNEST($3::text[], $4::text[], $5::text[], $6::bytea[], $7::bigint[], $8::uuid[],
-            $9::text[], $10::bytea[])
+            $9::text[], $10::bytea[]) WITH ORDINALITY
     AS claim(tenant_id, operation, idempotency_key, fingerprint, request_version, resource_id,
-             processor_key, request_body)
+             processor_key, request_body, position)
+ORDER BY claim.position
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING resource_id, attempts";
 
