@@ -60,14 +60,12 @@ pub(crate) fn after_group_commit_of_claims(_commit: GroupCommit) {}
 /// written, and none is committed.
 #[cfg(feature = "failpoints")]
 pub(crate) fn in_group_commit(commit: GroupCommit) {
-    if commit.records >= 2
-        && std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == "in_group_commit")
-    {
-        eprintln!(
-            "failpoint: aborting in a group commit of {} writes",
-            commit.writes
+    if commit.records >= 2 {
+        let writes = commit.writes;
+        crash_if_at(
+            "in_group_commit",
+            format_args!("in a group commit of {writes} writes"),
         );
-        std::process::abort();
     }
 }
 
@@ -76,14 +74,20 @@ pub(crate) fn in_group_commit(commit: GroupCommit) {
 /// of them hears it: their records are pending, and no effect was asked for.
 #[cfg(feature = "failpoints")]
 pub(crate) fn after_group_commit_of_claims(commit: GroupCommit) {
-    if commit.records == 0
-        && commit.writes >= 2
-        && std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == "after_group_commit_of_claims")
-    {
-        eprintln!(
-            "failpoint: aborting after a group commit of {} claims",
-            commit.writes
+    if commit.records == 0 && commit.writes >= 2 {
+        let claims = commit.writes;
+        crash_if_at(
+            "after_group_commit_of_claims",
+            format_args!("after a group commit of {claims} claims"),
         );
+    }
+}
+
+/// Aborts the process if `PAYMENTS_CRASH_AT` names `point`, saying where (`place`).
+#[cfg(feature = "failpoints")]
+fn crash_if_at(point: &str, place: std::fmt::Arguments<'_>) {
+    if std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == point) {
+        eprintln!("failpoint: aborting {place}");
         std::process::abort();
     }
 }
@@ -100,10 +104,7 @@ pub(crate) fn fails(step: Failure) -> bool {
 
 #[cfg(feature = "failpoints")]
 pub(crate) async fn hit(point: Checkpoint) {
-    if std::env::var("PAYMENTS_CRASH_AT").is_ok_and(|at| at == name(point)) {
-        eprintln!("failpoint: aborting at {}", name(point));
-        std::process::abort();
-    }
+    crash_if_at(name(point), format_args!("at {}", name(point)));
     if let Some(millis) = std::env::var("PAYMENTS_PAUSE_AT")
         .ok()
         .and_then(|spec| pause_millis(&spec, point))

@@ -13,8 +13,8 @@
 //! a request that went away leaves its record pending, as a dropped lone insert would.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use payments_idempotency::IdempotencyPolicy;
 use sqlx::PgPool;
@@ -24,12 +24,12 @@ use uuid::Uuid;
 use super::pool::answered;
 use super::statements::INSERT_PENDING_MANY;
 use crate::NewClaim;
-use crate::commits::{CommitObserver, GroupCommit, GroupCommits};
+use crate::commits::{CommitLog, CommitObserver, GroupCommit, GroupCommits};
 use crate::error::Error;
 use crate::row::request_version;
 
 /// The most claims one statement writes.
-pub(crate) const MAX_CLAIMS: usize = 64;
+const MAX_CLAIMS: usize = 64;
 
 /// The claims of this process waiting to be written, and the statements written so far.
 #[derive(Debug, Clone)]
@@ -37,8 +37,7 @@ pub(crate) struct ClaimQueue {
     pool: PgPool,
     policy: IdempotencyPolicy,
     queue: Arc<Mutex<Queue>>,
-    statements: Arc<Statements>,
-    observer: Arc<OnceLock<Arc<dyn CommitObserver>>>,
+    log: Arc<CommitLog>,
 }
 
 #[derive(Debug, Default)]
@@ -76,39 +75,24 @@ pub(crate) enum Verdict {
     Failed(Error),
 }
 
-#[derive(Debug, Default)]
-struct Statements {
-    commits: AtomicU64,
-    writes: AtomicU64,
-    failed: AtomicU64,
-    waiting: AtomicUsize,
-}
-
 impl ClaimQueue {
     pub(crate) fn new(pool: PgPool, policy: IdempotencyPolicy) -> Self {
         Self {
             pool,
             policy,
             queue: Arc::default(),
-            statements: Arc::default(),
-            observer: Arc::default(),
+            log: Arc::default(),
         }
     }
 
     /// Shows every later statement to `observer`, just before it is sent and once it is
     /// committed; the first observer set stays.
     pub(crate) fn observe(&self, observer: Arc<dyn CommitObserver>) {
-        let _ = self.observer.set(observer);
+        self.log.observe(observer);
     }
 
     pub(crate) fn group_commits(&self) -> GroupCommits {
-        GroupCommits {
-            commits: self.statements.commits.load(Ordering::Relaxed),
-            writes: self.statements.writes.load(Ordering::Relaxed),
-            failed: self.statements.failed.load(Ordering::Relaxed),
-            waiting: self.statements.waiting.load(Ordering::Relaxed),
-            left: 0,
-        }
+        self.log.group_commits()
     }
 
     /// Queues the insert of `claim`'s record in generation `generation` (with its effect key)
@@ -134,7 +118,7 @@ impl ClaimQueue {
         let start = {
             let mut queue = lock(&self.queue);
             queue.claims.push(queued);
-            self.statements.waiting.fetch_add(1, Ordering::Relaxed);
+            self.log.waiting.fetch_add(1, Ordering::Relaxed);
             !std::mem::replace(&mut queue.writing, true)
         };
         if start {
@@ -156,9 +140,7 @@ impl ClaimQueue {
         if claims.is_empty() {
             queue.writing = false;
         }
-        self.statements
-            .waiting
-            .fetch_sub(claims.len(), Ordering::Relaxed);
+        self.log.waiting.fetch_sub(claims.len(), Ordering::Relaxed);
         claims
     }
 
@@ -176,14 +158,11 @@ impl ClaimQueue {
             writes: claims.len(),
             records: 0,
         };
-        let observer = self.observer.get();
-        if let Some(observer) = observer {
-            observer.committing(commit);
-        }
+        self.log.committing(commit);
         let mut connection = match self.pool.acquire().await {
             Ok(connection) => connection,
             Err(error) => {
-                self.statements.failed.fetch_add(1, Ordering::Relaxed);
+                self.log.failed();
                 return tell_failure(claims, Error::from(error));
             }
         };
@@ -204,12 +183,7 @@ impl ClaimQueue {
         .await;
         match inserted {
             Ok(rows) => {
-                if let Some(observer) = observer {
-                    observer.committed(commit);
-                }
-                self.statements.commits.fetch_add(1, Ordering::Relaxed);
-                let writes = u64::try_from(claims.len()).unwrap_or(u64::MAX);
-                self.statements.writes.fetch_add(writes, Ordering::Relaxed);
+                self.log.committed(commit);
                 let attempts: HashMap<Uuid, i32> = rows.into_iter().collect();
                 for claim in claims {
                     let verdict = match attempts.get(&claim.generation) {
@@ -220,7 +194,7 @@ impl ClaimQueue {
                 }
             }
             Err(error) => {
-                self.statements.failed.fetch_add(1, Ordering::Relaxed);
+                self.log.failed();
                 tell_failure(claims, Error::from(error));
             }
         }
@@ -287,10 +261,7 @@ impl Drop for Writer {
         queue.writing = false;
         // Their senders dropped, the claims still queued write alone.
         let dropped = std::mem::take(&mut queue.claims).len();
-        self.queue
-            .statements
-            .waiting
-            .fetch_sub(dropped, Ordering::Relaxed);
+        self.queue.log.waiting.fetch_sub(dropped, Ordering::Relaxed);
     }
 }
 

@@ -17,14 +17,14 @@
 //! ([`Sharing::Alone`]), so one bad row cannot fail many writers. Writes that are not a
 //! request's (a migration, the completer's and the reaper's, a service's own) run alone.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 
 use sqlx::sqlite::SqlitePool;
 use sqlx::{Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
-use crate::commits::{CommitObserver, GroupCommit, GroupCommits};
+use crate::commits::{CommitLog, CommitObserver, GroupCommit, GroupCommits};
 use crate::error::Error;
 
 /// The most writers one batch holds: a commit is never put off for long, and the outcomes
@@ -60,21 +60,9 @@ struct Batch {
 pub(crate) struct WriteGate {
     pool: SqlitePool,
     open: Arc<Mutex<Option<Batch>>>,
-    commits: Arc<Commits>,
-    observer: Arc<OnceLock<Arc<dyn CommitObserver>>>,
-}
-
-/// How many commits the gate made, how many writes they held, how many failed, and how many
-/// writers wait at the gate now.
-#[derive(Debug, Default)]
-struct Commits {
-    commits: AtomicU64,
-    writes: AtomicU64,
-    failed: AtomicU64,
-    waiting: AtomicUsize,
-    left: AtomicUsize,
+    log: Arc<CommitLog>,
     /// The id of the last batch begun.
-    begun: AtomicU64,
+    begun: Arc<AtomicU64>,
 }
 
 /// A member's work left in a batch: how it hears the batch's outcome, counted in
@@ -82,16 +70,16 @@ struct Commits {
 #[derive(Debug)]
 struct Left {
     outcome: Option<oneshot::Sender<Outcome>>,
-    commits: Arc<Commits>,
+    log: Arc<CommitLog>,
 }
 
 impl Left {
-    fn new(commits: Arc<Commits>) -> (Self, oneshot::Receiver<Outcome>) {
+    fn new(log: Arc<CommitLog>) -> (Self, oneshot::Receiver<Outcome>) {
         let (sender, receiver) = oneshot::channel();
-        commits.left.fetch_add(1, Ordering::Relaxed);
+        log.left.fetch_add(1, Ordering::Relaxed);
         let left = Self {
             outcome: Some(sender),
-            commits,
+            log,
         };
         (left, receiver)
     }
@@ -105,18 +93,7 @@ impl Left {
 
 impl Drop for Left {
     fn drop(&mut self) {
-        self.commits.left.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Commits {
-    fn count(&self, committed: bool, writes: u64) {
-        if committed {
-            self.commits.fetch_add(1, Ordering::Relaxed);
-            self.writes.fetch_add(writes, Ordering::Relaxed);
-        } else {
-            self.failed.fetch_add(1, Ordering::Relaxed);
-        }
+        self.log.left.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -141,36 +118,18 @@ impl WriteGate {
         Self {
             pool,
             open: Arc::new(Mutex::new(None)),
-            commits: Arc::default(),
-            observer: Arc::default(),
+            log: Arc::default(),
+            begun: Arc::default(),
         }
     }
 
     /// Shows every later commit to `observer`; the first observer set stays.
     pub(crate) fn observe(&self, observer: Arc<dyn CommitObserver>) {
-        let _ = self.observer.set(observer);
-    }
-
-    fn committing(&self, commit: GroupCommit) {
-        if let Some(observer) = self.observer.get() {
-            observer.committing(commit);
-        }
-    }
-
-    fn committed(&self, commit: GroupCommit) {
-        if let Some(observer) = self.observer.get() {
-            observer.committed(commit);
-        }
+        self.log.observe(observer);
     }
 
     pub(crate) fn group_commits(&self) -> GroupCommits {
-        GroupCommits {
-            commits: self.commits.commits.load(Ordering::Relaxed),
-            writes: self.commits.writes.load(Ordering::Relaxed),
-            failed: self.commits.failed.load(Ordering::Relaxed),
-            waiting: self.commits.waiting.load(Ordering::Relaxed),
-            left: self.commits.left.load(Ordering::Relaxed),
-        }
+        self.log.group_commits()
     }
 
     /// Waits for this process's other writers and commits the batch they left open, then
@@ -187,7 +146,7 @@ impl WriteGate {
     /// `Shared`, in the open batch (or a new one) under its own savepoint; `Alone`, after
     /// the open batch is committed, in a transaction of its own.
     pub(crate) async fn begin(&self, sharing: Sharing) -> Result<WriteTx, Error> {
-        let waiting = Waiting::new(&self.commits.waiting);
+        let waiting = Waiting::new(&self.log.waiting);
         let mut gate = Arc::clone(&self.open).lock_owned().await;
         drop(waiting);
         let batch = match gate.take() {
@@ -224,7 +183,7 @@ impl WriteGate {
             .await
             .map_err(|_| Error::from(sqlx::Error::WorkerCrashed))??;
         Ok(Batch {
-            id: self.commits.begun.fetch_add(1, Ordering::Relaxed),
+            id: self.begun.fetch_add(1, Ordering::Relaxed),
             tx,
             members: Vec::new(),
             records: 0,
@@ -236,20 +195,19 @@ impl WriteGate {
     async fn commit(&self, batch: Batch) {
         let writers = self.clone();
         let committed = tokio::spawn(async move {
-            let writes = batch.members.len();
             let commit = GroupCommit {
-                writes,
+                writes: batch.members.len(),
                 records: batch.records,
             };
-            writers.committing(commit);
+            writers.log.committing(commit);
             let outcome: Outcome = batch
                 .tx
                 .commit()
                 .await
                 .map_err(|error| Arc::from(error.to_string()));
-            writers.commits.count(outcome.is_ok(), writes as u64);
-            if outcome.is_ok() {
-                writers.committed(commit);
+            match outcome {
+                Ok(()) => writers.log.committed(commit),
+                Err(_) => writers.log.failed(),
             }
             for member in batch.members {
                 member.tell(outcome.clone());
@@ -349,14 +307,13 @@ impl WriteTx {
                 writes: 1,
                 records: usize::from(self.over_record),
             };
-            self.writers.committing(commit);
+            self.writers.log.committing(commit);
             batch
                 .tx
                 .commit()
                 .await
-                .inspect_err(|_| self.writers.commits.count(false, 1))?;
-            self.writers.commits.count(true, 1);
-            self.writers.committed(commit);
+                .inspect_err(|_| self.writers.log.failed())?;
+            self.writers.log.committed(commit);
             return Ok(());
         }
         // On a task of its own, so that a caller dropped meanwhile still hands the batch on
@@ -369,7 +326,7 @@ impl WriteTx {
                     .execute(&mut *batch.tx)
                     .await?;
             }
-            let (left, outcome) = Left::new(Arc::clone(&writers.commits));
+            let (left, outcome) = Left::new(Arc::clone(&writers.log));
             batch.members.push(left);
             batch.records += records;
             if batch.members.len() == 1 {
