@@ -62,8 +62,10 @@ impl InFlight {
             .map_err(|_| ApiError::Overloaded)?;
         crate::metrics::request_admitted();
         Ok(Admitted {
-            _service: service,
-            _share: share,
+            _slots: Arc::new(Slots {
+                _service: service,
+                _share: share,
+            }),
         })
     }
 }
@@ -186,13 +188,22 @@ impl Admission {
     }
 }
 
-/// Slots held until the response is ready.
-struct Admitted {
+/// A request's slots, held until its response is ready and, through a clone the request
+/// carries in its extensions, until the idempotent attempt it started has ended: a client that
+/// goes away does not end its attempt ([`crate::routes::run_idempotent`]), nor may it free
+/// the slots of one still running.
+#[derive(Debug, Clone)]
+pub(crate) struct Admitted {
+    _slots: Arc<Slots>,
+}
+
+#[derive(Debug)]
+struct Slots {
     _service: OwnedSemaphorePermit,
     _share: Option<OwnedSemaphorePermit>,
 }
 
-impl Drop for Admitted {
+impl Drop for Slots {
     fn drop(&mut self) {
         crate::metrics::request_finished();
     }
@@ -222,6 +233,7 @@ pub(crate) async fn limit_in_flight(
     if let Some(principal) = tenant {
         request.extensions_mut().insert(principal);
     }
+    request.extensions_mut().insert(admitted.clone());
     let response = next.run(request).await;
     drop(admitted);
     response

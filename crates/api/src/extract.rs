@@ -12,6 +12,7 @@ use payments_idempotency_axum::{
 };
 use serde::de::DeserializeOwned;
 
+use crate::admission::Admitted;
 use crate::auth::{OperatorName, Principal};
 use crate::{ApiError, ApiKeys, AppState};
 
@@ -169,6 +170,7 @@ pub(crate) struct IdempotentCall {
     pub tenant: TenantId,
     pub key: IdempotencyKey,
     pub wait: Option<std::time::Duration>,
+    pub admitted: Option<Admitted>,
 }
 
 impl FromRequestParts<AppState> for IdempotentCall {
@@ -182,7 +184,12 @@ impl FromRequestParts<AppState> for IdempotentCall {
         let IdempotencyKeyHeader(key) =
             IdempotencyKeyHeader::from_request_parts(parts, state).await?;
         let Ok(PreferWait(wait)) = PreferWait::from_request_parts(parts, state).await;
-        Ok(Self { tenant, key, wait })
+        Ok(Self {
+            tenant,
+            key,
+            wait,
+            admitted: parts.extensions.get::<Admitted>().cloned(),
+        })
     }
 }
 
@@ -194,6 +201,7 @@ pub(crate) struct OperatorCall {
     pub operator: OperatorName,
     pub key: IdempotencyKey,
     pub wait: Option<std::time::Duration>,
+    pub admitted: Option<Admitted>,
 }
 
 impl FromRequestParts<AppState> for OperatorCall {
@@ -211,17 +219,19 @@ impl FromRequestParts<AppState> for OperatorCall {
             operator,
             key,
             wait,
+            admitted: parts.extensions.get::<Admitted>().cloned(),
         })
     }
 }
 
 /// Whose keys an idempotent call is under (a tenant's or an operator's), the key, and the
-/// wait: what the engine runs it with.
+/// wait: what the engine runs it with; and the in-flight slots its attempt holds until it ends.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyedCall {
     pub owner: String,
     pub key: IdempotencyKey,
     pub wait: Option<std::time::Duration>,
+    pub admitted: Option<Admitted>,
 }
 
 impl From<IdempotentCall> for KeyedCall {
@@ -230,6 +240,7 @@ impl From<IdempotentCall> for KeyedCall {
             owner: call.tenant.as_str().to_owned(),
             key: call.key,
             wait: call.wait,
+            admitted: call.admitted,
         }
     }
 }
@@ -240,6 +251,7 @@ impl From<OperatorCall> for KeyedCall {
             owner: call.operator.as_str().to_owned(),
             key: call.key,
             wait: call.wait,
+            admitted: call.admitted,
         }
     }
 }

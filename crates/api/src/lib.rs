@@ -179,10 +179,14 @@ pub async fn run() -> Result<(), StartupError> {
         );
         tokio::spawn(serve)
     });
+    let attempts = state.attempts.clone();
     edge::serve(listener, app(state), edge, until_stopped(stopped)).await;
     if let Some(metrics_server) = metrics_server {
         let _ = metrics_server.await;
     }
+    // Attempts whose clients went away run to their end, as those of the drained requests did.
+    attempts.close();
+    attempts.wait().await;
     let _ = stop_workers.send(true);
     for worker in workers {
         let _ = worker.await;

@@ -6,6 +6,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use payments_idempotency::engine::{Engine, RecentAnswers, ResponseCache};
 use payments_redis::{EventStream, ReplayCache};
 use payments_storage::{Store, Transaction};
+use tokio_util::task::TaskTracker;
 
 use payments_domain::SettlementReport;
 
@@ -53,6 +54,9 @@ pub struct AppState {
     pub settlement: Arc<dyn SettlementReport>,
     /// The operations the engine runs.
     pub(crate) operations: Operations,
+    /// The idempotent attempts running, each on a task of its own so that its client going
+    /// away does not stop it halfway; the service waits for them when it stops.
+    pub(crate) attempts: TaskTracker,
 }
 
 impl AppState {
@@ -89,6 +93,7 @@ impl AppState {
             engine: Arc::new(engine),
             settlement,
             operations,
+            attempts: TaskTracker::new(),
         }
     }
 

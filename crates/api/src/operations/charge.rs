@@ -180,14 +180,7 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let request = CreateChargeBody::parse(&body)?;
     let canonical: Value = json_body(&body)?;
-    run_idempotent(
-        &state,
-        state.operations.charges.as_ref(),
-        call,
-        &canonical,
-        request,
-    )
-    .await
+    run_idempotent(&state, &state.operations.charges, call, &canonical, request).await
 }
 
 async fn show(

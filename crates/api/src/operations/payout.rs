@@ -167,14 +167,7 @@ async fn create(
 ) -> Result<Response, ApiError> {
     let request = CreatePayoutBody::parse(&body)?;
     let canonical: Value = json_body(&body)?;
-    run_idempotent(
-        &state,
-        state.operations.payouts.as_ref(),
-        call,
-        &canonical,
-        request,
-    )
-    .await
+    run_idempotent(&state, &state.operations.payouts, call, &canonical, request).await
 }
 
 async fn show(

@@ -204,14 +204,7 @@ async fn create(
         CreateRefundBody::CHARGE.to_owned(),
         Value::String(charge.id.to_string()),
     );
-    run_idempotent(
-        &state,
-        state.operations.refunds.as_ref(),
-        call,
-        &canonical,
-        request,
-    )
-    .await
+    run_idempotent(&state, &state.operations.refunds, call, &canonical, request).await
 }
 
 async fn show(

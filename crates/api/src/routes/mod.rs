@@ -11,6 +11,8 @@ mod ops;
 pub(crate) mod problems;
 mod request_id;
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::DefaultBodyLimit;
@@ -24,6 +26,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
+use tracing::Instrument;
 
 use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
@@ -39,17 +42,46 @@ use crate::{ApiError, AppState};
 /// it gives. The fingerprint covers the operation's canonical form of the request (with its
 /// route), which is stored with the record for the completer; `as_sent` is the body as the
 /// client sent it, which records from before request versions were fingerprinted over.
+///
+/// A replay from this instance's recent answers is served here; anything else runs on a task of
+/// its own, which holds the request's in-flight slots until it ends, and which the service waits
+/// for when it stops. A client that goes away (its own timeout,
+/// a closed connection, a reset HTTP/2 stream) and the request timeout end only the wait for the
+/// answer, never the attempt: stopped halfway, an attempt would leave a charge the processor made
+/// unrecorded and its key locked, until a retry took the lock over or the completer settled it.
 pub(crate) async fn run_idempotent<O: Operation<Transaction = Transaction>>(
     state: &AppState,
-    op: &Idempotent<O>,
+    op: &Arc<Idempotent<O>>,
     call: impl Into<KeyedCall>,
     as_sent: &serde_json::Value,
     request: O::Request,
 ) -> Result<axum::response::Response, ApiError> {
-    let KeyedCall { owner, key, wait } = call.into();
+    let KeyedCall {
+        owner,
+        key,
+        wait,
+        admitted,
+    } = call.into();
     let request = KeyedRequest::of::<O>(owner, key, request, as_sent, wait);
-    let answer = state.engine.run(op, request).await?;
-    Ok(respond(answer))
+    if let Some(answer) = state.engine.replay_from_memory(op, &request).await {
+        return Ok(respond(answer?));
+    }
+    let (engine, op) = (Arc::clone(&state.engine), Arc::clone(op));
+    let attempt = async move {
+        let answer = engine.run(&op, request).await;
+        drop(admitted);
+        answer
+    };
+    // In the request's span, so that its log lines still carry the request id.
+    let attempt = state
+        .attempts
+        .spawn(attempt.instrument(tracing::Span::current()));
+    match attempt.await {
+        Ok(answer) => Ok(respond(answer?)),
+        Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
+        // The runtime is going away: the attempt stopped where a crash would have.
+        Err(ended) => Err(ApiError::Internal(ended.into())),
+    }
 }
 
 /// The tenant's object the path names (`find` looks it up by its id), or 404: for another

@@ -141,7 +141,7 @@ pub(super) async fn resolve_exception(
     }
     run_idempotent(
         &state,
-        state.operations.resolutions.as_ref(),
+        &state.operations.resolutions,
         call,
         &canonical,
         request,

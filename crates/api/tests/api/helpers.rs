@@ -630,6 +630,15 @@ impl Footprint {
     }
 }
 
+/// The state of the key's record.
+pub(crate) async fn record_state(db: &TestDatabase, key: &str) -> String {
+    sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
+        .bind(key)
+        .fetch_one(&db.pool)
+        .await
+        .expect("record")
+}
+
 /// Rows in a table.
 pub(crate) async fn count_rows(db: &AnyPool, table: &str) -> i64 {
     sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))

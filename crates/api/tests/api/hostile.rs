@@ -291,8 +291,9 @@ async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later(b
     let (status, body) = problem(response).await;
     assert_eq!((status, body["code"].as_str()), (503, Some("timeout")));
 
-    // Nobody retries: once the lock and the settle grace have passed, the completer finds the
-    // charge the processor made and records it; a later retry replays it.
+    // The timeout ended only the wait: the attempt went on, and its own processor call timed
+    // out at 1.5 s, an unknown outcome. Nobody retries: once the settle grace has passed, the
+    // completer finds the charge the processor made and records it; a later retry replays it.
     let mut settled = None;
     for _ in 0..100 {
         settled = app
@@ -311,10 +312,11 @@ async fn a_request_over_the_timeout_is_cut_off_and_its_charge_is_settled_later(b
     assert_eq!(app.footprint().await, Footprint::charged(1));
 }
 
-/// Clients that hang up in the middle of their requests cancel the work in the service at
-/// arbitrary points: inside a claim's transaction (retries of keys that exist), between the
-/// statements of a fresh charge. Whatever each left behind, it must not be a connection stuck
-/// in a transaction: afterwards every new charge goes through, and is there to be read.
+/// Clients that hang up in the middle of their requests, at arbitrary points: while their body
+/// is read, inside a claim's transaction (retries of keys that exist), between the statements
+/// of a fresh charge. Their attempts run on without them (`clients_that_leave.rs`); whatever
+/// each left behind, it must not be a connection stuck in a transaction: afterwards every new
+/// charge goes through, and is there to be read.
 async fn clients_hanging_up_mid_request_leave_the_store_usable(backend: Backend) {
     // Without Redis, so that every retry goes through the database's claim.
     let app = spawn_app_with(backend, &[("PAYMENTS__REDIS__URL", "")]).await;

@@ -30,6 +30,7 @@ mod bench_endpoints;
 mod card_sim;
 mod charges;
 mod client;
+mod clients_that_leave;
 mod concurrency;
 // Crash injection needs the service built with `--features failpoints`.
 #[cfg(feature = "failpoints")]

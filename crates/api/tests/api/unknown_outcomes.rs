@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::card_sim::CardSim;
 use crate::helpers::{
-    Backend, Footprint, Service, TestDatabase, metrics_text, new_key, problem, visa,
+    Backend, Footprint, Service, TestDatabase, metrics_text, new_key, problem, record_state, visa,
 };
 
 /// The processor needs 2.5 s for a charge; the service gives up after 0.5 s and lets the
@@ -143,15 +143,6 @@ async fn a_processor_charge_for_another_amount_is_never_recorded(backend: Backen
     );
     let state = record_state(&db, &key).await;
     assert_eq!(state, "pending", "never failed, never completed");
-}
-
-/// The state of the key's record.
-async fn record_state(db: &TestDatabase, key: &str) -> String {
-    sqlx::query_scalar("SELECT state FROM idempotency_records WHERE idempotency_key = $1")
-        .bind(key)
-        .fetch_one(&db.pool)
-        .await
-        .expect("record")
 }
 
 /// The value of an unlabelled metric in the service's `/metrics`, 0 when absent.

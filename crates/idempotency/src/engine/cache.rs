@@ -7,10 +7,33 @@ use uuid::Uuid;
 
 use super::error::error_chain;
 use super::ports::{CacheCall, CacheRead, CachedReplay, Outcome};
-use super::{Answer, Engine, Idempotent, KeyedRequest, Operation, ProtocolError};
+use super::{Answer, Engine, Idempotent, KeyedRequest, Operation, ProtocolError, scope_of};
 use crate::{Comparison, IdempotencyKey, Scope, StoredResponse};
 
 impl<T: Send + 'static> Engine<T> {
+    /// Serves a replay from this process's recent answers alone, when they hold one for the
+    /// request's key: what [`Engine::run`] does first. It reads no store and writes nothing, so
+    /// a caller may stop waiting for it at any point, and needs no task of its own to run it
+    /// on, as the rest of `run` does.
+    pub async fn replay_from_memory<O: Operation<Transaction = T>>(
+        &self,
+        op: &Idempotent<O>,
+        request: &KeyedRequest<O::Request>,
+    ) -> Option<Result<Answer, ProtocolError>> {
+        self.recent_replay(op, &scope_of::<O>(&request.tenant), request)
+            .await
+    }
+
+    async fn recent_replay<O: Operation<Transaction = T>>(
+        &self,
+        op: &Idempotent<O>,
+        scope: &Scope,
+        request: &KeyedRequest<O::Request>,
+    ) -> Option<Result<Answer, ProtocolError>> {
+        let hit = self.recent.as_ref()?.get(scope, &request.key, Utc::now())?;
+        Some(self.serve(op, request, hit, Outcome::ReplayedMemory).await)
+    }
+
     /// Serves a replay from this process's recent answers, or else from the cache, when
     /// either has one.
     pub(super) async fn cached_replay<O: Operation<Transaction = T>>(
@@ -19,10 +42,8 @@ impl<T: Send + 'static> Engine<T> {
         scope: &Scope,
         request: &KeyedRequest<O::Request>,
     ) -> Option<Result<Answer, ProtocolError>> {
-        if let Some(recent) = &self.recent
-            && let Some(hit) = recent.get(scope, &request.key, Utc::now())
-        {
-            return Some(self.serve(op, request, hit, Outcome::ReplayedMemory).await);
+        if let Some(answer) = self.recent_replay(op, scope, request).await {
+            return Some(answer);
         }
         let cache = self.cache.as_deref()?;
         match cache.get(scope, &request.key).await {
