@@ -45,10 +45,10 @@ use crate::{ApiError, AppState};
 ///
 /// A replay from this instance's recent answers is served here; anything else runs on a task of
 /// its own, which holds the request's in-flight slots until it ends, and which the service waits
-/// for when it stops. A client that goes away (its own timeout,
-/// a closed connection, a reset HTTP/2 stream) and the request timeout end only the wait for the
-/// answer, never the attempt: stopped halfway, an attempt would leave a charge the processor made
-/// unrecorded and its key locked, until a retry took the lock over or the completer settled it.
+/// for when it stops. A client that goes away (its own timeout, a closed connection, a reset
+/// HTTP/2 stream) and the request timeout end only the wait for the answer, never the attempt:
+/// stopped halfway, an attempt would leave a charge the processor made unrecorded and its key
+/// locked, until a retry took the lock over or the completer settled it.
 pub(crate) async fn run_idempotent<O: Operation<Transaction = Transaction>>(
     state: &AppState,
     op: &Arc<Idempotent<O>>,
