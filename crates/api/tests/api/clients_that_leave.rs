@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::card_sim::CardSim;
 use crate::helpers::{
-    ACME, Backend, Footprint, Service, TestDatabase, new_key, problem, record_state, visa,
+    Backend, Footprint, Service, TestDatabase, new_key, problem, record_state, visa,
 };
 
 /// The processor takes 2 s for a charge; the client gives up after 0.5 s.
@@ -55,13 +55,9 @@ async fn an_attempt_outlives_the_client_that_started_it(backend: Backend, protoc
     let (key, other_key) = (new_key(), new_key());
     let request_id = uuid::Uuid::new_v4().to_string();
 
-    let gave_up = protocol
-        .client()
-        .post(service.url("/charges"))
-        .bearer_auth(ACME)
-        .header("Idempotency-Key", &key)
+    let gave_up = service
+        .charge(&protocol.client(), &key, &visa(700))
         .header("X-Request-Id", &request_id)
-        .json(&visa(700))
         .send()
         .await;
     assert!(
@@ -125,12 +121,8 @@ async fn a_stopping_service_finishes_the_attempts_whose_clients_left(backend: Ba
     )
     .await;
     let key = new_key();
-    let gave_up = Protocol::Http1
-        .client()
-        .post(service.url("/charges"))
-        .bearer_auth(ACME)
-        .header("Idempotency-Key", &key)
-        .json(&visa(700))
+    let gave_up = service
+        .charge(&Protocol::Http1.client(), &key, &visa(700))
         .send()
         .await;
     assert!(gave_up.as_ref().is_err_and(reqwest::Error::is_timeout));
@@ -148,11 +140,8 @@ async fn a_stopping_service_finishes_the_attempts_whose_clients_left(backend: Ba
 async fn once_let_in(service: &Service, key: &str, body: &Value) -> reqwest::Response {
     for _ in 0..100 {
         // A connection refused at once was never read: nothing of the request was claimed.
-        match reqwest::Client::new()
-            .post(service.url("/charges"))
-            .bearer_auth(ACME)
-            .header("Idempotency-Key", key)
-            .json(body)
+        match service
+            .charge(&reqwest::Client::new(), key, body)
             .send()
             .await
         {

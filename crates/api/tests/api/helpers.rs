@@ -300,14 +300,19 @@ impl Service {
 
     /// Sends a `POST /charges` as tenant acme.
     pub(crate) async fn post_charge(&self, key: &str, body: &Value) -> Response {
-        http_client()
+        self.charge(&http_client(), key, body)
+            .send()
+            .await
+            .expect("POST /charges")
+    }
+
+    /// `POST /charges` of `body` under `key` as acme, to be sent by `client`.
+    pub(crate) fn charge(&self, client: &Client, key: &str, body: &Value) -> RequestBuilder {
+        client
             .post(self.url("/charges"))
             .bearer_auth(ACME)
             .header("Idempotency-Key", key)
             .json(body)
-            .send()
-            .await
-            .expect("POST /charges")
     }
 
     /// Asks the process to shut down, as an orchestrator does (SIGTERM).
