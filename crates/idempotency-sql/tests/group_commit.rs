@@ -128,6 +128,28 @@ async fn verdicts(writers: Vec<tokio::task::JoinHandle<String>>) -> Vec<String> 
     verdicts
 }
 
+/// Runs `writers` in one batch: each queues at the gate, in order, behind a write of the
+/// test's, which then commits and lets them in one at a time. Their verdicts, in that order.
+async fn in_one_batch<W>(records: &SqlRecords, writers: impl IntoIterator<Item = W>) -> Vec<String>
+where
+    W: Future<Output = String> + Send + 'static,
+{
+    let holder = records
+        .begin_write()
+        .await
+        .unwrap_or_else(|e| panic!("hold the gate: {e}"));
+    let mut queued = Vec::new();
+    for (position, writer) in writers.into_iter().enumerate() {
+        queued.push(tokio::spawn(writer));
+        until_waiting(records, position + 1).await;
+    }
+    holder
+        .commit()
+        .await
+        .unwrap_or_else(|e| panic!("commit the holder: {e}"));
+    verdicts(queued).await
+}
+
 async fn state(records: &SqlRecords, name: &str) -> Option<(RecordState, i32)> {
     records
         .find_record(&scope(), &key(name))
@@ -146,26 +168,22 @@ async fn one_batch_holds_fresh_claims_a_duplicate_a_mismatch_and_a_fenced_off_re
         ..ending
     };
 
-    let holder = records
-        .begin_write()
-        .await
-        .unwrap_or_else(|e| panic!("hold the gate: {e}"));
     let before = commits(&records);
-    let mut writers = Vec::new();
     // In this order: the duplicate and the mismatch meet the first claim of `fresh-1` in the
-    // batch, uncommitted; the fenced-off transaction sits between writers that write.
+    // batch, uncommitted; the fenced-off transaction sits between writers that write, and
+    // undoing its work must undo nothing of `fresh-2`'s just before it.
     let queue: [(&str, u64); 7] = [
         ("fresh-1", 1),
         ("fresh-2", 1),
-        ("fresh-1", 1),
         ("fenced", 0),
+        ("fresh-1", 1),
         ("fresh-1", 2),
         ("ending", 0),
         ("fresh-3", 1),
     ];
-    for (position, (name, amount)) in queue.into_iter().enumerate() {
+    let writers = queue.map(|(name, amount)| {
         let writer = Arc::clone(&records);
-        writers.push(tokio::spawn(async move {
+        async move {
             match name {
                 "fenced" => ended(end_record(&writer, "ending", stale).await),
                 "ending" => ended(end_record(&writer, "ending", ending).await),
@@ -175,22 +193,17 @@ async fn one_batch_holds_fresh_claims_a_duplicate_a_mismatch_and_a_fenced_off_re
                     other => format!("{other:?}"),
                 },
             }
-        }));
-        until_waiting(&records, position + 1).await;
-    }
-    holder
-        .commit()
-        .await
-        .unwrap_or_else(|e| panic!("commit the holder: {e}"));
-    let verdicts = verdicts(writers).await;
+        }
+    });
+    let verdicts = in_one_batch(&records, writers).await;
 
     assert_eq!(
         verdicts,
         [
             "owned",
             "owned",
-            "in flight",
             "fenced off",
+            "in flight",
             "Mismatch",
             "stored",
             "owned"
@@ -481,6 +494,64 @@ async fn a_batch_whose_writers_all_went_away_is_still_committed() {
         .execute(sqlite.pool())
         .await
         .unwrap_or_else(|e| panic!("a write outside the gate: {e}"));
+}
+
+/// A writer that joins others' work sets its savepoint in the same round trip as its first
+/// statement. When that statement fails, whether the savepoint was set is not known, and
+/// rolling back to `member` could undo the writer before it: the batch is given up, and the
+/// writers whose claims were in it make them again, alone. Here a trigger of the test's refuses
+/// the insert of one key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_whose_first_statement_fails_gives_its_batch_up_and_the_others_claim_again_alone()
+{
+    let fresh = common::on(Backend::Sqlite).await;
+    let SqlRecords::Sqlite(sqlite) = &fresh.records else {
+        panic!("an SQLite store");
+    };
+    sqlx::query(
+        "CREATE TRIGGER refuse BEFORE INSERT ON idempotency_records
+         WHEN NEW.idempotency_key = 'refused'
+         BEGIN SELECT RAISE(ABORT, 'refused by the test'); END",
+    )
+    .execute(sqlite.pool())
+    .await
+    .unwrap_or_else(|e| panic!("create the trigger: {e}"));
+    let records = Arc::new(fresh.records.clone());
+
+    let before = commits(&records);
+    let writers = ["fresh-1", "fresh-2", "refused", "fresh-3"].map(|name| {
+        let writer = Arc::clone(&records);
+        async move {
+            match writer
+                .claim(&scope(), &key(name), &fingerprint(1), b"{}")
+                .await
+            {
+                Ok(Claim::Owned(_)) => "owned".to_owned(),
+                Ok(other) => format!("{other:?}"),
+                Err(error) => format!("error: {error:?}"),
+            }
+        }
+    });
+    let verdicts = in_one_batch(&records, writers).await;
+
+    assert_eq!(verdicts[..2], ["owned", "owned"]);
+    assert!(
+        verdicts[2].contains("refused by the test"),
+        "the refused claim fails with its own error, got {:?}",
+        verdicts[2]
+    );
+    assert_eq!(verdicts[3], "owned");
+    let after = commits(&records);
+    assert_eq!(
+        (after.commits - before.commits, after.writes - before.writes),
+        (4, 4),
+        "the holder's commit; the batch of fresh-1 and fresh-2 given up, not committed; \
+         fresh-3's batch; fresh-1 and fresh-2 again, each alone"
+    );
+    for name in ["fresh-1", "fresh-2", "fresh-3"] {
+        assert_eq!(state(&records, name).await, Some((RecordState::Pending, 1)));
+    }
+    assert_eq!(state(&records, "refused").await, None);
 }
 
 /// A claim's verdict, in words.

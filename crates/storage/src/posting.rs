@@ -1,6 +1,7 @@
 //! The rows every effect posts besides its own, written once for both backends: its balanced
-//! ledger transaction and its outbox event, on the caller's transaction (PostgreSQL's charge
-//! finish writes the same rows inside its one statement, in `postgres.rs`).
+//! ledger transaction and its outbox event, on the caller's transaction (a charge's finish
+//! writes the same rows in its own statement on PostgreSQL, and its own script on SQLite, in
+//! `postgres.rs` and `sqlite.rs`).
 
 use payments_domain::LedgerTransaction;
 use serde::Serialize;

@@ -1,6 +1,6 @@
-//! What SQLite's store does its own way: a charge's finish is one statement per row, the
-//! outbox relay leases its rows instead of locking them, and migrations queue at the write
-//! gate.
+//! What SQLite's store does its own way: a charge's finish is one script of a statement per
+//! row, the outbox relay leases its rows instead of locking them, and migrations queue at the
+//! write gate.
 //!
 //! SQLite has one writer at a time and no row locks, so the guarantees are kept differently
 //! from PostgreSQL, with the same outcomes:
@@ -20,23 +20,32 @@ use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use crate::StoreError;
-use crate::posting;
 use crate::relay::{EventSink, OutboxEvent, RelayError};
 use crate::sql::Sql;
 
 /// The migrations under `migrations/sqlite`, embedded in the binary.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/sqlite");
 
+/// A charge (`$1`..`$8`), its balanced ledger transaction (`$9`, its entries as the JSON array
+/// `$10`) and its `payment.completed` event (`$11`..`$13`): PostgreSQL's one statement as
+/// SQLite's four, run as one script, in one round trip to the connection's thread. The entries
+/// go before their transaction's row, whose insert seals them (the schema's trigger checks
+/// that they balance). The caller's transaction makes the four one: all of them or none.
 const INSERT_CHARGE: &str = "
 INSERT INTO charges
     (id, tenant_id, amount, currency, source, description, status, processor_charge_id,
      created_at)
-VALUES ($1, $2, $3, $4, $5, $6, 'succeeded', $7, $8)";
+VALUES ($1, $2, $3, $4, $5, $6, 'succeeded', $7, $8);
 
-/// The charge's (`$2`) ledger transaction row.
-const INSERT_LEDGER_TRANSACTION: &str = "
+INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+SELECT $9, e.key + 1, $2, e.value ->> 'account', e.value ->> 'currency', e.value ->> 'amount'
+FROM json_each($10) AS e;
+
 INSERT INTO ledger_transactions (id, charge_id, tenant_id, created_at)
-VALUES ($1, $2, $3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
+VALUES ($9, $1, $2, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));
+
+INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, created_at)
+VALUES ($11, $1, $2, $12, $13, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
 
 /// Inserts a charge, its ledger transaction and its `payment.completed` event on
 /// `connection`, which must be inside the caller's transaction.
@@ -44,36 +53,38 @@ pub(crate) async fn insert_charge(
     connection: &mut SqliteConnection,
     charge: &Charge,
 ) -> Result<(), StoreError> {
-    let tenant = charge.tenant.as_str();
-    let mut connection = Connection::Sqlite(connection);
+    let ledger = LedgerTransaction::for_charge(charge);
+    let entries: Vec<serde_json::Value> = ledger
+        .entries()
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "account": e.account.name(),
+                "currency": e.currency.code(),
+                "amount": e.amount,
+            })
+        })
+        .collect();
+    let event = PaymentCompleted::for_charge(charge);
+    let payload = serde_json::to_value(&event)
+        .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?;
     Sql::new(INSERT_CHARGE)
         .bind(charge.id.as_uuid())
-        .bind(tenant)
+        .bind(charge.tenant.as_str())
         .bind(charge.money.amount.minor_units())
         .bind(charge.money.currency.code())
         .bind(charge.source.as_str())
         .bind(charge.description.as_ref().map(|d| d.as_str()))
         .bind(charge.processor_charge_id.as_str())
         .bind(charge.created_at)
-        .execute(&mut connection)
-        .await?;
-    let ledger = LedgerTransaction::for_charge(charge);
-    let transaction = Sql::new(INSERT_LEDGER_TRANSACTION)
         .bind(ledger.id())
-        .bind(charge.id.as_uuid())
-        .bind(tenant);
-    posting::post_ledger(&mut connection, &ledger, tenant, transaction).await?;
-    let event = PaymentCompleted::for_charge(charge);
-    let (id, aggregate) = (event.event_id, charge.id.as_uuid());
-    posting::insert_event(
-        &mut connection,
-        &event,
-        id,
-        aggregate,
-        tenant,
-        PAYMENT_COMPLETED,
-    )
-    .await
+        .bind(serde_json::Value::Array(entries))
+        .bind(event.event_id)
+        .bind(PAYMENT_COMPLETED)
+        .bind(payload)
+        .execute(&mut Connection::Sqlite(connection))
+        .await?;
+    Ok(())
 }
 
 /// How long a relay may hold events it is publishing before another relay may take them.

@@ -1,27 +1,34 @@
 //! Group commit: the write transactions of concurrent callers in this process share one SQLite
 //! transaction and one commit.
 //!
-//! SQLite has one writer, and with `synchronous = FULL` each commit waits for the disk; a
-//! commit per request makes the disk's flush the limit of every write path. So the write gate
-//! holds more than a turn: the last writer through it leaves its transaction open
-//! ([`Batch`]) for the next, each writer that joins others' work works inside a savepoint of
-//! its own (`member`), and the batch is committed once, by a task its first member starts,
-//! which queues at the gate behind the writers waiting there and commits the batch once they
-//! have joined it. Every member then hears the same outcome. A writer never waits for others
-//! to arrive: a lone writer's batch is committed as soon as the gate is free, and the writers
-//! that queue while a batch is being committed form the next one.
+//! SQLite has one writer, and with `synchronous = FULL` each commit waits for the disk; a commit
+//! per request makes the disk's flush the limit of every write path. So the write gate holds more
+//! than a turn: the last writer through it leaves its transaction open ([`Batch`]) for the next,
+//! each writer that joins others' work works inside a savepoint of its own (`member`, set in the
+//! same round trip to the connection's thread as the writer's first statement:
+//! [`WriteTx::opening`]), and the batch is committed once, by a task its first member starts, which
+//! queues at the gate behind the writers waiting there and commits the batch once they have joined
+//! it. Every member then hears the same outcome. A writer never waits for others to arrive: a lone
+//! writer's batch is committed as soon as the gate is free, and the writers that queue while a
+//! batch is being committed form the next one.
 //!
-//! A member that fails, or is dropped, rolls back to its savepoint and hands the batch on: its
-//! rows are gone and the others' stay. A commit that fails fails every member of the batch
-//! with [`Error::BatchFailed`], having written nothing; each then does its work again alone
-//! ([`Sharing::Alone`]), so one bad row cannot fail many writers. Writes that are not a
+//! A member that fails, or is dropped, rolls back to its savepoint and hands the batch on: its rows
+//! are gone and the others' stay. A member done leaves its savepoint as it is, for the batch's
+//! commit to release: the next member's savepoint nests inside it, and `ROLLBACK TO member` names
+//! the innermost, its own. Releasing each would cost a round trip per member. A member whose
+//! savepoint may or may not exist (its first statement failed, or it was dropped while that
+//! statement ran) cannot be undone alone, since rolling back to `member` could then undo the member
+//! before it: the batch is given up, as when a commit fails. A commit that fails fails every member
+//! of the batch with [`Error::BatchFailed`], having written nothing; each then does its work again
+//! alone ([`Sharing::Alone`]), so one bad row cannot fail many writers. Writes that are not a
 //! request's (a migration, the completer's and the reaper's, a service's own) run alone.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use sqlx::sqlite::SqlitePool;
-use sqlx::{Sqlite, SqliteConnection};
+use sqlx::{Executor, Sqlite, SqliteConnection};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
 use crate::commits::{CommitLog, CommitObserver, GroupCommit, GroupCommits};
@@ -158,18 +165,20 @@ impl WriteGate {
                 self.begin_batch().await?
             }
         };
-        let mut write = WriteTx {
-            held: Some(Held { batch, gate }),
-            sharing,
-            over_record: false,
-            writers: self.clone(),
-        };
         // A writer that joins others' work marks where its own begins, to undo only its own;
         // the first writer of a batch has nothing of others' to keep, and needs no mark.
-        if write.joins_others() {
-            sqlx::query("SAVEPOINT member").execute(&mut *write).await?;
-        }
-        Ok(write)
+        let mark = if sharing == Sharing::Shared && !batch.members.is_empty() {
+            Mark::Owed
+        } else {
+            Mark::Unneeded
+        };
+        Ok(WriteTx {
+            held: Some(Held { batch, gate }),
+            sharing,
+            mark,
+            over_record: false,
+            writers: self.clone(),
+        })
     }
 
     /// The SQLite driver's custom BEGIN is not cancel-safe: a request dropped while it runs
@@ -253,6 +262,28 @@ struct Held {
     gate: OwnedMutexGuard<Option<Batch>>,
 }
 
+/// Where a writer stands with the savepoint that marks where its own work begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// None is needed: the writer is alone, or the first of its batch (nothing of others' to
+    /// keep: undoing its work is rolling the transaction back).
+    Unneeded,
+    /// Not set yet, and nothing written: set by the writer's first statement.
+    Owed,
+    /// Set, or not, by a statement that failed or whose caller went away: which is not
+    /// known, so the writer's work cannot be undone alone.
+    Unknown,
+    /// Set: `ROLLBACK TO member` undoes this writer's work and nothing else.
+    Set,
+}
+
+/// The savepoint a writer that joins others' work sets before its first statement, in the
+/// same round trip.
+const MARK: &str = "SAVEPOINT member;";
+
+/// Undoes the work of the writer whose savepoint is the innermost, and removes the savepoint.
+const UNDO: &str = "ROLLBACK TO member; RELEASE member";
+
 /// A write transaction: the gate, then SQLite's write lock, in the open batch under a
 /// savepoint or alone. Dropped uncommitted, what it wrote is rolled back (its savepoint, or
 /// its transaction).
@@ -260,6 +291,7 @@ struct Held {
 pub struct WriteTx {
     held: Option<Held>,
     sharing: Sharing,
+    mark: Mark,
     /// Whether it is a record's transaction (counted in [`GroupCommit::records`]).
     over_record: bool,
     writers: WriteGate,
@@ -275,18 +307,35 @@ impl std::ops::Deref for WriteTx {
 
 impl std::ops::DerefMut for WriteTx {
     fn deref_mut(&mut self) -> &mut Self::Target {
+        // A statement run before the savepoint is set would be outside it: this writer's
+        // work could then no longer be undone alone.
+        if self.mark == Mark::Owed {
+            self.mark = Mark::Unknown;
+        }
         &mut self.held.as_mut().expect("held until it ends").batch.tx
     }
 }
 
 impl WriteTx {
-    /// Whether this writer works in a batch that holds others' work (under a savepoint).
-    fn joins_others(&self) -> bool {
-        self.sharing == Sharing::Shared
-            && self
-                .held
-                .as_ref()
-                .is_some_and(|held| !held.batch.members.is_empty())
+    /// The text to run this writer's first statement, `statement`, as: after its savepoint
+    /// when it joins others' work, in the same round trip to the connection's thread. Until
+    /// [`WriteTx::opened`] says the statement ran, the writer's work cannot be undone alone.
+    pub(crate) fn opening(&mut self, statement: &'static str) -> Cow<'static, str> {
+        match self.mark {
+            Mark::Owed => {
+                self.mark = Mark::Unknown;
+                Cow::Owned(format!("{MARK}{statement}"))
+            }
+            _ => Cow::Borrowed(statement),
+        }
+    }
+
+    /// The first statement, run as [`WriteTx::opening`] gave it, succeeded: the savepoint
+    /// before it is set.
+    pub(crate) fn opened(&mut self) {
+        if self.mark == Mark::Unknown {
+            self.mark = Mark::Set;
+        }
     }
 
     /// Counts this transaction as a record's.
@@ -316,30 +365,16 @@ impl WriteTx {
             self.writers.log.committed(commit);
             return Ok(());
         }
-        // On a task of its own, so that a caller dropped meanwhile still hands the batch on
-        // (the others' work is in it) instead of rolling it back.
-        let records = usize::from(self.over_record);
-        let writers = self.writers.clone();
-        let left = tokio::spawn(async move {
-            if !batch.members.is_empty() {
-                sqlx::query("RELEASE member")
-                    .execute(&mut *batch.tx)
-                    .await?;
-            }
-            let (left, outcome) = Left::new(Arc::clone(&writers.log));
-            batch.members.push(left);
-            batch.records += records;
-            if batch.members.len() == 1 {
-                writers.commit_when_joined(batch.id);
-            }
-            *gate = Some(batch);
-            Ok::<_, sqlx::Error>(outcome)
-        });
-        // A failed RELEASE drops the batch, rolled back: every member of it hears that it was
-        // abandoned, and this one fails.
-        let outcome = left
-            .await
-            .map_err(|_| Error::from(sqlx::Error::WorkerCrashed))??;
+        // The work is left in the batch, its savepoint with it, before anything is awaited:
+        // a caller dropped from here on has handed the batch on.
+        let (left, outcome) = Left::new(Arc::clone(&self.writers.log));
+        batch.members.push(left);
+        batch.records += usize::from(self.over_record);
+        if batch.members.len() == 1 {
+            self.writers.commit_when_joined(batch.id);
+        }
+        *gate = Some(batch);
+        drop(gate);
         let heard = outcome.await.unwrap_or_else(|_| abandoned());
         heard.map_err(|reason| Error::BatchFailed(reason.to_string()))
     }
@@ -354,26 +389,27 @@ impl Drop for WriteTx {
         else {
             return;
         };
-        if self.sharing == Sharing::Alone || batch.members.is_empty() {
+        match self.mark {
             // The transaction holds nothing but this writer's work: dropped, it rolls back.
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        // Undo this writer's work alone and hand the batch on, holding the gate meanwhile.
-        runtime.spawn(async move {
-            let undone = async {
-                sqlx::query("ROLLBACK TO member")
-                    .execute(&mut *batch.tx)
-                    .await?;
-                sqlx::query("RELEASE member").execute(&mut *batch.tx).await
-            };
-            if undone.await.is_ok() {
-                *gate = Some(batch);
+            Mark::Unneeded => {}
+            // Nothing of this writer's is in the batch: it goes on as it was.
+            Mark::Owed => *gate = Some(batch),
+            // Rolling back to `member` could undo the writer before this one: the batch is
+            // dropped and rolled back, and its members hear it was abandoned and do their work
+            // again alone.
+            Mark::Unknown => {}
+            Mark::Set => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    return;
+                };
+                // Undo this writer's work alone and hand the batch on, holding the gate
+                // meanwhile; if that fails, the batch is given up as above.
+                runtime.spawn(async move {
+                    if batch.tx.execute(UNDO).await.is_ok() {
+                        *gate = Some(batch);
+                    }
+                });
             }
-            // Otherwise the batch is dropped and rolled back: its members hear it was
-            // abandoned, and do their work again alone.
-        });
+        }
     }
 }

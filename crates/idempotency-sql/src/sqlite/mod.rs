@@ -159,7 +159,10 @@ impl SqliteRecords {
 
     async fn claim_in(&self, claim: NewClaim<'_>, sharing: Sharing) -> Result<Claim, Error> {
         let mut write = self.writes.begin(sharing).await?;
-        if let Some(claimed) = self.insert_pending(&mut write, &claim).await? {
+        let insert = write.opening(INSERT_PENDING);
+        let inserted = self.insert_pending(&mut write, &insert, &claim).await?;
+        write.opened();
+        if let Some(claimed) = inserted {
             write.commit().await?;
             return Ok(Claim::Owned(claimed));
         }
@@ -194,13 +197,15 @@ impl SqliteRecords {
         Ok(outcome)
     }
 
+    /// `INSERT_PENDING`, as `statement` gives it (the writer's first statement).
     async fn insert_pending(
         &self,
         connection: &mut SqliteConnection,
+        statement: &str,
         claim: &NewClaim<'_>,
     ) -> Result<Option<Claimed>, Error> {
         let new = Generation::new();
-        let inserted: Option<(i32,)> = new_generation(INSERT_PENDING, *claim, self.policy, &new)
+        let inserted: Option<(i32,)> = new_generation(statement, *claim, self.policy, &new)
             .fetch_optional(connection)
             .await?;
         Ok(inserted.map(|(attempts,)| new.claimed(attempts)))
@@ -235,7 +240,9 @@ impl SqliteRecords {
         sharing: Sharing,
     ) -> Result<Option<WriteTx>, Error> {
         let mut write = self.writes.begin(sharing).await?;
-        let locked: Option<(i32,)> = fenced_as(LOCK, owner).fetch_optional(&mut *write).await?;
+        let lock = write.opening(LOCK);
+        let locked: Option<(i32,)> = fenced_as(&lock, owner).fetch_optional(&mut *write).await?;
+        write.opened();
         // Not found: dropped, the transaction is rolled back having written nothing.
         Ok(locked.map(|_| write.over_record()))
     }
