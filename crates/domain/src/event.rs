@@ -63,7 +63,7 @@ impl<T> Event<T> {
 
     fn new(payload: T) -> Self {
         Self {
-            event_id: Uuid::new_v4(),
+            event_id: Uuid::now_v7(),
             schema_version: Self::SCHEMA_VERSION,
             payload,
         }

@@ -130,7 +130,7 @@ impl LedgerTransaction {
         let amount = money.amount.minor_units();
         let currency = money.currency;
         Self {
-            id: Uuid::new_v4(),
+            id: Uuid::now_v7(),
             entries: vec![
                 LedgerEntry {
                     account: to,

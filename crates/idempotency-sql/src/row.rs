@@ -152,8 +152,10 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
+    /// A time-ordered id (a UUID of version 7), which becomes the resource's: new records'
+    /// rows go to the end of each index rather than anywhere in it.
     pub(crate) fn new() -> Self {
-        let id = Uuid::new_v4();
+        let id = Uuid::now_v7();
         Self {
             id,
             effect_key: format!("effect_{}", id.simple()),

@@ -508,7 +508,7 @@ async fn insert_exception(
         .or_else(|| metadata.map(|m| m.resource_id.clone()));
     let record = sides.record();
     let added = Sql::new(INSERT_EXCEPTION)
-        .bind(Uuid::new_v4())
+        .bind(Uuid::now_v7())
         .bind(date)
         .bind(item.result.as_str())
         .bind(sides.kind().as_str())
