@@ -13,7 +13,7 @@ use common::on;
 use futures::future::join_all;
 use payments_idempotency::engine::{Claim, End, Owner, RecordStore, StoreFailure};
 use payments_idempotency::{Fingerprint, IdempotencyKey, SchemaVersion, Scope, StoredResponse};
-use payments_idempotency_sql::{Backend, SqlRecords};
+use payments_idempotency_sql::{Backend, SqlRecords, Transaction};
 use sqlx::Connection as _;
 
 fn scope() -> Scope {
@@ -40,32 +40,23 @@ async fn claim_and_end(records: &SqlRecords, name: &str) {
     // set its savepoint, and its SQLite batch is then given up: the others' commits fail with
     // `BatchFailed`, having written nothing, and each does its transaction again alone, as the
     // engine does.
-    if let Err(failure) = end_record(records, owner, Sharing::Shared).await {
+    let shared = records.begin(owner).await;
+    if let Err(failure) = end_record(records, owner, shared).await {
         assert!(failure.is_batch_failed(), "{name}: {failure}");
-        end_record(records, owner, Sharing::Alone)
+        let alone = records.begin_alone(owner).await;
+        end_record(records, owner, alone)
             .await
             .unwrap_or_else(|e| panic!("{name}, alone: {e}"));
     }
 }
 
-/// Whether the record's transaction shares its commit with other callers'.
-#[derive(Clone, Copy)]
-enum Sharing {
-    Shared,
-    Alone,
-}
-
-/// The record's transaction, the record ended in it and committed.
+/// The record ended in `begun`, the transaction begun over it, and committed.
 async fn end_record(
     records: &SqlRecords,
     owner: Owner<'_>,
-    sharing: Sharing,
+    begun: Result<Option<Transaction>, StoreFailure>,
 ) -> Result<(), StoreFailure> {
-    let transaction = match sharing {
-        Sharing::Shared => records.begin(owner).await?,
-        Sharing::Alone => records.begin_alone(owner).await?,
-    };
-    let mut transaction = transaction.expect("the record is fenced off");
+    let mut transaction = begun?.expect("the record is fenced off");
     let response = StoredResponse::new(
         SchemaVersion::new(1),
         201,

@@ -521,16 +521,7 @@ async fn a_writer_whose_first_statement_fails_gives_its_batch_up_and_the_others_
     let before = commits(&records);
     let writers = ["fresh-1", "fresh-2", "refused", "fresh-3"].map(|name| {
         let writer = Arc::clone(&records);
-        async move {
-            match writer
-                .claim(&scope(), &key(name), &fingerprint(1), b"{}")
-                .await
-            {
-                Ok(Claim::Owned(_)) => "owned".to_owned(),
-                Ok(other) => format!("{other:?}"),
-                Err(error) => format!("error: {error:?}"),
-            }
-        }
+        async move { claim_verdict(&writer, name, 1).await }
     });
     let verdicts = in_one_batch(&records, writers).await;
 
@@ -554,7 +545,8 @@ async fn a_writer_whose_first_statement_fails_gives_its_batch_up_and_the_others_
     assert_eq!(state(&records, "refused").await, None);
 }
 
-/// A claim's verdict, in words.
+/// A claim's verdict, in words; an error with its causes (`Debug`: the store's `Display` names
+/// only itself).
 async fn claim_verdict(records: &SqlRecords, name: &str, amount: u64) -> String {
     match records
         .claim(&scope(), &key(name), &fingerprint(amount), b"{}")
@@ -563,7 +555,7 @@ async fn claim_verdict(records: &SqlRecords, name: &str, amount: u64) -> String 
         Ok(Claim::Owned(_)) => "owned".to_owned(),
         Ok(Claim::InFlight { .. }) => "in flight".to_owned(),
         Ok(other) => format!("{other:?}"),
-        Err(error) => format!("error: {error}"),
+        Err(error) => format!("error: {error:?}"),
     }
 }
 
