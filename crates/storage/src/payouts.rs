@@ -183,14 +183,35 @@ const PAY_PAYOUT: &str = "
 UPDATE payouts SET status = 'paid', processor_payout_id = $2
 WHERE id = $1 AND status = 'pending'";
 
-/// The paid payout's (`$2`) ledger transaction row.
-const INSERT_LEDGER_TRANSACTION: Each = Each {
+/// What a paid payout (`$2`, of the tenant `$3`) posts, in one round trip: its ledger
+/// transaction `$1` with its entries (the JSON array `$4`) and its `payout.paid` event (`$5` of
+/// type `$6`, payload `$7`). One statement on PostgreSQL, which checks the entries' balance at
+/// commit; one script on SQLite, whose entries go before their transaction's row, which seals
+/// them (the schema's trigger checks that they balance).
+const POST_PAYOUT: Each = Each {
     postgres: "
-INSERT INTO ledger_transactions (id, payout_id, tenant_id, created_at)
-VALUES ($1, $2, $3, now())",
+WITH ledger AS (
+    INSERT INTO ledger_transactions (id, payout_id, tenant_id, created_at)
+    VALUES ($1, $2, $3, now())
+),
+entries AS (
+    INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+    SELECT $1, e.line, $3, e.entry ->> 'account', e.entry ->> 'currency',
+           (e.entry ->> 'amount')::bigint
+    FROM jsonb_array_elements($4) WITH ORDINALITY AS e(entry, line)
+)
+INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, created_at)
+VALUES ($5, $2, $3, $6, $7, now())",
     sqlite: "
+INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+SELECT $1, e.key + 1, $3, e.value ->> 'account', e.value ->> 'currency', e.value ->> 'amount'
+FROM json_each($4) AS e;
+
 INSERT INTO ledger_transactions (id, payout_id, tenant_id, created_at)
-VALUES ($1, $2, $3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+VALUES ($1, $2, $3, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));
+
+INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, created_at)
+VALUES ($5, $2, $3, $6, $7, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
 };
 
 const DELETE_PENDING_PAYOUT: &str = "DELETE FROM payouts WHERE id = $1 AND status = 'pending'";
@@ -283,16 +304,19 @@ impl PayoutRepository for DatabaseStore {
                 payout.id
             )));
         }
-        let tenant = payout.tenant.as_str();
         let ledger = LedgerTransaction::for_payout(payout);
-        let transaction = Sql::new(INSERT_LEDGER_TRANSACTION)
+        let event = PayoutPaid::for_payout(payout);
+        Sql::new(POST_PAYOUT)
             .bind(ledger.id())
             .bind(payout.id.as_uuid())
-            .bind(tenant);
-        posting::post_ledger(&mut connection, &ledger, tenant, transaction).await?;
-        let event = PayoutPaid::for_payout(payout);
-        let (id, aggregate) = (event.event_id, payout.id.as_uuid());
-        posting::insert_event(&mut connection, &event, id, aggregate, tenant, PAYOUT_PAID).await
+            .bind(payout.tenant.as_str())
+            .bind(posting::entries(&ledger))
+            .bind(event.event_id)
+            .bind(PAYOUT_PAID)
+            .bind(posting::payload(&event)?)
+            .execute(&mut connection)
+            .await?;
+        Ok(())
     }
 
     /// Deletes the pending payout, whose amount the balance counted as held. Nothing to do

@@ -9,15 +9,16 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::posting;
 use crate::relay::{EventSink, OutboxEvent, RelayError};
 
 /// The migrations under `migrations/postgres`, embedded in the binary.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations/postgres");
 
-/// A charge (`$1`..`$8`), its balanced ledger transaction (`$9`, its entries as the arrays
-/// `$10`..`$13`) and its `payment.completed` event (`$14`..`$16`), as ONE statement: either
-/// all of them exist or none does. The ledger's balance trigger and the foreign keys are
-/// checked at the end of the statement and at commit as usual.
+/// A charge (`$1`..`$8`), its balanced ledger transaction (`$9`, its entries as the JSON array
+/// `$10`) and its `payment.completed` event (`$11`..`$13`), as ONE statement: either all of them
+/// exist or none does. The ledger's balance trigger and the foreign keys are checked at the end
+/// of the statement and at commit as usual.
 const INSERT_CHARGE: &str = "
 WITH charge AS (
     INSERT INTO charges (id, tenant_id, amount, currency, source, description, status,
@@ -32,12 +33,12 @@ ledger AS (
 ),
 entries AS (
     INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
-    SELECT ledger.id, e.line, ledger.tenant_id, e.account, e.currency, e.amount
-    FROM ledger, UNNEST($10::smallint[], $11::text[], $12::text[], $13::bigint[])
-        AS e(line, account, currency, amount)
+    SELECT ledger.id, e.line, ledger.tenant_id, e.entry ->> 'account', e.entry ->> 'currency',
+           (e.entry ->> 'amount')::bigint
+    FROM ledger, jsonb_array_elements($10) WITH ORDINALITY AS e(entry, line)
 )
 INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_id, payload)
-SELECT $14, charge.tenant_id, $15, charge.id, $16 FROM charge";
+SELECT $11, charge.tenant_id, $12, charge.id, $13 FROM charge";
 
 /// Writes a charge, its ledger transaction and its event on `connection` (the finish's
 /// transaction, or a connection of its own for the bench floor: the same rows either way).
@@ -47,13 +48,6 @@ pub(crate) async fn insert_charge(
 ) -> Result<(), StoreError> {
     let ledger = LedgerTransaction::for_charge(charge);
     let event = PaymentCompleted::for_charge(charge);
-    let entries = ledger.entries();
-    let lines: Vec<i16> = (1..).take(entries.len()).collect();
-    let accounts: Vec<&'static str> = entries.iter().map(|e| e.account.name()).collect();
-    let currencies: Vec<&'static str> = entries.iter().map(|e| e.currency.code()).collect();
-    let amounts: Vec<i64> = entries.iter().map(|e| e.amount).collect();
-    let payload = serde_json::to_value(&event)
-        .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?;
     let insert = sqlx::query(INSERT_CHARGE)
         .bind(charge.id.as_uuid())
         .bind(charge.tenant.as_str())
@@ -64,13 +58,10 @@ pub(crate) async fn insert_charge(
         .bind(charge.processor_charge_id.as_str())
         .bind(charge.created_at)
         .bind(ledger.id())
-        .bind(lines)
-        .bind(accounts)
-        .bind(currencies)
-        .bind(amounts)
+        .bind(posting::entries(&ledger))
         .bind(event.event_id)
         .bind(PAYMENT_COMPLETED)
-        .bind(payload);
+        .bind(posting::payload(&event)?);
     answered(insert.execute(connection)).await?;
     Ok(())
 }

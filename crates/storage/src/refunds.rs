@@ -229,18 +229,42 @@ const SUCCEED_REFUND: &str = "
 UPDATE refunds SET status = 'succeeded', processor_refund_id = $2
 WHERE id = $1 AND status = 'pending'";
 
-/// The succeeded refund's (`$3`, of the charge `$2`) ledger transaction row.
-const INSERT_LEDGER_TRANSACTION: Each = Each {
+/// What a succeeded refund (`$3`, of `$5` minor units of the charge `$2`, the tenant `$4`)
+/// posts, in one round trip: the charge's refunded amount, the reversing ledger transaction
+/// `$1` with its entries (the JSON array `$6`) and its `payment.refunded` event (`$7` of type
+/// `$8`, payload `$9`). One statement on PostgreSQL, which checks the entries' balance at
+/// commit; one script on SQLite, whose entries go before their transaction's row, which seals
+/// them (the schema's trigger checks that they balance).
+const POST_REFUND: Each = Each {
     postgres: "
-INSERT INTO ledger_transactions (id, charge_id, refund_id, tenant_id, created_at)
-VALUES ($1, $2, $3, $4, now())",
+WITH refunded AS (
+    UPDATE charges SET amount_refunded = amount_refunded + $5 WHERE id = $2
+),
+ledger AS (
+    INSERT INTO ledger_transactions (id, charge_id, refund_id, tenant_id, created_at)
+    VALUES ($1, $2, $3, $4, now())
+),
+entries AS (
+    INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+    SELECT $1, e.line, $4, e.entry ->> 'account', e.entry ->> 'currency',
+           (e.entry ->> 'amount')::bigint
+    FROM jsonb_array_elements($6) WITH ORDINALITY AS e(entry, line)
+)
+INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, created_at)
+VALUES ($7, $3, $4, $8, $9, now())",
     sqlite: "
-INSERT INTO ledger_transactions (id, charge_id, refund_id, tenant_id, created_at)
-VALUES ($1, $2, $3, $4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-};
+UPDATE charges SET amount_refunded = amount_refunded + $5 WHERE id = $2;
 
-const ADD_REFUNDED: &str =
-    "UPDATE charges SET amount_refunded = amount_refunded + $2 WHERE id = $1";
+INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+SELECT $1, e.key + 1, $4, e.value ->> 'account', e.value ->> 'currency', e.value ->> 'amount'
+FROM json_each($6) AS e;
+
+INSERT INTO ledger_transactions (id, charge_id, refund_id, tenant_id, created_at)
+VALUES ($1, $2, $3, $4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'));
+
+INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, created_at)
+VALUES ($7, $3, $4, $8, $9, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+};
 
 const DELETE_PENDING_REFUND: &str = "
 DELETE FROM refunds WHERE id = $1 AND status = 'pending'
@@ -361,30 +385,21 @@ impl RefundRepository for DatabaseStore {
                 refund.id
             )));
         }
-        Sql::new(ADD_REFUNDED)
-            .bind(refund.charge.as_uuid())
-            .bind(refund.money.amount.minor_units())
-            .execute(&mut connection)
-            .await?;
-        let tenant = refund.tenant.as_str();
         let ledger = LedgerTransaction::for_refund(refund);
-        let transaction = Sql::new(INSERT_LEDGER_TRANSACTION)
+        let event = PaymentRefunded::for_refund(refund);
+        Sql::new(POST_REFUND)
             .bind(ledger.id())
             .bind(refund.charge.as_uuid())
             .bind(refund.id.as_uuid())
-            .bind(tenant);
-        posting::post_ledger(&mut connection, &ledger, tenant, transaction).await?;
-        let event = PaymentRefunded::for_refund(refund);
-        let (id, aggregate) = (event.event_id, refund.id.as_uuid());
-        posting::insert_event(
-            &mut connection,
-            &event,
-            id,
-            aggregate,
-            tenant,
-            PAYMENT_REFUNDED,
-        )
-        .await
+            .bind(refund.tenant.as_str())
+            .bind(refund.money.amount.minor_units())
+            .bind(posting::entries(&ledger))
+            .bind(event.event_id)
+            .bind(PAYMENT_REFUNDED)
+            .bind(posting::payload(&event)?)
+            .execute(&mut connection)
+            .await?;
+        Ok(())
     }
 
     /// Deletes the pending refund and gives its amount back to its charge. Nothing to do when

@@ -20,6 +20,7 @@ use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use crate::StoreError;
+use crate::posting;
 use crate::relay::{EventSink, OutboxEvent, RelayError};
 use crate::sql::Sql;
 
@@ -54,20 +55,7 @@ pub(crate) async fn insert_charge(
     charge: &Charge,
 ) -> Result<(), StoreError> {
     let ledger = LedgerTransaction::for_charge(charge);
-    let entries: Vec<serde_json::Value> = ledger
-        .entries()
-        .iter()
-        .map(|e| {
-            serde_json::json!({
-                "account": e.account.name(),
-                "currency": e.currency.code(),
-                "amount": e.amount,
-            })
-        })
-        .collect();
     let event = PaymentCompleted::for_charge(charge);
-    let payload = serde_json::to_value(&event)
-        .map_err(|e| StoreError::Corrupt(format!("event payload: {e}")))?;
     Sql::new(INSERT_CHARGE)
         .bind(charge.id.as_uuid())
         .bind(charge.tenant.as_str())
@@ -78,10 +66,10 @@ pub(crate) async fn insert_charge(
         .bind(charge.processor_charge_id.as_str())
         .bind(charge.created_at)
         .bind(ledger.id())
-        .bind(serde_json::Value::Array(entries))
+        .bind(posting::entries(&ledger))
         .bind(event.event_id)
         .bind(PAYMENT_COMPLETED)
-        .bind(payload)
+        .bind(posting::payload(&event)?)
         .execute(&mut Connection::Sqlite(connection))
         .await?;
     Ok(())
