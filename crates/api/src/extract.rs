@@ -4,6 +4,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
+use axum::http::uri::PathAndQuery;
 use axum::http::{HeaderMap, header};
 use payments_domain::TenantId;
 use payments_idempotency::IdempotencyKey;
@@ -169,6 +170,8 @@ fn caused_by_body_timeout(rejection: &BytesRejection) -> bool {
 pub(crate) struct IdempotentCall {
     pub tenant: TenantId,
     pub key: IdempotencyKey,
+    /// The path and query the request was sent to, part of the request as sent.
+    pub target: PathAndQuery,
     pub wait: Option<std::time::Duration>,
     pub admitted: Option<Admitted>,
 }
@@ -187,6 +190,7 @@ impl FromRequestParts<AppState> for IdempotentCall {
         Ok(Self {
             tenant,
             key,
+            target: target(parts),
             wait,
             admitted: parts.extensions.get::<Admitted>().cloned(),
         })
@@ -200,6 +204,8 @@ impl FromRequestParts<AppState> for IdempotentCall {
 pub(crate) struct OperatorCall {
     pub operator: OperatorName,
     pub key: IdempotencyKey,
+    /// The path and query the request was sent to, part of the request as sent.
+    pub target: PathAndQuery,
     pub wait: Option<std::time::Duration>,
     pub admitted: Option<Admitted>,
 }
@@ -218,6 +224,7 @@ impl FromRequestParts<AppState> for OperatorCall {
         Ok(Self {
             operator,
             key,
+            target: target(parts),
             wait,
             admitted: parts.extensions.get::<Admitted>().cloned(),
         })
@@ -230,6 +237,7 @@ impl FromRequestParts<AppState> for OperatorCall {
 pub(crate) struct KeyedCall {
     pub owner: String,
     pub key: IdempotencyKey,
+    pub target: PathAndQuery,
     pub wait: Option<std::time::Duration>,
     pub admitted: Option<Admitted>,
 }
@@ -239,6 +247,7 @@ impl From<IdempotentCall> for KeyedCall {
         Self {
             owner: call.tenant.as_str().to_owned(),
             key: call.key,
+            target: call.target,
             wait: call.wait,
             admitted: call.admitted,
         }
@@ -250,10 +259,20 @@ impl From<OperatorCall> for KeyedCall {
         Self {
             owner: call.operator.as_str().to_owned(),
             key: call.key,
+            target: call.target,
             wait: call.wait,
             admitted: call.admitted,
         }
     }
+}
+
+/// The path and query of the request `parts` are of.
+fn target(parts: &Parts) -> PathAndQuery {
+    parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"))
 }
 
 /// A query string parsed into `T`, rejected as a problem+json 400.

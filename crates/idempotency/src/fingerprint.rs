@@ -49,6 +49,25 @@ impl std::hash::Hash for Fingerprint {
     }
 }
 
+/// A request exactly as its client sent it: the SHA-256 of its parts (its target and its body,
+/// say), each after its length. Never a means of judging two requests, only a shortcut one
+/// way: the same bytes are the same request, so a retry sent byte for byte as a request
+/// already judged [`Comparison::Same`] needs no judging again; other bytes say nothing, and
+/// are judged by their fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verbatim([u8; 32]);
+
+impl Verbatim {
+    pub fn of(parts: &[&[u8]]) -> Self {
+        let mut hasher = Sha256::new();
+        for part in parts {
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part);
+        }
+        Self(hasher.finalize().into())
+    }
+}
+
 /// How a request being judged compares with the request a record was made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Comparison {
@@ -221,6 +240,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn the_parts_of_a_request_as_sent_never_run_into_each_other() {
+        assert_eq!(Verbatim::of(&[b"/a", b"bc"]), Verbatim::of(&[b"/a", b"bc"]));
+        assert_ne!(Verbatim::of(&[b"/a", b"bc"]), Verbatim::of(&[b"/ab", b"c"]));
+        assert_ne!(Verbatim::of(&[b"/a", b""]), Verbatim::of(&[b"/a"]));
+    }
 
     #[test]
     fn keys_are_sorted_and_whitespace_dropped_at_every_depth() {

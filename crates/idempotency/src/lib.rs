@@ -19,7 +19,9 @@ mod record;
 mod retry_after;
 
 pub use decision::{Decision, decide};
-pub use fingerprint::{AS_SENT, Comparison, Fingerprint, FingerprintError, canonical_json};
+pub use fingerprint::{
+    AS_SENT, Comparison, Fingerprint, FingerprintError, Verbatim, canonical_json,
+};
 pub use key::{IdempotencyKey, KeyError};
 pub use policy::{IdempotencyPolicy, PolicyError};
 pub use record::{

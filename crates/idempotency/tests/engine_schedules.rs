@@ -642,6 +642,7 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
         canonical_body: canonical_json(&body).into_bytes(),
         request: 500,
         wait: None,
+        verbatim: None,
     };
     let client = |version: u32| -> Step<'_> {
         if version == 1 {

@@ -178,9 +178,8 @@ async fn create(
     call: IdempotentCall,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
-    let request = CreateChargeBody::parse(&body)?;
-    let canonical: Value = json_body(&body)?;
-    run_idempotent(&state, &state.operations.charges, call, &canonical, request).await
+    let validate = || async { Ok((CreateChargeBody::parse(&body)?, json_body(&body)?)) };
+    run_idempotent(&state, &state.operations.charges, call, &body, validate).await
 }
 
 async fn show(

@@ -165,9 +165,8 @@ async fn create(
     call: IdempotentCall,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
-    let request = CreatePayoutBody::parse(&body)?;
-    let canonical: Value = json_body(&body)?;
-    run_idempotent(&state, &state.operations.payouts, call, &canonical, request).await
+    let validate = || async { Ok((CreatePayoutBody::parse(&body)?, json_body(&body)?)) };
+    run_idempotent(&state, &state.operations.payouts, call, &body, validate).await
 }
 
 async fn show(

@@ -190,21 +190,25 @@ async fn create(
     id: Result<Path<String>, PathRejection>,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
-    let charge = tenants_charge(&state, &call.tenant, id).await?;
-    let request = CreateRefundBody::parse(&body, charge.id)?;
-    // The stored request names the charge, so that the fingerprint covers it and the completer
-    // can finish the refund from the record alone.
-    let mut canonical: Value = json_body(&body)?;
-    let Value::Object(fields) = &mut canonical else {
-        return Err(ApiError::InvalidRequest(
-            "The body must be a JSON object.".into(),
-        ));
+    let tenant = call.tenant.clone();
+    let validate = || async {
+        let charge = tenants_charge(&state, &tenant, id).await?;
+        let request = CreateRefundBody::parse(&body, charge.id)?;
+        // The stored request names the charge, so that the fingerprint covers it and the
+        // completer can finish the refund from the record alone.
+        let mut canonical: Value = json_body(&body)?;
+        let Value::Object(fields) = &mut canonical else {
+            return Err(ApiError::InvalidRequest(
+                "The body must be a JSON object.".into(),
+            ));
+        };
+        fields.insert(
+            CreateRefundBody::CHARGE.to_owned(),
+            Value::String(charge.id.to_string()),
+        );
+        Ok((request, canonical))
     };
-    fields.insert(
-        CreateRefundBody::CHARGE.to_owned(),
-        Value::String(charge.id.to_string()),
-    );
-    run_idempotent(&state, &state.operations.refunds, call, &canonical, request).await
+    run_idempotent(&state, &state.operations.refunds, call, &body, validate).await
 }
 
 async fn show(

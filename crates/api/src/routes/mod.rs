@@ -30,6 +30,7 @@ use tracing::Instrument;
 
 use axum::extract::Path;
 use axum::extract::rejection::PathRejection;
+use payments_idempotency::Verbatim;
 use payments_idempotency::engine::{Idempotent, KeyedRequest, Operation};
 use payments_storage::{StoreError, Transaction};
 
@@ -38,31 +39,48 @@ use crate::extract::KeyedCall;
 use crate::replay::respond;
 use crate::{ApiError, AppState};
 
-/// Runs `request` of `op`, validated, through the engine under the call's key and answers with what
-/// it gives. The fingerprint covers the operation's canonical form of the request (with its
-/// route), which is stored with the record for the completer; `as_sent` is the body as the
-/// client sent it, which records from before request versions were fingerprinted over.
+/// Runs the request of `op` that `validate` makes of the call's `body` through the engine under
+/// the call's key, and answers with what it gives. `validate` gives the typed request and the
+/// body as the client sent it, parsed (records from before request versions were
+/// fingerprinted over it); the fingerprint covers the operation's canonical form of the
+/// request (with its route), which is stored with the record for the completer.
 ///
-/// A replay from this instance's recent answers is served here; anything else runs on a task of
+/// A retry sent byte for byte as a request this instance answered or replayed lately (its
+/// target and body) is replayed before `validate` runs: it was validated and judged the first
+/// time. A replay from this instance's recent answers is served here too; anything else runs on a task of
 /// its own, which holds the request's in-flight slots until it ends, and which the service waits
 /// for when it stops. A client that goes away (its own timeout, a closed connection, a reset
 /// HTTP/2 stream) and the request timeout end only the wait for the answer, never the attempt:
 /// stopped halfway, an attempt would leave a charge the processor made unrecorded and its key
 /// locked, until a retry took the lock over or the completer settled it.
-pub(crate) async fn run_idempotent<O: Operation<Transaction = Transaction>>(
+pub(crate) async fn run_idempotent<O, Validated>(
     state: &AppState,
     op: &Arc<Idempotent<O>>,
     call: impl Into<KeyedCall>,
-    as_sent: &serde_json::Value,
-    request: O::Request,
-) -> Result<axum::response::Response, ApiError> {
+    body: &[u8],
+    validate: impl FnOnce() -> Validated,
+) -> Result<axum::response::Response, ApiError>
+where
+    O: Operation<Transaction = Transaction>,
+    Validated: Future<Output = Result<(O::Request, serde_json::Value), ApiError>>,
+{
     let KeyedCall {
         owner,
         key,
+        target,
         wait,
         admitted,
     } = call.into();
-    let request = KeyedRequest::of::<O>(owner, key, request, as_sent, wait);
+    let verbatim = Verbatim::of(&[target.as_str().as_bytes(), body]);
+    if let Some(answer) = state
+        .engine
+        .replay_verbatim(op, &owner, &key, &verbatim)
+        .await
+    {
+        return Ok(respond(answer?));
+    }
+    let (request, as_sent) = validate().await?;
+    let request = KeyedRequest::of::<O>(owner, key, request, &as_sent, wait).sent_as(verbatim);
     if let Some(answer) = state.engine.replay_from_memory(op, &request).await {
         return Ok(respond(answer?));
     }

@@ -8,11 +8,12 @@ use axum::Json;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use payments_domain::ExceptionId;
+use payments_domain::{ExceptionId, ResolutionRequest};
 use payments_storage::{ExceptionStatus, ListExceptions, ReconciliationException};
 use serde_json::Value;
 
 use super::{ListParams, run_idempotent, tenants};
+use crate::auth::OperatorName;
 use crate::extract::{ApiQuery, JsonBytes, Operator, OperatorCall};
 use crate::views::{ExceptionView, List, ResolveBody, json_body};
 use crate::{ApiError, AppState};
@@ -109,8 +110,21 @@ pub(super) async fn resolve_exception(
     id: Result<Path<String>, PathRejection>,
     JsonBytes(body): JsonBytes,
 ) -> Result<Response, ApiError> {
-    let exception = exception(&state, id).await?;
-    let request = ResolveBody::parse(&body, exception.id)?;
+    let operator = call.operator.clone();
+    let validate = || validate_resolution(&state, &operator, id, &body);
+    run_idempotent(&state, &state.operations.resolutions, call, &body, validate).await
+}
+
+/// The resolution `body` asks of the exception the path names, and the body as sent with the
+/// exception named in it, if the action can resolve it.
+async fn validate_resolution(
+    state: &AppState,
+    operator: &OperatorName,
+    id: Result<Path<String>, PathRejection>,
+    body: &[u8],
+) -> Result<(ResolutionRequest, Value), ApiError> {
+    let exception = exception(state, id).await?;
+    let request = ResolveBody::parse(body, exception.id)?;
     let action = request.action;
     if !action.applies_to(exception.kind, exception.effect) {
         return Err(ApiError::ResolutionNotApplicable(format!(
@@ -128,25 +142,18 @@ pub(super) async fn resolve_exception(
                 .into(),
         ));
     }
-    tracing::info!(operator = call.operator.as_str(), exception.id = %exception.id,
+    tracing::info!(operator = operator.as_str(), exception.id = %exception.id,
         action = action.as_str(), "ops: exception resolution asked");
     // The stored request names the exception, so that the fingerprint covers it and the
     // completer can finish the resolution from the record alone.
-    let mut canonical: Value = json_body(&body)?;
+    let mut canonical: Value = json_body(body)?;
     if let Value::Object(fields) = &mut canonical {
         fields.insert(
             ResolveBody::EXCEPTION.to_owned(),
             Value::String(exception.id.to_string()),
         );
     }
-    run_idempotent(
-        &state,
-        &state.operations.resolutions,
-        call,
-        &canonical,
-        request,
-    )
-    .await
+    Ok((request, canonical))
 }
 
 /// The exception the path names, or 404, as every path's resource is found.

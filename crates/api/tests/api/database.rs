@@ -123,16 +123,7 @@ async fn a_statement_over_the_timeout_is_unavailable_and_the_key_stays_free() {
         &[("PAYMENTS__DATABASE__STATEMENT_TIMEOUT_MS", "300")],
     )
     .await;
-    let name = database_name(&app).await;
-    let url = admin_url();
-    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
-    let mut blocker = PgConnection::connect(&format!("{base}/{name}"))
-        .await
-        .expect("connect to the service's database");
-    blocker
-        .execute("BEGIN; LOCK TABLE idempotency_records IN ACCESS EXCLUSIVE MODE")
-        .await
-        .expect("lock the records");
+    let mut blocker = app.lock_table("idempotency_records").await;
 
     let key = new_key();
     let response = app.post_charge(ACME, &key, &visa(100)).await;

@@ -456,6 +456,20 @@ impl TestApp {
         &self.database.pool
     }
 
+    /// A connection of its own to the service's PostgreSQL database, holding `table` locked
+    /// against every read and write in a transaction it leaves open: until it sends
+    /// `ROLLBACK`, every statement of the service on `table` waits.
+    pub(crate) async fn lock_table(&self, table: &str) -> PgConnection {
+        let mut blocker = PgConnection::connect(&self.database.url)
+            .await
+            .expect("connect to the service's database");
+        let lock = format!("BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE");
+        sqlx::Executor::execute(&mut blocker, lock.as_str())
+            .await
+            .expect("lock the table");
+        blocker
+    }
+
     /// A `POST /charges` with an API key, an idempotency key and a JSON body.
     pub(crate) fn charge(
         &self,

@@ -1,13 +1,18 @@
 //! Each instance's recent answers: a retry that reaches the instance that answered is replayed
 //! from its memory, byte for byte, without Redis or the database; another payload under the
-//! key is still 422; the memory stays within its capacity; and an answer is never replayed
-//! after its record expires.
+//! key is still 422; a retry sent byte for byte as the request answered is replayed before it
+//! is validated; the memory stays within its capacity; and an answer is never replayed after
+//! its record expires.
 
 use std::time::Duration;
 
+use serde_json::json;
+use sqlx::Executor;
+
 use crate::events::{sample, scrape};
 use crate::helpers::{
-    Backend, Footprint, Service, TWO_SECOND_RETENTION, TestDatabase, new_key, problem, visa,
+    ACME, Backend, Footprint, REPLAY_HEADERS, Service, TWO_SECOND_RETENTION, TestDatabase,
+    assert_replays_first_answer, count_rows, new_key, problem, snapshot, spawn_app_with, visa,
 };
 
 /// `idempotency_outcomes_total` of `service` for each outcome named, in order.
@@ -50,6 +55,53 @@ async fn a_retry_is_replayed_from_memory_and_another_payload_is_still_422(backen
         "every replay and the mismatch answered from memory"
     );
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
+}
+
+/// A refund is validated by reading its charge. A retry sent byte for byte as the refund
+/// answered (the same path, the same body) was validated when it was first sent, and is
+/// replayed from memory before it is parsed, validated or fingerprinted: even while the charges
+/// cannot be read. The same refund spelled otherwise is still the same request, but it is
+/// validated again first, so it waits for the charges, and is replayed once they can be read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_sent_byte_for_byte_is_replayed_before_it_is_validated() {
+    let app = spawn_app_with(
+        Backend::Postgres,
+        &[("PAYMENTS__DATABASE__STATEMENT_TIMEOUT_MS", "300")],
+    )
+    .await;
+    let charge = app.charged(5_000, "tok_visa").await;
+    let key = new_key();
+    let body = json!({ "amount": 1_200, "reason": "requested_by_customer" });
+    let first = app.post_refund(ACME, &charge, &key, &body).await;
+    let (status, headers, bytes) = snapshot(first, &REPLAY_HEADERS).await;
+    assert_eq!(status, 201);
+
+    let mut blocker = app.lock_table("charges").await;
+
+    let retry = app.post_refund(ACME, &charge, &key, &body).await;
+    assert_replays_first_answer(retry, &headers, &bytes).await;
+
+    let respelled = r#"{ "reason": "requested_by_customer", "amount": 1200 }"#;
+    let send_respelled = || {
+        app.client
+            .post(app.url(&format!("/charges/{charge}/refunds")))
+            .bearer_auth(ACME)
+            .header("Idempotency-Key", &key)
+            .header("Content-Type", "application/json")
+            .body(respelled)
+            .send()
+    };
+    let (status, problem) = problem(send_respelled().await.expect("send")).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (503, Some("store_unavailable")),
+        "the respelled refund waits for its charge's read"
+    );
+
+    blocker.execute("ROLLBACK").await.expect("unlock");
+    let respelled_retry = send_respelled().await.expect("send");
+    assert_replays_first_answer(respelled_retry, &headers, &bytes).await;
+    assert_eq!(count_rows(app.db(), "refunds").await, 1, "one refund");
 }
 
 /// An answer another instance gave comes from the cache once, and from memory after.

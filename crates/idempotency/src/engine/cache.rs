@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::error::error_chain;
 use super::ports::{CacheCall, CacheRead, CachedReplay, Outcome};
 use super::{Answer, Engine, Idempotent, KeyedRequest, Operation, ProtocolError, scope_of};
-use crate::{Comparison, IdempotencyKey, Scope, StoredResponse};
+use crate::{Comparison, IdempotencyKey, Scope, StoredResponse, Verbatim};
 
 impl<T: Send + 'static> Engine<T> {
     /// Serves a replay from this process's recent answers alone, when they hold one for the
@@ -24,6 +24,31 @@ impl<T: Send + 'static> Engine<T> {
             .await
     }
 
+    /// Serves a replay from this process's recent answers to `tenant`'s request under `key`
+    /// sent as `verbatim`, if the answer held for `key` was made for, or already replayed to, a
+    /// request sent byte for byte the same: before the request is parsed, validated or
+    /// fingerprinted, which its first sending already was. Otherwise `None`, and the request
+    /// goes the whole way ([`replay_from_memory`](Self::replay_from_memory), then
+    /// [`run`](Engine::run)).
+    pub async fn replay_verbatim<O: Operation<Transaction = T>>(
+        &self,
+        op: &Idempotent<O>,
+        tenant: &str,
+        key: &IdempotencyKey,
+        verbatim: &Verbatim,
+    ) -> Option<Result<Answer, ProtocolError>> {
+        let scope = scope_of::<O>(tenant);
+        let hit = self
+            .recent
+            .as_ref()?
+            .get_verbatim(&scope, key, verbatim, Utc::now())?;
+        self.observer.outcome(Outcome::ReplayedMemory);
+        Some(
+            self.replay(op, hit.generation, hit.response, hit.expires_at)
+                .await,
+        )
+    }
+
     async fn recent_replay<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
@@ -31,7 +56,10 @@ impl<T: Send + 'static> Engine<T> {
         request: &KeyedRequest<O::Request>,
     ) -> Option<Result<Answer, ProtocolError>> {
         let hit = self.recent.as_ref()?.get(scope, &request.key, Utc::now())?;
-        Some(self.serve(op, request, hit, Outcome::ReplayedMemory).await)
+        Some(
+            self.serve(op, scope, request, hit, Outcome::ReplayedMemory)
+                .await,
+        )
     }
 
     /// Serves a replay from this process's recent answers, or else from the cache, when
@@ -55,7 +83,10 @@ impl<T: Send + 'static> Engine<T> {
                     let totals = recent.put(scope, &request.key, hit.clone());
                     self.observer.recent_answers(totals);
                 }
-                Some(self.serve(op, request, hit, Outcome::ReplayedCache).await)
+                Some(
+                    self.serve(op, scope, request, hit, Outcome::ReplayedCache)
+                        .await,
+                )
             }
             Ok(CacheRead::Miss) => None,
             Ok(CacheRead::Rejected(rejection)) => {
@@ -85,12 +116,14 @@ impl<T: Send + 'static> Engine<T> {
     async fn serve<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
+        scope: &Scope,
         request: &KeyedRequest<O::Request>,
         hit: CachedReplay,
         outcome: Outcome,
     ) -> Result<Answer, ProtocolError> {
         match request.fingerprint.compare(&hit.fingerprint) {
             Comparison::Same => {
+                self.vouch(scope, request, hit.generation);
                 self.observer.outcome(outcome);
                 self.replay(op, hit.generation, hit.response, hit.expires_at)
                     .await
@@ -127,6 +160,7 @@ impl<T: Send + 'static> Engine<T> {
             };
             let totals = recent.put(scope, &request.key, held);
             self.observer.recent_answers(totals);
+            self.vouch(scope, request, generation);
         }
         let Some(cache) = self.cache.as_deref() else {
             return;
@@ -144,6 +178,14 @@ impl<T: Send + 'static> Engine<T> {
         {
             self.observer.cache_failed(CacheCall::Put);
             tracing::warn!(error = %error_chain(error.as_ref()), "replay cache write failed");
+        }
+    }
+
+    /// Notes, among the recent answers, that `request` as it was sent is answered by the
+    /// answer of `generation`: it made that answer, or its fingerprint was judged the same.
+    fn vouch<R>(&self, scope: &Scope, request: &KeyedRequest<R>, generation: Uuid) {
+        if let (Some(recent), Some(verbatim)) = (&self.recent, request.verbatim) {
+            recent.vouch(scope, &request.key, generation, verbatim);
         }
     }
 

@@ -74,6 +74,10 @@ pub struct KeyedRequest<R> {
     pub request: R,
     /// `Prefer: wait=N`: how long a duplicate may wait for an in-flight attempt.
     pub wait: Option<Duration>,
+    /// The request exactly as it was sent, if the adapter told: an answer to it, or a replay
+    /// judged the same, is held with it, so that a retry of the same bytes is answered from
+    /// memory before it is parsed ([`Engine::replay_verbatim`]).
+    pub verbatim: Option<crate::Verbatim>,
 }
 
 /// What to send back: a response produced now or stored earlier, which schema version wrote
@@ -170,6 +174,15 @@ impl<R> KeyedRequest<R> {
             canonical_body: crate::canonical_json(&canonical).into_bytes(),
             request,
             wait,
+            verbatim: None,
+        }
+    }
+
+    /// The same request, sent as `verbatim`.
+    pub fn sent_as(self, verbatim: crate::Verbatim) -> Self {
+        Self {
+            verbatim: Some(verbatim),
+            ..self
         }
     }
 }

@@ -9,6 +9,10 @@
 //! tenant sending new keys without end pushes out its own answers, not another's. Losing an
 //! answer costs a round trip, never correctness: the replay cache and the records still have
 //! it.
+//!
+//! An answer also holds the [`Verbatim`] digest of the last request judged the same as the
+//! one it answered: a retry sent byte for byte as that one is answered before it is even
+//! parsed ([`get_verbatim`](RecentAnswers::get_verbatim)).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -16,11 +20,12 @@ use std::sync::{Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 
 use super::ports::CachedReplay;
-use crate::{IdempotencyKey, Scope};
+use crate::{IdempotencyKey, Scope, Verbatim};
 
-/// What an entry costs besides its strings and body: the map's and the queue's slots, the
-/// fingerprint, the times. An estimate on the high side, so the capacity holds.
-const ENTRY_OVERHEAD_BYTES: usize = 256;
+/// What an entry costs besides its strings and body: the map's and the queue's slots (the
+/// fingerprint, the request as sent and the times among them), and the room both keep free to
+/// grow. An estimate on the high side, so the capacity holds: a test checks the slots fit in it.
+const ENTRY_OVERHEAD_BYTES: usize = 512;
 
 /// Recent final answers, bounded by [`capacity`](Self::capacity) bytes.
 #[derive(Debug)]
@@ -62,6 +67,8 @@ struct Entry {
     put: u64,
     size: usize,
     replay: CachedReplay,
+    /// The request, as sent, last judged the same as the one `replay` answers.
+    verbatim: Option<Verbatim>,
 }
 
 impl RecentAnswers {
@@ -102,6 +109,39 @@ impl RecentAnswers {
         Some(entry.replay.clone())
     }
 
+    /// The answer held for `key`, unless it expired by `now`, if `verbatim` is the request
+    /// last [vouched](Self::vouch) for it: the same bytes are the same request.
+    pub fn get_verbatim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        verbatim: &Verbatim,
+        now: DateTime<Utc>,
+    ) -> Option<CachedReplay> {
+        let held = self.held();
+        let entry = held.entries.get(&(scope.clone(), key.clone()))?;
+        (entry.verbatim.as_ref() == Some(verbatim) && entry.replay.expires_at > now)
+            .then(|| entry.replay.clone())
+    }
+
+    /// Notes that `verbatim` was judged the same request as the one the answer of `generation`
+    /// held for `key` answers (its fingerprint compared, or it made the answer); nothing if
+    /// another answer is held for `key` by now.
+    pub fn vouch(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        generation: uuid::Uuid,
+        verbatim: Verbatim,
+    ) {
+        let mut held = self.held();
+        if let Some(entry) = held.entries.get_mut(&(scope.clone(), key.clone()))
+            && entry.replay.generation == generation
+        {
+            entry.verbatim = Some(verbatim);
+        }
+    }
+
     /// Holds `replay` for `key`, replacing what was held for it, and lets answers go until
     /// everything fits: the oldest of the tenant holding the most first. An answer larger than
     /// the whole capacity is not held. Returns how much is held then.
@@ -135,7 +175,15 @@ impl RecentAnswers {
         tenant.bytes += size;
         tenant.entries += 1;
         tenant.order.push_back((put, slot.clone()));
-        held.entries.insert(slot, Entry { put, size, replay });
+        held.entries.insert(
+            slot,
+            Entry {
+                put,
+                size,
+                replay,
+                verbatim: None,
+            },
+        );
         held.compact(&scope.tenant);
         held.totals()
     }
@@ -236,7 +284,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::{Fingerprint, SchemaVersion, StoredResponse};
+    use crate::{Fingerprint, SchemaVersion, StoredResponse, Verbatim};
 
     fn scope(tenant: &str) -> Scope {
         Scope {
@@ -283,6 +331,62 @@ mod tests {
             recent.held_now(),
             RecentAnswersHeld::default(),
             "the expired answer went"
+        );
+    }
+
+    #[test]
+    fn a_request_as_sent_finds_an_answer_only_once_it_was_vouched_for_that_answer() {
+        let recent = RecentAnswers::new(1 << 20);
+        let (acme, k1, now) = (scope("acme"), key("k1"), Utc::now());
+        let held = answer(10, later());
+        let sent = Verbatim::of(&[b"/charges", br#"{"amount":1}"#]);
+        recent.put(&acme, &k1, held.clone());
+        assert_eq!(
+            recent.get_verbatim(&acme, &k1, &sent, now),
+            None,
+            "not vouched for"
+        );
+
+        recent.vouch(&acme, &k1, Uuid::new_v4(), sent);
+        assert_eq!(
+            recent.get_verbatim(&acme, &k1, &sent, now),
+            None,
+            "vouched for another answer"
+        );
+
+        recent.vouch(&acme, &k1, held.generation, sent);
+        assert_eq!(
+            recent.get_verbatim(&acme, &k1, &sent, now),
+            Some(held.clone())
+        );
+        let respelled = Verbatim::of(&[b"/charges", br#"{ "amount": 1 }"#]);
+        assert_eq!(
+            recent.get_verbatim(&acme, &k1, &respelled, now),
+            None,
+            "other bytes are judged by their fingerprint"
+        );
+        assert_eq!(recent.get_verbatim(&scope("globex"), &k1, &sent, now), None);
+        assert_eq!(
+            recent.get_verbatim(&acme, &k1, &sent, held.expires_at),
+            None,
+            "not after the record expires"
+        );
+
+        recent.put(&acme, &k1, answer(10, later()));
+        assert_eq!(
+            recent.get_verbatim(&acme, &k1, &sent, now),
+            None,
+            "a new answer for the key is vouched for afresh"
+        );
+    }
+
+    #[test]
+    fn the_overhead_counted_per_answer_covers_its_slots_in_the_map_and_the_queue() {
+        let map_slot = std::mem::size_of::<(Slot, Entry)>();
+        let queue_slot = std::mem::size_of::<(u64, Slot)>();
+        assert!(
+            map_slot + queue_slot <= ENTRY_OVERHEAD_BYTES,
+            "{map_slot} + {queue_slot} bytes"
         );
     }
 
