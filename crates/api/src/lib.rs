@@ -112,7 +112,7 @@ pub async fn run() -> Result<(), StartupError> {
         settings.recent_answers_bytes,
         cache,
     );
-    state.events = events;
+    state.events = events.map(Arc::new);
     state.metrics = metrics::install();
     state
         .store

@@ -42,8 +42,9 @@ pub struct AppState {
     pub limits: Limits,
     /// The Redis replay cache, when Redis is configured (the engine's cache port).
     pub cache: Option<Arc<ReplayCache>>,
-    /// The stream the outbox relay publishes to, when Redis is configured.
-    pub events: Option<EventStream>,
+    /// The stream the outbox relay publishes to, when Redis is configured (behind an `Arc`,
+    /// as everything here, so that a request's copy of the state allocates nothing).
+    pub events: Option<Arc<EventStream>>,
     /// Renders `/metrics` on the metrics listener; `None` if this process has no recorder of
     /// its own.
     pub metrics: Option<PrometheusHandle>,

@@ -4,7 +4,7 @@
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Timelike, Utc};
 use payments_idempotency::REPLAYED_HEADERS;
 use payments_idempotency::engine::Answer;
 
@@ -22,9 +22,24 @@ pub const IDEMPOTENCY_KEY_EXPIRES: HeaderName = HeaderName::from_static("idempot
 pub const IDEMPOTENT_SCHEMA_VERSION: HeaderName =
     HeaderName::from_static("idempotent-schema-version");
 
-/// An HTTP date (IMF-fixdate), the format of `Date`, `Expires` and `Retry-After` dates.
+/// An HTTP date (IMF-fixdate), the format of `Date`, `Expires` and `Retry-After` dates. Its
+/// names are English whatever the locale; written out here, not through a format string,
+/// because every answer carries one.
 pub fn http_date(at: DateTime<Utc>) -> String {
-    at.format("%a, %d %b %Y %H:%M:%S GMT").to_string()
+    const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{}, {:02} {} {:04} {:02}:{:02}:{:02} GMT",
+        DAYS[at.weekday().num_days_from_monday() as usize],
+        at.day(),
+        MONTHS[at.month0() as usize],
+        at.year(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    )
 }
 
 /// Sends a stored answer. The replay marker, the schema version and the key's expiry belong to
@@ -59,10 +74,11 @@ pub fn respond(answer: Answer, stored_statuses: &[u16]) -> Response {
     let mut response = Response::new(Body::from(stored.body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    let replayable = stored
-        .headers
-        .iter()
-        .filter(|(name, _)| REPLAYED_HEADERS.contains(&name.to_ascii_lowercase().as_str()));
+    let replayable = stored.headers.iter().filter(|(name, _)| {
+        REPLAYED_HEADERS
+            .iter()
+            .any(|replayed| replayed.eq_ignore_ascii_case(name))
+    });
     for (name, value) in replayable {
         let (Ok(name), Ok(value)) = (
             HeaderName::try_from(name.as_str()),
@@ -143,5 +159,10 @@ mod tests {
             .single()
             .unwrap_or_default();
         assert_eq!(http_date(at), "Tue, 01 Dec 2026 09:05:07 GMT");
+        let at = Utc
+            .with_ymd_and_hms(2027, 1, 31, 23, 59, 59)
+            .single()
+            .unwrap_or_default();
+        assert_eq!(http_date(at), "Sun, 31 Jan 2027 23:59:59 GMT");
     }
 }
