@@ -61,7 +61,8 @@ async fn a_retry_is_replayed_from_memory_and_another_payload_is_still_422(backen
 /// answered (the same path, the same body) was validated when it was first sent, and is
 /// replayed from memory before it is parsed, validated or fingerprinted: even while the charges
 /// cannot be read. The same refund spelled otherwise is still the same request, but it is
-/// validated again first, so it waits for the charges, and is replayed once they can be read.
+/// validated again first, so it waits for the charges, and is replayed once they can be read:
+/// from then on, its bytes are replayed at once too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_sent_byte_for_byte_is_replayed_before_it_is_validated() {
     let app = spawn_app_with(
@@ -101,6 +102,12 @@ async fn a_retry_sent_byte_for_byte_is_replayed_before_it_is_validated() {
     blocker.execute("ROLLBACK").await.expect("unlock");
     let respelled_retry = send_respelled().await.expect("send");
     assert_replays_first_answer(respelled_retry, &headers, &bytes).await;
+
+    // Judged the same once, the respelled bytes are replayed before they are validated too.
+    let mut blocker = app.lock_table("charges").await;
+    let respelled_again = send_respelled().await.expect("send");
+    assert_replays_first_answer(respelled_again, &headers, &bytes).await;
+    blocker.execute("ROLLBACK").await.expect("unlock");
     assert_eq!(count_rows(app.db(), "refunds").await, 1, "one refund");
 }
 
