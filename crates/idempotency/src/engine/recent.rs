@@ -284,7 +284,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::{Fingerprint, SchemaVersion, StoredResponse, Verbatim};
+    use crate::{Fingerprint, SchemaVersion, StoredResponse};
 
     fn scope(tenant: &str) -> Scope {
         Scope {
