@@ -58,7 +58,9 @@ fn count(haystack: &[u8], needle: &[u8]) -> usize {
 /// every request's latency sample until a scrape that never comes: 16 to 19 bytes a request,
 /// 1.6 GB a day at 1,000 requests a second. The recorder's upkeep folds the samples into
 /// their buckets every second, so 1,000,000 requests after a warm-up leave the resident size
-/// where it was (within 2 MiB; with the upkeep removed it grew by 16,468 KiB).
+/// where it was, within 8 MiB: the allocator keeps freed pages for reuse, more of them when
+/// other tests load the machine (up to 3,160 KiB seen with the other security tests running
+/// beside it). With the upkeep removed it grew by 21,668 KiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_stays_flat_with_nobody_scraping_the_metrics() {
     let app = spawn_app_with(Backend::Sqlite, &[]).await;
@@ -67,7 +69,7 @@ async fn memory_stays_flat_with_nobody_scraping_the_metrics() {
     healthz_requests(&app, 8, 125_000).await;
     let after = app.resident_kib();
     assert!(
-        after.saturating_sub(before) < 2 * 1024,
+        after.saturating_sub(before) < 8 * 1024,
         "resident size grew from {before} KiB to {after} KiB over 1,000,000 requests"
     );
 }
