@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # What grouping a first charge's writes could buy on PostgreSQL, measured with pgbench on the
-# database alone (no service, no processor): the same rows written in six shapes, eight
-# charges per pgbench transaction, against the bench floor's one statement per charge.
+# database alone (no service, no processor): the same rows written in seven shapes, BATCH
+# charges per pgbench transaction (8 unless set), against the bench floor's one statement per
+# charge.
 #
 #   scripts/bench/group-commit-shapes.sh [SECONDS]
+#   BATCH=16 CLIENTS=1 SHAPES="floor unguarded rows" scripts/bench/group-commit-shapes.sh 8
 #
 #   floor     the charge's rows in one statement and one commit (POST /bench/charge)
 #   alone     a first charge as the service writes it: the lock-free read, the claim's
 #             INSERT, and the finish's transaction (BEGIN, the record's SELECT .. FOR UPDATE,
 #             the charge's statement, the record's completion, COMMIT)
-#   claims    the same, the eight claims in one INSERT .. SELECT FROM UNNEST
-#   reads     and the eight lock-free reads in one SELECT
-#   shared    the claims in one statement, the eight finishes in one transaction, each under
+#   claims    the same, the batch's claims in one INSERT .. SELECT FROM UNNEST
+#   noread    the same without the lock-free reads (what a claim costs that is not read first)
+#   reads     the claims in one statement, and the batch's lock-free reads in one SELECT
+#   shared    the claims in one statement, the batch's finishes in one transaction, each under
 #             a SAVEPOINT of its own (the shape of SQLite's group commit)
 #   unguarded the same without the savepoints (one member's error fails them all)
-#   rows      the claims in one statement, the eight finishes as one statement per kind of
+#   rows      the claims in one statement, the batch's finishes as one statement per kind of
 #             row (records locked, charges with their ledger and events, records completed)
 #
-# Each shape runs for SECONDS (default 10) with 16 clients on a database made from
+# Each shape runs for SECONDS (default 10) with CLIENTS clients (16 unless set; a client is
+# one connection, whose statements run one after another) on a database made from
 # migrations/postgres and preloaded (then analyzed) with a few thousand charges. It prints
 # charges per second and the machine's CPU per charge (every process: pgbench too).
 # PostgreSQL from BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432).
@@ -34,10 +38,11 @@ trap cleanup EXIT
 psql -q "$SERVER/postgres" -c "CREATE DATABASE $DB"
 for migration in migrations/postgres/*.sql; do psql -q -v ON_ERROR_STOP=1 "$URL" -f "$migration"; done
 
-python3 - "$WORK" <<'EOF'
+BATCH="${BATCH:-8}"
+python3 - "$WORK" "$BATCH" <<'EOF'
 import sys
 out = sys.argv[1]
-N = 8
+N = int(sys.argv[2])
 record = "tenant_id = 't1' AND operation = 'charges.create'"
 read = "SELECT r.*, now() AS db_now FROM idempotency_records r WHERE " + record + " AND idempotency_key = :K::text;"
 claim = ("INSERT INTO idempotency_records (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point, locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at, request_body) "
@@ -73,6 +78,7 @@ shapes = {
     "floor": "\\set k random(1, 999999999999)\n" + charge.replace(":K", ":k") + "\n",
     "alone": head + "".join("\n".join(s.replace(":K", f":k{i}") for s in (read, claim, "BEGIN;", lock, charge, complete, "COMMIT;")) + "\n" for i in range(N)),
     "claims": head + each(read) + claims + "\n" + finish_alone,
+    "noread": head + claims + "\n" + finish_alone,
     "reads": head + read_all + "\n" + claims + "\n" + finish_alone,
     "shared": head + each(read) + claims + "\nBEGIN;\n" + members(True) + "COMMIT;\n",
     "unguarded": head + each(read) + claims + "\nBEGIN;\n" + members(False) + "COMMIT;\n",
@@ -84,15 +90,16 @@ EOF
 
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 run() {
-    pgbench -n -M prepared -c 16 -j 2 -T "$2" -f "$WORK/$1.sql" "$URL" 2>&1
+    local clients="${CLIENTS:-16}"
+    pgbench -n -M prepared -c "$clients" -j "$((clients < 2 ? 1 : 2))" -T "$2" -f "$WORK/$1.sql" "$URL" 2>&1
 }
 # Preload, so that the plans are made on analyzed tables of some size.
 run unguarded 5 >/dev/null
 psql -q "$URL" -c ANALYZE
 printf '| shape | charges/s | machine CPU µs per charge | x floor |\n| --- | ---: | ---: | ---: |\n'
 floor_rate=""
-for shape in ${SHAPES:-floor alone claims reads shared unguarded rows}; do
-    per=8; [ "$shape" = floor ] && per=1
+for shape in ${SHAPES:-floor alone claims noread reads shared unguarded rows}; do
+    per=$BATCH; [ "$shape" = floor ] && per=1
     psql -q "$URL" -c CHECKPOINT
     before=$(busy)
     out="$(run "$shape" "$SECONDS_PER_SHAPE")"

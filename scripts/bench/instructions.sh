@@ -47,7 +47,8 @@ measure() { # BINARY INDEX
     done
     curl -fs -o /dev/null --max-time 2 "http://127.0.0.1:$port/readyz" ||
         { echo "instructions.sh: $bin did not start: $(tail -5 "$work/service.$2.log")" >&2; exit 1; }
-    key="instructions-$2-$$"
+    # A UUID, as the client crate sends: the key is scanned for card numbers on every request.
+    key="$(python3 -c 'import uuid; print(uuid.uuid4())')"
     curl -fsS -o /dev/null -H 'Authorization: Bearer sk_test_acme' -H 'Content-Type: application/json' \
         -H "Idempotency-Key: $key" -d '{"amount":100,"currency":"usd","source":"tok_visa"}' \
         "http://127.0.0.1:$port/charges"
