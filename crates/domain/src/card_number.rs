@@ -49,11 +49,11 @@ fn read_card_number(text: &str) -> bool {
 
 /// A quick look at `text` that rules out most texts with no card number in them (a UUID, a
 /// path, a token), in one pass over its bytes and allocating nothing. Reading a text in full
-/// normalises every character and builds its runs: for a UUID key, a fifth of the instructions
-/// of a whole replay from memory. A card number has at least 13 digits, all in one run of
-/// whole-digit words or in one row of digits inside a word with letters; an ASCII text with
-/// neither holds none (its characters are their own compatibility forms, and its letters,
-/// digits and separators read as they are written). Any other text is read in full.
+/// normalises every character and builds its runs: for a UUID key, about 12,000 of the 89,000
+/// instructions of a whole replay from memory. A card number has at least 13 digits, all in
+/// one run of whole-digit words or in one row of digits inside a word with letters; an ASCII
+/// text with neither holds none (its characters are their own compatibility forms, and its
+/// letters, digits and separators read as they are written). Any other text is read in full.
 fn may_hold_a_card_number(text: &str) -> bool {
     if !text.is_ascii() {
         return true;
