@@ -381,6 +381,26 @@ impl SqlRecords {
     }
 }
 
+impl SqlRecords {
+    /// Begins the transaction `owner`'s record ends in: on PostgreSQL without the record's
+    /// lock, which its end takes with the fence; on SQLite as [`begin_sharing`] does, the
+    /// fence checked first (a read within the process's one writer's transaction).
+    ///
+    /// [`begin_sharing`]: Self::begin_sharing
+    async fn begin_ending_sharing(
+        &self,
+        owner: Owner<'_>,
+        sharing: Sharing,
+    ) -> Result<Option<Transaction>, StoreFailure> {
+        match self {
+            Self::Postgres(records) => {
+                Ok(Some(Transaction::Postgres(records.begin_ending().await?)))
+            }
+            Self::Sqlite(_) => self.begin_sharing(owner, sharing).await,
+        }
+    }
+}
+
 /// What a reconciler finds of the pending record an effect key belongs to.
 #[derive(Debug, Clone)]
 pub enum PendingEffect {
@@ -456,6 +476,17 @@ impl RecordStore for SqlRecords {
 
     async fn begin_alone(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
         self.begin_sharing(owner, Sharing::Alone).await
+    }
+
+    async fn begin_ending(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
+        self.begin_ending_sharing(owner, Sharing::Shared).await
+    }
+
+    async fn begin_ending_alone(
+        &self,
+        owner: Owner<'_>,
+    ) -> Result<Option<Transaction>, StoreFailure> {
+        self.begin_ending_sharing(owner, Sharing::Alone).await
     }
 
     async fn end(

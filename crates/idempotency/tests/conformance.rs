@@ -1,5 +1,7 @@
 //! The record-store port's conformance suite against the in-memory store (`engine::memory`),
-//! the same checks the SQL stores pass on PostgreSQL and SQLite.
+//! the same checks the SQL stores pass on PostgreSQL and SQLite: once as it begins every
+//! transaction, the record locked and its fence checked first, and once fencing the
+//! transactions that end records at their end, as the PostgreSQL store does.
 
 use std::time::Duration;
 
@@ -38,4 +40,14 @@ async fn in_memory() -> InMemory {
     InMemory(MemoryRecords::new(POLICY, Utc::now()))
 }
 
-payments_idempotency::record_store_conformance!(in_memory());
+mod locking_first {
+    payments_idempotency::record_store_conformance!(super::in_memory());
+}
+
+mod fencing_at_the_end {
+    payments_idempotency::record_store_conformance!(async {
+        super::InMemory(
+            super::MemoryRecords::new(super::POLICY, super::Utc::now()).fencing_at_the_end(),
+        )
+    });
+}

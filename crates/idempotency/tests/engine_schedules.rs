@@ -404,6 +404,15 @@ impl RecordStore for FlakyRecords {
             .await
     }
 
+    async fn begin_ending(
+        &self,
+        owner: Owner<'_>,
+    ) -> Result<Option<MemoryTransaction>, StoreFailure> {
+        self.faults
+            .around(store_down, self.records.begin_ending(owner))
+            .await
+    }
+
     async fn end(
         &self,
         transaction: &mut MemoryTransaction,
@@ -599,6 +608,11 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
         lock_timeout: LOCK,
     };
     let mut records = MemoryRecords::new(policy, start);
+    // Half the schedules fence the transactions that end records at their end, as the
+    // PostgreSQL store does: the operation's rows are written before the fence is checked.
+    if rng.next().is_multiple_of(2) {
+        records = records.fencing_at_the_end();
+    }
     if breakage.store_without_fence {
         records = records.without_fence();
     }

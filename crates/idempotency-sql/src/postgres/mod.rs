@@ -200,6 +200,14 @@ impl PgRecords {
         Ok(locked.map(|_| tx))
     }
 
+    /// The transaction a record ends in: a `BEGIN` and no lock. Its end's fenced `UPDATE`
+    /// takes the record's lock and checks the fence in one statement, where a lock taken
+    /// first would cost a round trip of its own; for an owner that lost the record it
+    /// matches nothing, and the engine drops the transaction with the operation's rows.
+    pub(crate) async fn begin_ending(&self) -> Result<sqlx::Transaction<'static, Postgres>, Error> {
+        self.begin_transaction().await
+    }
+
     pub(crate) async fn end(
         &self,
         tx: &mut PgConnection,

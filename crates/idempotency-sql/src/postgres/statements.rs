@@ -84,8 +84,11 @@ UPDATE idempotency_records SET locked_until = now(), updated_at = now()
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
   AND attempts = $4 AND resource_id = $5 AND state = 'pending'";
 
-/// Locks the record its owner holds, in the transaction the engine ends it in: no takeover or
-/// completer ends this generation meanwhile. A lock, not a write.
+/// Locks the record its owner holds, in a transaction that holds a preparation (a
+/// reservation): no takeover or completer ends this generation meanwhile. A lock, not a
+/// write. The transaction a record ends in takes no lock first: the fenced `UPDATE` that ends
+/// it (`COMPLETE`, `COMPLETE_WITHOUT_EFFECT`, `FAIL`) locks the record and checks the fence in
+/// one statement.
 pub(super) const LOCK: &str = "
 SELECT attempts FROM idempotency_records
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3

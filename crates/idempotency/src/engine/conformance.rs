@@ -226,6 +226,14 @@ pub async fn a_stale_record_is_taken_over_and_its_old_attempt_writes_nothing<S: 
         begin(store, old).await.is_none(),
         "a transaction over a record another attempt owns"
     );
+    // A transaction begun to end the record is refused at once, or fenced at its end.
+    let ending = store.begin_ending(old).await;
+    if let Some(mut transaction) = ending.unwrap_or_else(|e| panic!("begin_ending: {e}")) {
+        let ended = store
+            .end(&mut transaction, old, End::Made(&response("old")))
+            .await;
+        assert_eq!(ended.unwrap_or_else(|e| panic!("{e}")), Completion::Fenced);
+    }
     let (record, _) = record(subject).await;
     assert_eq!(
         (record.attempts, record.effect_id, record.state),
@@ -270,10 +278,7 @@ pub async fn an_end_by_an_attempt_that_lost_the_record_writes_nothing<S: Subject
 /// record over waits, then replays what the transaction completed; the completer takes nothing
 /// over.
 pub async fn a_transaction_holds_its_record_until_it_ends<S: Subject>(subject: &S) {
-    let claimed = claim_owned(subject, 100).await;
-    subject
-        .advance(subject.policy().lock_timeout + SETTLE_AFTER + Duration::from_secs(1))
-        .await;
+    let claimed = claimed_past_its_lock_and_grace(subject).await;
     let (scope, key) = (scope(), key());
     let owner = Owner::new(&scope, &key, claimed.fence());
     let store = subject.store();
@@ -321,6 +326,55 @@ pub async fn a_transaction_holds_its_record_until_it_ends<S: Subject>(subject: &
         (record.state, record.attempts),
         (RecordState::Completed, claimed.attempt)
     );
+}
+
+/// A transaction begun to end a record holds it from its end on at the latest
+/// ([`RecordStore::begin_ending`]): once the record is ended in it, no retry takes the record
+/// over and the completer passes it by until the commit, after which the retry replays.
+pub async fn a_transaction_ending_its_record_holds_it_from_its_end_on<S: Subject>(subject: &S) {
+    let claimed = claimed_past_its_lock_and_grace(subject).await;
+    let (scope, key) = (scope(), key());
+    let owner = Owner::new(&scope, &key, claimed.fence());
+    let store = subject.store();
+    let begun = store.begin_ending(owner).await;
+    let Some(mut transaction) = begun.unwrap_or_else(|e| panic!("begin_ending: {e}")) else {
+        panic!("no transaction to end the owner's own record");
+    };
+    let stored = response("ending");
+    let ended = store.end(&mut transaction, owner, End::Made(&stored)).await;
+    assert!(matches!(
+        ended.unwrap_or_else(|e| panic!("{e}")),
+        Completion::Stored { .. }
+    ));
+
+    let fingerprint = fingerprint(100);
+    let mut retry = pin!(store.claim(&scope, &key, &fingerprint, b"{}"));
+    assert!(
+        still_waiting(&mut retry).await,
+        "a retry took the record over from a transaction that ended it"
+    );
+    let (committed, retried) = tokio::join!(store.commit(transaction), &mut retry);
+    committed.unwrap_or_else(|e| panic!("commit: {e}"));
+    let retried = retried.unwrap_or_else(|e| panic!("claim: {e}"));
+    assert!(
+        matches!(&retried, Claim::Replay { response, .. } if *response == stored),
+        "the retry should replay the completed record, got {retried:?}"
+    );
+    let (record, _) = record(subject).await;
+    assert_eq!(
+        (record.state, record.attempts),
+        (RecordState::Completed, claimed.attempt)
+    );
+}
+
+/// A record claimed, its lock and the settle grace since passed: one that a retry would take
+/// over and the completer would settle, but for a transaction that holds it.
+async fn claimed_past_its_lock_and_grace<S: Subject>(subject: &S) -> Claimed {
+    let claimed = claim_owned(subject, 100).await;
+    subject
+        .advance(subject.policy().lock_timeout + SETTLE_AFTER + Duration::from_secs(1))
+        .await;
+    claimed
 }
 
 /// A transaction dropped before its commit writes nothing, and lets its record go.
@@ -468,6 +522,7 @@ macro_rules! record_store_conformance {
             a_stale_record_is_taken_over_and_its_old_attempt_writes_nothing,
             an_end_by_an_attempt_that_lost_the_record_writes_nothing,
             a_transaction_holds_its_record_until_it_ends,
+            a_transaction_ending_its_record_holds_it_from_its_end_on,
             a_dropped_transaction_writes_nothing,
             a_record_holding_an_effect_id_never_ends_without_it,
             a_failed_record_starts_a_new_generation_under_a_new_effect_key,

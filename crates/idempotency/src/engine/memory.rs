@@ -98,6 +98,9 @@ struct Inner {
     /// Whether fenced writes check the fence (only a test that proves the checks catch a
     /// store without it turns this off).
     fenced: bool,
+    /// Whether a transaction begun to end a record takes the record's lock and checks the
+    /// fence only at its end, as the PostgreSQL store does.
+    fence_at_the_end: bool,
 }
 
 type RecordId = (Scope, IdempotencyKey);
@@ -121,6 +124,7 @@ impl MemoryRecords {
                 failed_keys: Vec::new(),
                 held: HashSet::new(),
                 fenced: true,
+                fence_at_the_end: false,
             })),
         }
     }
@@ -155,6 +159,15 @@ impl MemoryRecords {
     /// its checks would catch one.
     pub fn without_fence(self) -> Self {
         self.lock().fenced = false;
+        self
+    }
+
+    /// Begins the transactions that end records without the record's lock, which their end
+    /// takes with the fence, as the PostgreSQL store does ([`RecordStore::begin_ending`]):
+    /// the operation's rows are written first, and dropped with the transaction if the
+    /// fence fails.
+    pub fn fencing_at_the_end(self) -> Self {
+        self.lock().fence_at_the_end = true;
         self
     }
 
@@ -198,6 +211,9 @@ pub struct MemoryTransaction {
     record: RecordId,
     /// The generation the transaction was begun for.
     generation: Uuid,
+    /// Whether it holds the record: from its beginning, or from its end for a transaction
+    /// that fences at the end.
+    holding: bool,
     holds: Vec<Uuid>,
     rows: Vec<EffectRow>,
     end: Option<Ending>,
@@ -261,7 +277,9 @@ impl MemoryTransaction {
             }
             None => {}
         }
-        inner.held.remove(&self.record);
+        if self.holding {
+            inner.held.remove(&self.record);
+        }
         self.ended = true;
     }
 }
@@ -269,7 +287,7 @@ impl MemoryTransaction {
 impl Drop for MemoryTransaction {
     /// Rolled back: nothing kept aside is applied, and the record is let go.
     fn drop(&mut self) {
-        if !self.ended {
+        if !self.ended && self.holding {
             lock(&self.inner).held.remove(&self.record);
         }
     }
@@ -440,6 +458,27 @@ impl RecordStore for MemoryRecords {
             inner: Arc::clone(&self.inner),
             record: id,
             generation: owner.fence.generation,
+            holding: true,
+            holds: Vec::new(),
+            rows: Vec::new(),
+            end: None,
+            ended: false,
+        }))
+    }
+
+    async fn begin_ending(
+        &self,
+        owner: Owner<'_>,
+    ) -> Result<Option<MemoryTransaction>, StoreFailure> {
+        if !self.lock().fence_at_the_end {
+            return self.begin(owner).await;
+        }
+        yield_once().await;
+        Ok(Some(MemoryTransaction {
+            inner: Arc::clone(&self.inner),
+            record: record_of(owner),
+            generation: owner.fence.generation,
+            holding: false,
             holds: Vec::new(),
             rows: Vec::new(),
             end: None,
@@ -453,8 +492,13 @@ impl RecordStore for MemoryRecords {
         owner: Owner<'_>,
         end: End<'_>,
     ) -> Result<Completion, StoreFailure> {
-        yield_once().await;
-        let mut inner = self.lock();
+        let mut inner = if transaction.holding {
+            yield_once().await;
+            self.lock()
+        } else {
+            // A transaction that fences at its end takes the record's lock here.
+            self.lock_unheld(&transaction.record).await
+        };
         let expires_at = inner.now + delta(inner.policy.ttl);
         let Some(record) = inner.owned(owner) else {
             return Ok(Completion::Fenced);
@@ -472,6 +516,10 @@ impl RecordStore for MemoryRecords {
             },
             End::Unmade(Unmade::Tombstoned) => Ending::Failed { expires_at },
         };
+        if !transaction.holding {
+            inner.held.insert(transaction.record.clone());
+            transaction.holding = true;
+        }
         transaction.end = Some(ending);
         Ok(Completion::Stored { expires_at })
     }

@@ -464,8 +464,15 @@ impl<T: Send + 'static> Engine<T> {
                 self.answer_stored(op, request, owner, ended).await
             }
             Err(error) => {
-                if !recorded {
-                    self.leave_effect_behind(owner, &effect_id).await;
+                let left = if recorded {
+                    None
+                } else {
+                    self.leave_effect_behind(owner, &effect_id).await
+                };
+                if left == Some(Finish::Fenced) {
+                    // Another attempt owns the record now: its rows may be why this finish
+                    // failed (the same charge, already written). Its answer is the answer.
+                    return self.answer_from_record(op, owner.scope, request).await;
                 }
                 Err(error)
             }
@@ -543,7 +550,10 @@ impl<T: Send + 'static> Engine<T> {
     /// again, and release the lock, so that the retry the error asks for resumes it at once
     /// instead of being told the key is in use until the lock runs out. Best effort: if these
     /// writes fail too, the effect key still finds the effect, and the lock still ends.
-    async fn leave_effect_behind(&self, owner: Owner<'_>, effect_id: &str) {
+    ///
+    /// Returns what the write of the recovery point came to (`Fenced`: the record was lost
+    /// to another attempt meanwhile), or `None` if it failed.
+    async fn leave_effect_behind(&self, owner: Owner<'_>, effect_id: &str) -> Option<Finish> {
         match self.records.record_effect(owner, effect_id).await {
             Ok(Finish::Written) => {
                 self.observer.reached(Checkpoint::AfterRecordEffect).await;
@@ -551,12 +561,16 @@ impl<T: Send + 'static> Engine<T> {
                     tracing::warn!(error = %error_chain(&error),
                         "could not release the record after its finish failed; its lock will end");
                 }
+                Some(Finish::Written)
             }
-            Ok(Finish::Fenced) => {}
-            Err(error) => tracing::warn!(
-                error = %error_chain(&error),
-                "could not record the charged recovery point; the effect key still finds the effect"
-            ),
+            Ok(Finish::Fenced) => Some(Finish::Fenced),
+            Err(error) => {
+                tracing::warn!(
+                    error = %error_chain(&error),
+                    "could not record the charged recovery point; the effect key still finds the effect"
+                );
+                None
+            }
         }
     }
 

@@ -213,9 +213,15 @@ pub trait Operation: Send + Sync + 'static {
         Ok(stored)
     }
 
-    /// Writes what the operation created in `transaction` (begun over the record `owner`
+    /// Writes what the operation created in `transaction` (begun to end the record `owner`
     /// holds) and returns the response to store; the engine then completes the record with it
     /// in the same transaction and commits.
+    ///
+    /// The store may check the fence only when the record ends
+    /// ([`RecordStore::begin_ending`]): the rows of an attempt that lost its record are then
+    /// written first and dropped with the transaction. They may also be refused first (the
+    /// attempt that owns the record now wrote the same resource): the engine then finds the
+    /// record lost and answers from it.
     async fn finish(
         &self,
         transaction: &mut Self::Transaction,

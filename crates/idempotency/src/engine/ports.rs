@@ -228,17 +228,20 @@ pub enum End<'a> {
 /// that owns a record, the takeover of abandoned ones, and the transaction a record ends in.
 ///
 /// The engine ends every record in a [`Transaction`](Self::Transaction) of the store: it
-/// begins one over the record ([`begin`](Self::begin)), the operation writes its own rows in
-/// it, and the engine ends the record in it ([`end`](Self::end)) and commits. So an
-/// operation's rows exist exactly when its record is completed, and no operation writes the
-/// record itself.
+/// begins one to end the record ([`begin_ending`](Self::begin_ending)), the operation writes
+/// its own rows in it, and the engine ends the record in it ([`end`](Self::end)) and commits.
+/// So an operation's rows exist exactly when its record is completed, and no operation writes
+/// the record itself. A preparation (a reservation) is written in a transaction begun over
+/// the record ([`begin`](Self::begin)), which the engine commits without ending the record.
 ///
 /// Every implementation keeps these promises:
 /// - of any number of concurrent claims of one key, exactly one owns it;
 /// - every write after the claim is fenced by [`Owner::fence`] and writes nothing once
 ///   another attempt or generation owns the record;
 /// - a transaction begun over a record holds it: no claim, takeover or fenced write changes
-///   the record until the transaction ends, and a dropped transaction writes nothing;
+///   the record until the transaction ends, and a dropped transaction writes nothing; a
+///   transaction begun to end a record ([`begin_ending`](Self::begin_ending)) may instead
+///   hold it from its end on, which writes nothing for an owner that lost the record;
 /// - a record that holds an effect id is never ended without an effect;
 /// - lock expiry is judged by the store's clock, never by an instance's.
 #[async_trait]
@@ -288,6 +291,29 @@ pub trait RecordStore: Send + Sync + 'static {
         owner: Owner<'_>,
     ) -> Result<Option<Self::Transaction>, StoreFailure> {
         self.begin(owner).await
+    }
+
+    /// Begins a transaction that the engine ends the record `owner` holds in, after the
+    /// operation wrote its rows in it ([`end`](Self::end)). The default is
+    /// [`begin`](Self::begin). A store may instead leave the fence to the end, where a lock
+    /// costs a round trip of its own: the transaction then holds nothing until `end`, which
+    /// takes the record's lock and checks the fence at once and, for an owner that lost the
+    /// record, writes nothing; the engine then drops the transaction with the operation's
+    /// rows.
+    async fn begin_ending(
+        &self,
+        owner: Owner<'_>,
+    ) -> Result<Option<Self::Transaction>, StoreFailure> {
+        self.begin(owner).await
+    }
+
+    /// [`begin_ending`](Self::begin_ending), for a transaction that shares its commit with no
+    /// other ([`begin_alone`](Self::begin_alone)).
+    async fn begin_ending_alone(
+        &self,
+        owner: Owner<'_>,
+    ) -> Result<Option<Self::Transaction>, StoreFailure> {
+        self.begin_alone(owner).await
     }
 
     /// Ends the record `owner` holds as `end` says, in `transaction` (begun over it). Its

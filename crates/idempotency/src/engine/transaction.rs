@@ -1,7 +1,9 @@
 //! The record's transaction, which the engine owns: it begins one over the record, the
 //! operation writes its own rows in it, and the engine ends the record in it and commits. So
 //! an operation's rows exist exactly when its record says they do, fenced once, here, for
-//! every operation.
+//! every operation: where the transaction begins, or, for a store that fences the
+//! transactions that end records at their end ([`RecordStore::begin_ending`]), where the
+//! record ends, and then the operation's rows are dropped with the transaction.
 //!
 //! A store may commit several records' transactions together (a group commit). When such a
 //! commit fails, nothing of any of them was written, and each is done once more alone
@@ -32,6 +34,19 @@ impl Sharing {
         match self {
             Self::Shared => records.begin(owner).await,
             Self::Alone => records.begin_alone(owner).await,
+        }
+    }
+
+    /// Begins a transaction that ends `owner`'s record ([`RecordStore::begin_ending`]),
+    /// shared or alone.
+    pub(super) async fn begin_ending<T: Send + 'static>(
+        self,
+        records: &dyn RecordStore<Transaction = T>,
+        owner: Owner<'_>,
+    ) -> Result<Option<T>, StoreFailure> {
+        match self {
+            Self::Shared => records.begin_ending(owner).await,
+            Self::Alone => records.begin_ending_alone(owner).await,
         }
     }
 }
@@ -111,7 +126,8 @@ impl<T: Send + 'static> Engine<T> {
         effect_id: String,
         sharing: Sharing,
     ) -> Result<Ended, ProtocolError> {
-        let Some(mut transaction) = sharing.begin(self.records.as_ref(), owner).await? else {
+        let Some(mut transaction) = sharing.begin_ending(self.records.as_ref(), owner).await?
+        else {
             return Ok(Ended::Fenced);
         };
         let response = op.finish(&mut transaction, owner, plan, effect_id).await?;
@@ -148,7 +164,8 @@ impl<T: Send + 'static> Engine<T> {
         end: Unmade<'_>,
         sharing: Sharing,
     ) -> Result<Completion, ProtocolError> {
-        let Some(mut transaction) = sharing.begin(self.records.as_ref(), owner).await? else {
+        let Some(mut transaction) = sharing.begin_ending(self.records.as_ref(), owner).await?
+        else {
             return Ok(Completion::Fenced);
         };
         op.end_unmade(&mut transaction, owner, end).await?;
