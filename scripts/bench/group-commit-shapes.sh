@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What grouping a first charge's writes could buy on PostgreSQL, measured with pgbench on the
-# database alone (no service, no processor): the same rows written in seven shapes, BATCH
+# database alone (no service, no processor): the same rows written in ten shapes, BATCH
 # charges per pgbench transaction (8 unless set), against the bench floor's one statement per
 # charge.
 #
@@ -11,12 +11,18 @@
 #   alone     a first charge as the service writes it: the lock-free read, the claim's
 #             INSERT, and the finish's transaction (BEGIN, the record's SELECT .. FOR UPDATE,
 #             the charge's statement, the record's completion, COMMIT)
-#   claims    the same, the batch's claims in one INSERT .. SELECT FROM UNNEST
+#   claims    the same, the batch's claims in one INSERT .. SELECT FROM UNNEST (what the
+#             service wrote until its finish stopped taking the record's lock first)
 #   noread    the same without the lock-free reads (what a claim costs that is not read first)
 #   reads     the claims in one statement, and the batch's lock-free reads in one SELECT
 #   shared    the claims in one statement, the batch's finishes in one transaction, each under
 #             a SAVEPOINT of its own (the shape of SQLite's group commit)
 #   unguarded the same without the savepoints (one member's error fails them all)
+#   nolock    claims, with each finish's transaction taking no lock first (the record's
+#             fenced completion locks it): what the service writes
+#   one       the claims in one statement, and each finish as ONE statement in a transaction of
+#             its own (the record's fenced completion with the charge's rows)
+#   onenoread the same without the lock-free reads
 #   rows      the claims in one statement, the batch's finishes as one statement per kind of
 #             row (records locked, charges with their ledger and events, records completed)
 #
@@ -66,6 +72,15 @@ charge_rows = (f"WITH b AS (SELECT k, md5(k)::uuid AS id, gen_random_uuid() AS t
                "ledger AS (INSERT INTO ledger_transactions (id, tenant_id, charge_id) SELECT b.tx, 't1', b.id FROM b), "
                "entries AS (INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount) SELECT b.tx, e.line, 't1', e.account, e.currency, e.amount FROM b, " + entries + ") "
                "INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_id, payload) SELECT gen_random_uuid(), 't1', 'payment.completed', b.id, '{\"type\":\"payment.completed\"}'::jsonb FROM b;")
+# The finish as ONE statement, in a transaction of its own: the record's fenced completion, and
+# the charge's rows inserted only if the completion matched (the rows read the record's
+# RETURNING, so a fenced-off finish inserts nothing).
+finish_one = ("WITH record AS (UPDATE idempotency_records " + completion + " WHERE " + record + " AND idempotency_key = :K::text AND attempts = 1 AND resource_id = md5(:K::text)::uuid AND state = 'pending' RETURNING resource_id, expires_at), "
+              "charge AS (INSERT INTO charges (id, tenant_id, amount, currency, source, description, status, processor_charge_id, created_at) SELECT record.resource_id, 't1', 1000, 'USD', 'tok_visa', NULL, 'succeeded', 'ch_' || :K, now() FROM record RETURNING id, tenant_id), "
+              "ledger AS (INSERT INTO ledger_transactions (id, tenant_id, charge_id) SELECT gen_random_uuid(), charge.tenant_id, charge.id FROM charge RETURNING id, tenant_id), "
+              "entries AS (INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount) SELECT ledger.id, e.line, ledger.tenant_id, e.account, e.currency, e.amount FROM ledger, " + entries + "), "
+              "event AS (INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_id, payload) SELECT gen_random_uuid(), charge.tenant_id, 'payment.completed', charge.id, '{\"type\":\"payment.completed\"}'::jsonb FROM charge) "
+              "SELECT expires_at FROM record;")
 complete_rows = f"UPDATE idempotency_records r {completion} FROM UNNEST({keys}) AS b(k) WHERE r.tenant_id = 't1' AND r.operation = 'charges.create' AND r.idempotency_key = b.k AND r.attempts = 1 AND r.state = 'pending' RETURNING r.expires_at;"
 
 read_all = f"SELECT r.*, now() AS db_now FROM UNNEST({keys}) AS b(k) JOIN idempotency_records r ON r.tenant_id = 't1' AND r.operation = 'charges.create' AND r.idempotency_key = b.k;"
@@ -74,6 +89,7 @@ def members(savepoint):
     return "".join(("SAVEPOINT member;\n" if savepoint else "") + "\n".join(s.replace(":K", f":k{i}") for s in (lock, charge, complete)) + "\n" + ("RELEASE member;\n" if savepoint else "") for i in range(N))
 head = "\\set k random(1, 99999999999)\n" + "".join(f"\\set k{i} :k * {N} + {i}\n" for i in range(N))
 finish_alone = "".join("BEGIN;\n" + "\n".join(s.replace(":K", f":k{i}") for s in (lock, charge, complete)) + "\nCOMMIT;\n" for i in range(N))
+finish_unlocked = "".join("BEGIN;\n" + "\n".join(s.replace(":K", f":k{i}") for s in (charge, complete)) + "\nCOMMIT;\n" for i in range(N))
 shapes = {
     "floor": "\\set k random(1, 999999999999)\n" + charge.replace(":K", ":k") + "\n",
     "alone": head + "".join("\n".join(s.replace(":K", f":k{i}") for s in (read, claim, "BEGIN;", lock, charge, complete, "COMMIT;")) + "\n" for i in range(N)),
@@ -82,6 +98,9 @@ shapes = {
     "reads": head + read_all + "\n" + claims + "\n" + finish_alone,
     "shared": head + each(read) + claims + "\nBEGIN;\n" + members(True) + "COMMIT;\n",
     "unguarded": head + each(read) + claims + "\nBEGIN;\n" + members(False) + "COMMIT;\n",
+    "nolock": head + each(read) + claims + "\n" + finish_unlocked,
+    "one": head + each(read) + claims + "\n" + each(finish_one),
+    "onenoread": head + claims + "\n" + each(finish_one),
     "rows": head + each(read) + claims + "\nBEGIN;\n" + lock_rows + "\n" + charge_rows + "\n" + complete_rows + "\nCOMMIT;\n",
 }
 for name, script in shapes.items():
@@ -98,7 +117,7 @@ run unguarded 5 >/dev/null
 psql -q "$URL" -c ANALYZE
 printf '| shape | charges/s | machine CPU µs per charge | x floor |\n| --- | ---: | ---: | ---: |\n'
 floor_rate=""
-for shape in ${SHAPES:-floor alone claims noread reads shared unguarded rows}; do
+for shape in ${SHAPES:-floor alone claims nolock noread reads shared unguarded one onenoread rows}; do
     per=$BATCH; [ "$shape" = floor ] && per=1
     psql -q "$URL" -c CHECKPOINT
     before=$(busy)
