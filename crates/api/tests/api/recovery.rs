@@ -54,18 +54,23 @@ async fn three_instances_and_two_hundred_concurrent_duplicates_charge_once(backe
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
 }
 
+/// The settings of a race between client attempts: one-second locks, so that a paused attempt
+/// is overtaken, a processor timeout within them, and the completer out of the race.
+fn racing_attempts(card_sim: &CardSim) -> [(&'static str, &str); 4] {
+    [
+        processor(card_sim),
+        ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "1"),
+        ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "800"),
+        ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "600000"),
+    ]
+}
+
 async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_the_replay(
     backend: Backend,
 ) {
     let card_sim = CardSim::start().await;
     let db = TestDatabase::create(backend).await;
-    let common = [
-        processor(&card_sim),
-        ("PAYMENTS__IDEMPOTENCY__LOCK_TIMEOUT_SECS", "1"),
-        ("PAYMENTS__PROCESSOR__TIMEOUT_MS", "800"),
-        // The completer stays out of this race between two client attempts.
-        ("PAYMENTS__WORKERS__COMPLETER_INTERVAL_MS", "600000"),
-    ];
+    let common = racing_attempts(&card_sim);
     let mut slow_env = common.to_vec();
     slow_env.push(("PAYMENTS_PAUSE_AT", "after_charge:4000"));
     let slow = Service::start(&db.url, &slow_env).await;
@@ -77,19 +82,8 @@ async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_th
     let first = spawn_charge(&slow, &key, &body);
     wait_for_stale_lock(&db, &key).await;
 
-    // Attempt 2 takes the record over and finishes it.
-    let second = fast.post_charge(&key, &body).await;
-    assert_eq!(second.status().as_u16(), 201);
-    assert!(
-        second.headers().get("idempotent-replayed").is_none(),
-        "attempt 2 executed"
-    );
-    let second_body = second.bytes().await.expect("body").to_vec();
-
-    // Attempt 1 wakes: fenced off, it writes nothing and answers with the completed response.
-    let (status, replayed, first_body) = first.await.expect("attempt 1 task");
-    assert_eq!((status, replayed), (201, true));
-    assert_eq!(first_body, second_body);
+    // Attempt 2 takes the record over and finishes it; attempt 1 wakes fenced off.
+    overtaken_answers_the_replay(&fast, &key, &body, first).await;
     assert_eq!(card_sim.charges_created().await, 1);
     assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
     let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM idempotency_records")
@@ -97,6 +91,81 @@ async fn a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_th
         .await
         .expect("record");
     assert_eq!(attempts, 2);
+}
+
+/// An attempt that resumed a record from `charged` and then stalled past its lock is
+/// overtaken the same way: its successor resumes and finishes first, and it answers the replay.
+/// On PostgreSQL its finish takes no lock first, so its charge meets the one its successor
+/// wrote (the generation is the charge's id) before its end could find the fence gone.
+async fn a_resumed_attempt_overtaken_by_its_successor_writes_nothing_and_answers_the_replay(
+    backend: Backend,
+) {
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create(backend).await;
+    let common = racing_attempts(&card_sim);
+    let with = |extra| {
+        let mut env = common.to_vec();
+        env.push(extra);
+        env
+    };
+    let failing = Service::start(&db.url, &with(("PAYMENTS_FAIL_AT", "finish"))).await;
+    let slow = Service::start(&db.url, &with(("PAYMENTS_PAUSE_AT", "after_claim:4000"))).await;
+    let fast = Service::start(&db.url, &common).await;
+    let key = new_key();
+    let body = visa(779);
+
+    // Attempt 1 charges the card and its finish fails: `charged` is left behind, the lock let go.
+    let first = failing.post_charge(&key, &body).await;
+    assert_eq!(first.status().as_u16(), 503);
+    // Attempt 2 resumes from `charged`, then stalls past its lock.
+    let second = spawn_charge(&slow, &key, &body);
+    wait_for_attempt(&db, &key, 2).await;
+    wait_for_stale_lock(&db, &key).await;
+
+    // Attempt 3 takes the record over and finishes it, without calling the processor;
+    // attempt 2 wakes fenced off.
+    overtaken_answers_the_replay(&fast, &key, &body, second).await;
+    assert_eq!(card_sim.charges_created().await, 1);
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(1));
+}
+
+/// The successor, sent to `service`, takes the record over and finishes it (201, not a
+/// replay); then the `overtaken` attempt wakes, writes nothing, and answers with the
+/// successor's response as a replay.
+async fn overtaken_answers_the_replay(
+    service: &Service,
+    key: &str,
+    body: &Value,
+    overtaken: tokio::task::JoinHandle<(u16, bool, Vec<u8>)>,
+) {
+    let successor = service.post_charge(key, body).await;
+    assert_eq!(successor.status().as_u16(), 201);
+    assert!(
+        successor.headers().get("idempotent-replayed").is_none(),
+        "the successor finished the record"
+    );
+    let successor_body = successor.bytes().await.expect("body").to_vec();
+    let (status, replayed, overtaken_body) = overtaken.await.expect("the overtaken attempt");
+    assert_eq!((status, replayed), (201, true));
+    assert_eq!(overtaken_body, successor_body);
+}
+
+/// Waits until the record of `key` has been claimed or taken over `attempts` times.
+async fn wait_for_attempt(db: &TestDatabase, key: &str, attempts: i32) {
+    for _ in 0..100 {
+        let at: Option<i32> = sqlx::query_scalar(
+            "SELECT attempts FROM idempotency_records WHERE idempotency_key = $1",
+        )
+        .bind(key)
+        .fetch_optional(&db.pool)
+        .await
+        .expect("read record");
+        if at == Some(attempts) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the record never reached attempt {attempts}");
 }
 
 /// A record reaped and claimed again restarts at attempt 1. A straggler of the old generation
@@ -494,6 +563,7 @@ async fn two_instances_settle_a_backlog_of_unknown_outcomes_concurrently_and_eac
 on_every_backend!(
     three_instances_and_two_hundred_concurrent_duplicates_charge_once,
     a_slow_attempt_overtaken_by_its_successor_writes_nothing_and_answers_the_replay,
+    a_resumed_attempt_overtaken_by_its_successor_writes_nothing_and_answers_the_replay,
     a_stale_writer_from_a_reaped_generation_writes_nothing,
     a_duplicate_that_prefers_to_wait_gets_the_replay_instead_of_409,
     after_expiry_and_reaping_the_same_key_is_fresh_for_any_payload,

@@ -464,11 +464,7 @@ impl<T: Send + 'static> Engine<T> {
                 self.answer_stored(op, request, owner, ended).await
             }
             Err(error) => {
-                let left = if recorded {
-                    None
-                } else {
-                    self.leave_effect_behind(owner, &effect_id).await
-                };
+                let left = self.leave_effect_behind(owner, &effect_id, recorded).await;
                 if left == Some(Finish::Fenced) {
                     // Another attempt owns the record now: its rows may be why this finish
                     // failed (the same charge, already written). Its answer is the answer.
@@ -546,29 +542,38 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// The finish failed after the effect port made the effect: record the `charged` recovery
-    /// point, so that whoever resumes the record finishes it without asking the effect port
-    /// again, and release the lock, so that the retry the error asks for resumes it at once
-    /// instead of being told the key is in use until the lock runs out. Best effort: if these
-    /// writes fail too, the effect key still finds the effect, and the lock still ends.
+    /// point (unless the attempt resumed from it), so that whoever resumes the record finishes
+    /// it without asking the effect port again, and release the lock, so that the retry the
+    /// error asks for resumes it at once instead of being told the key is in use until the
+    /// lock runs out. Best effort: if these writes fail too, the effect key still finds the
+    /// effect, and the lock still ends.
     ///
-    /// Returns what the write of the recovery point came to (`Fenced`: the record was lost
-    /// to another attempt meanwhile), or `None` if it failed.
-    async fn leave_effect_behind(&self, owner: Owner<'_>, effect_id: &str) -> Option<Finish> {
-        match self.records.record_effect(owner, effect_id).await {
-            Ok(Finish::Written) => {
-                self.observer.reached(Checkpoint::AfterRecordEffect).await;
-                if let Err(error) = self.records.release(owner).await {
-                    tracing::warn!(error = %error_chain(&error),
-                        "could not release the record after its finish failed; its lock will end");
+    /// Returns what the fenced writes came to (`Fenced`: the record was lost to another
+    /// attempt meanwhile, whose rows may be why the finish failed), or `None` if one failed.
+    async fn leave_effect_behind(
+        &self,
+        owner: Owner<'_>,
+        effect_id: &str,
+        recorded: bool,
+    ) -> Option<Finish> {
+        if !recorded {
+            match self.records.record_effect(owner, effect_id).await {
+                Ok(Finish::Written) => self.observer.reached(Checkpoint::AfterRecordEffect).await,
+                Ok(Finish::Fenced) => return Some(Finish::Fenced),
+                Err(error) => {
+                    tracing::warn!(
+                        error = %error_chain(&error),
+                        "could not record the charged recovery point; the effect key still finds the effect"
+                    );
+                    return None;
                 }
-                Some(Finish::Written)
             }
-            Ok(Finish::Fenced) => Some(Finish::Fenced),
+        }
+        match self.records.release(owner).await {
+            Ok(released) => Some(released),
             Err(error) => {
-                tracing::warn!(
-                    error = %error_chain(&error),
-                    "could not record the charged recovery point; the effect key still finds the effect"
-                );
+                tracing::warn!(error = %error_chain(&error),
+                    "could not release the record after its finish failed; its lock will end");
                 None
             }
         }

@@ -221,7 +221,8 @@ pub trait Operation: Send + Sync + 'static {
     /// ([`RecordStore::begin_ending`]): the rows of an attempt that lost its record are then
     /// written first and dropped with the transaction. They may also be refused first (the
     /// attempt that owns the record now wrote the same resource): the engine then finds the
-    /// record lost and answers from it.
+    /// record lost (its fenced `record_effect` or `release` writes nothing) and answers from
+    /// it.
     async fn finish(
         &self,
         transaction: &mut Self::Transaction,
