@@ -23,6 +23,8 @@
 #   one       the claims in one statement, and each finish as ONE statement in a transaction of
 #             its own (the record's fenced completion with the charge's rows)
 #   onenoread the same without the lock-free reads
+#   claimread nolock, with the lock-free reads in the claims' statement (each claim's insert,
+#             or the record that was there before it)
 #   rows      the claims in one statement, the batch's finishes as one statement per kind of
 #             row (records locked, charges with their ledger and events, records completed)
 #
@@ -81,6 +83,13 @@ finish_one = ("WITH record AS (UPDATE idempotency_records " + completion + " WHE
               "entries AS (INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount) SELECT ledger.id, e.line, ledger.tenant_id, e.account, e.currency, e.amount FROM ledger, " + entries + "), "
               "event AS (INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_id, payload) SELECT gen_random_uuid(), charge.tenant_id, 'payment.completed', charge.id, '{\"type\":\"payment.completed\"}'::jsonb FROM charge) "
               "SELECT expires_at FROM record;")
+# The claims' inserts and the records already there, in one statement: the outer SELECT reads
+# the snapshot from before the inserts.
+claim_read = ("WITH claim AS (SELECT k, md5(k)::uuid AS resource_id FROM UNNEST(" + keys + ") AS k), "
+              "inserted AS (" + claim.split(" VALUES ")[0] + " SELECT 't1', 'charges.create', k, sha256(k::bytea), 1, 'pending', 'started', now() + make_interval(secs => 30), 1, resource_id, 'effect_' || k, now(), now() + make_interval(secs => 86400), now(), '{}'::bytea "
+              "FROM claim ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING RETURNING resource_id, attempts) "
+              "SELECT claim.k, inserted.attempts, r.*, now() AS db_now FROM claim LEFT JOIN inserted ON inserted.resource_id = claim.resource_id "
+              "LEFT JOIN idempotency_records r ON r.tenant_id = 't1' AND r.operation = 'charges.create' AND r.idempotency_key = claim.k;")
 complete_rows = f"UPDATE idempotency_records r {completion} FROM UNNEST({keys}) AS b(k) WHERE r.tenant_id = 't1' AND r.operation = 'charges.create' AND r.idempotency_key = b.k AND r.attempts = 1 AND r.state = 'pending' RETURNING r.expires_at;"
 
 read_all = f"SELECT r.*, now() AS db_now FROM UNNEST({keys}) AS b(k) JOIN idempotency_records r ON r.tenant_id = 't1' AND r.operation = 'charges.create' AND r.idempotency_key = b.k;"
@@ -99,6 +108,7 @@ shapes = {
     "shared": head + each(read) + claims + "\nBEGIN;\n" + members(True) + "COMMIT;\n",
     "unguarded": head + each(read) + claims + "\nBEGIN;\n" + members(False) + "COMMIT;\n",
     "nolock": head + each(read) + claims + "\n" + finish_unlocked,
+    "claimread": head + claim_read + "\n" + finish_unlocked,
     "one": head + each(read) + claims + "\n" + each(finish_one),
     "onenoread": head + claims + "\n" + each(finish_one),
     "rows": head + each(read) + claims + "\nBEGIN;\n" + lock_rows + "\n" + charge_rows + "\n" + complete_rows + "\nCOMMIT;\n",
@@ -117,7 +127,7 @@ run unguarded 5 >/dev/null
 psql -q "$URL" -c ANALYZE
 printf '| shape | charges/s | machine CPU µs per charge | x floor |\n| --- | ---: | ---: | ---: |\n'
 floor_rate=""
-for shape in ${SHAPES:-floor alone claims nolock noread reads shared unguarded one onenoread rows}; do
+for shape in ${SHAPES:-floor alone claims nolock noread reads shared unguarded claimread one onenoread rows}; do
     per=$BATCH; [ "$shape" = floor ] && per=1
     psql -q "$URL" -c CHECKPOINT
     before=$(busy)

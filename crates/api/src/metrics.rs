@@ -38,7 +38,7 @@ pub(crate) fn install() -> Option<PrometheusHandle> {
         .ok()
 }
 
-/// The record store's group commits (every write's on SQLite, fresh claims' on PostgreSQL):
+/// The record store's group commits (every write's on SQLite, claims' on PostgreSQL):
 /// their sizes as `database_commit_writes`, and the crash tests' failpoints inside and after
 /// one.
 #[derive(Debug, Clone, Copy, Default)]

@@ -1,6 +1,6 @@
 //! What the record store tells of its group commits, on either backend: on SQLite every write
 //! of a process shares its commit with the writes queued beside it (`sqlite/batch.rs`), on
-//! PostgreSQL the inserts of concurrent fresh claims share a statement (`postgres/claims.rs`).
+//! PostgreSQL concurrent claims share a statement (`postgres/claims.rs`).
 //! Both keep their counts and their observer in a [`CommitLog`].
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -32,7 +32,7 @@ pub struct GroupCommits {
     /// Commits that failed, each member then written again alone (on PostgreSQL, unless the
     /// database did not answer).
     pub failed: u64,
-    /// Writers waiting now: on SQLite to begin, on PostgreSQL fresh claims for a statement.
+    /// Writers waiting now: on SQLite to begin, on PostgreSQL claims for a statement.
     pub waiting: usize,
     /// Writes left in the open batch now, waiting for its commit (SQLite's; none on
     /// PostgreSQL, whose statement of claims is its commit).
@@ -46,7 +46,7 @@ pub(crate) struct CommitLog {
     commits: AtomicU64,
     writes: AtomicU64,
     failed: AtomicU64,
-    /// Writers waiting now: on SQLite at the gate, on PostgreSQL fresh claims for a statement.
+    /// Writers waiting now: on SQLite at the gate, on PostgreSQL claims for a statement.
     pub(crate) waiting: AtomicUsize,
     /// Writes left in SQLite's open batch now, waiting for its commit.
     pub(crate) left: AtomicUsize,

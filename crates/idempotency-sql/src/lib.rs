@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_idempotency::engine::{
-    Abandoned, Claim, Completion, End, Finish, Owner, RecordStore, StoreFailure, Verdict,
+    Abandoned, Claim, Completion, End, Finish, Owner, RecordStore, StoreFailure,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
@@ -253,7 +253,7 @@ impl SqlRecords {
     }
 
     /// Shows every later group commit of this process's writes to `observer`, just before it
-    /// is made: on SQLite every write's, on PostgreSQL the statements of fresh claims.
+    /// is made: on SQLite every write's, on PostgreSQL the statements of claims.
     pub fn observe_commits(&self, observer: std::sync::Arc<dyn CommitObserver>) {
         match self {
             Self::Postgres(records) => records.observe_commits(observer),
@@ -262,7 +262,7 @@ impl SqlRecords {
     }
 
     /// The group commits of this process's writes so far: on SQLite every write's, on
-    /// PostgreSQL the statements of fresh claims.
+    /// PostgreSQL the statements of claims.
     pub fn group_commits(&self) -> GroupCommits {
         match self {
             Self::Postgres(records) => records.group_commits(),
@@ -334,20 +334,10 @@ impl SqlRecords {
         }
     }
 
-    /// The claim: most requests that find a record are answered from it (a replay, a 409
-    /// while another attempt holds the lock, a 422 for another payload), and those need no
-    /// lock, so the claim first reads the record without one and answers from that read. Only
-    /// a key that is new, or whose record must be taken over or replaced, goes on to the
-    /// claim under the lock, which decides again: what the read saw may have changed since.
     async fn claim_record(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
-        if let Some((record, now)) = self.find(claim.scope, claim.key).await?
-            && let Verdict::Answer(answer) = Verdict::of(&record, claim.fingerprint, now)
-        {
-            return Ok(answer);
-        }
         match self {
-            Self::Postgres(records) => records.claim_exclusive(claim).await,
-            Self::Sqlite(records) => records.claim_exclusive(claim).await,
+            Self::Postgres(records) => records.claim(claim).await,
+            Self::Sqlite(records) => records.claim(claim).await,
         }
     }
 

@@ -6,10 +6,11 @@
 //! waiting), then commits: the gate lets them in one at a time, in the order they queued, and
 //! each leaves its work in the batch the first of them began.
 //!
-//! On PostgreSQL the inserts of concurrent fresh claims share one statement. A transaction of
-//! the test's holds an uncommitted row under the key `holder`, and a claim of that key waits on
-//! it inside the first statement; the claims queued meanwhile (the test waits until the store
-//! counts them all waiting) are the next statement's, in the order they queued.
+//! On PostgreSQL concurrent claims share one statement, which reads the records of the keys
+//! that exist as it inserts the fresh ones. A transaction of the test's holds an uncommitted
+//! row under the key `holder`, and a claim of that key waits on it inside the first statement;
+//! the claims queued meanwhile (the test waits until the store counts them all waiting) are the
+//! next statement's, in the order they queued.
 
 mod common;
 
@@ -61,7 +62,7 @@ fn commits(records: &SqlRecords) -> GroupCommits {
     records.group_commits()
 }
 
-/// Waits until `writers` writers wait at the gate, or fresh claims for a statement (bounded: a
+/// Waits until `writers` writers wait at the gate, or claims for a statement (bounded: a
 /// writer that never comes fails the test).
 async fn until_waiting(records: &SqlRecords, writers: usize) {
     for _ in 0..1_000 {
@@ -554,6 +555,9 @@ async fn claim_verdict(records: &SqlRecords, name: &str, amount: u64) -> String 
     {
         Ok(Claim::Owned(_)) => "owned".to_owned(),
         Ok(Claim::InFlight { .. }) => "in flight".to_owned(),
+        Ok(Claim::Replay { response, .. }) => {
+            format!("replay of {}", String::from_utf8_lossy(&response.body))
+        }
         Ok(other) => format!("{other:?}"),
         Err(error) => format!("error: {error:?}"),
     }
@@ -685,6 +689,84 @@ async fn one_statement_holds_fresh_claims_a_duplicate_and_a_mismatch() {
             Some((RecordState::Pending, 1)),
             "{name}"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_statement_answers_the_keys_that_exist_from_their_records_beside_fresh_claims() {
+    let fresh = common::on(Backend::Postgres).await;
+    let records = Arc::new(fresh.records.clone());
+    // Before the statement: a completed record, a pending one its attempt still holds, and a
+    // pending one whose attempt's lock has run out.
+    let done = owned(&records, "done", 1).await;
+    assert_eq!(ended(end_record(&records, "done", done).await), "stored");
+    owned(&records, "held", 1).await;
+    owned(&records, "stale", 1).await;
+    sqlx::query(
+        "UPDATE idempotency_records SET locked_until = now() - interval '1 hour'
+         WHERE idempotency_key = 'stale'",
+    )
+    .execute(&mut connection(&records).await)
+    .await
+    .unwrap_or_else(|e| panic!("let stale's lock run out: {e}"));
+
+    // A transaction of the test's holds the row locks of `done` and `held` meanwhile: a retry
+    // judged under the lock would wait for it, one answered from the statement's read does not.
+    let mut locker = connection(&records).await;
+    sqlx::query("BEGIN")
+        .execute(&mut locker)
+        .await
+        .unwrap_or_else(|e| panic!("begin: {e}"));
+    sqlx::query(
+        "SELECT 1 FROM idempotency_records WHERE idempotency_key IN ('done', 'held') FOR UPDATE",
+    )
+    .fetch_all(&mut locker)
+    .await
+    .unwrap_or_else(|e| panic!("lock done and held: {e}"));
+
+    // Every claim goes into the statement, the retries too: none reads its record first.
+    let claims = in_one_statement(
+        &records,
+        &[
+            ("fresh-1", 1),
+            ("done", 1),
+            ("held", 1),
+            ("done", 2),
+            ("stale", 1),
+            ("fresh-2", 1),
+        ],
+    );
+    let (verdicts, before, after) = tokio::time::timeout(Duration::from_secs(10), claims)
+        .await
+        .unwrap_or_else(|_| panic!("a retry waited for its record's lock"));
+    drop(locker);
+
+    assert_eq!(
+        verdicts,
+        [
+            "owned",
+            r#"replay of {"ended":"done"}"#,
+            "in flight",
+            "Mismatch",
+            "owned",
+            "owned"
+        ],
+        "the verdicts, in the order the claims queued: the retries answered from the records \
+         the statement read, the stale record taken over under the lock"
+    );
+    assert_eq!(
+        (after.commits - before.commits, after.writes - before.writes),
+        (2, 7),
+        "the holder's statement, then one statement of the six claims"
+    );
+    for (name, expected) in [
+        ("done", (RecordState::Completed, 1)),
+        ("held", (RecordState::Pending, 1)),
+        ("stale", (RecordState::Pending, 2)),
+        ("fresh-1", (RecordState::Pending, 1)),
+        ("fresh-2", (RecordState::Pending, 1)),
+    ] {
+        assert_eq!(state(&records, name).await, Some(expected), "{name}");
     }
 }
 

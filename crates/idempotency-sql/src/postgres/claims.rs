@@ -1,32 +1,37 @@
-//! Group commit of fresh claims on PostgreSQL: the inserts of a process's concurrent claims go
-//! to the database as one statement, `INSERT_PENDING_MANY`, and one commit.
+//! Group commit of claims on PostgreSQL: the claims of a process's concurrent requests go to
+//! the database as one statement, `CLAIM_MANY`, and one commit. The statement inserts each
+//! claim's pending record, and reads the record of each key that exists instead, without a
+//! lock: a retry is answered from that read, with no statement of its own.
 //!
 //! A claim joins the queue; if no statement of the queue is being written, it starts a task
 //! that writes the queue, up to [`MAX_CLAIMS`] claims a statement, until the queue is empty.
 //! The claims that arrive while a statement is on its way are the next statement's. Nobody
 //! waits for others to arrive: a lone claim is written at once.
 //!
-//! Each claim hears its own verdict: its key inserted (it owns the record), or not (the key
-//! exists, or another claim of the statement inserted it first: it is judged under the lock
-//! as before). A statement the database refused is written again claim by claim, so that one
-//! bad row fails only its own request. The task writes whether or not the requests still wait:
-//! a request that went away leaves its record pending, as a dropped lone insert would.
+//! Each claim hears its own verdict: its key inserted (it owns the record), or not, with the
+//! record the statement found (the store answers from it, or judges the key again under the
+//! lock) or without one (another claim of the statement inserted the key first, or another
+//! transaction while the statement ran: judged under the lock). A statement the database
+//! refused is written again claim by claim, so that one bad row fails only its own request.
+//! The task writes whether or not the requests still wait: a request that went away leaves its
+//! record pending, as a dropped lone insert would.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use payments_idempotency::IdempotencyPolicy;
-use sqlx::PgPool;
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgPool, Row};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::pool::answered;
-use super::statements::INSERT_PENDING_MANY;
+use super::statements::CLAIM_MANY;
 use crate::NewClaim;
 use crate::commits::{CommitLog, CommitObserver, GroupCommit, GroupCommits};
 use crate::error::Error;
-use crate::row::request_version;
+use crate::row::{RecordWithClock, request_version};
 
 /// The most claims one statement writes.
 const MAX_CLAIMS: usize = 64;
@@ -66,8 +71,10 @@ struct Queued {
 pub(crate) enum Verdict {
     /// The key was inserted with this attempt number: the claim owns the record.
     Inserted(i32),
-    /// The key exists (or another claim of the statement inserted it first).
-    Exists,
+    /// The key exists: its record as the statement found it, or none if the key was not there
+    /// when the statement began (another claim of the statement inserted it first, or another
+    /// transaction while the statement ran).
+    Exists(Option<Box<RecordWithClock>>),
     /// The database refused the statement for a row of some claim: write this claim alone.
     Alone,
     /// The database could not be reached or did not answer (or, for a statement of one
@@ -166,8 +173,8 @@ impl ClaimQueue {
                 return tell_failure(claims, Error::from(error));
             }
         };
-        let inserted: Result<Vec<(Uuid, i32)>, sqlx::Error> = answered(
-            sqlx::query_as(INSERT_PENDING_MANY)
+        let claimed: Result<Vec<ClaimRow>, sqlx::Error> = answered(
+            sqlx::query_as(CLAIM_MANY)
                 .bind(self.policy.lock_timeout.as_secs_f64())
                 .bind(self.policy.ttl.as_secs_f64())
                 .bind(column(&claims, |c| c.tenant.as_str()))
@@ -181,14 +188,21 @@ impl ClaimQueue {
                 .fetch_all(&mut *connection),
         )
         .await;
-        match inserted {
+        match claimed {
             Ok(rows) => {
                 self.log.committed(commit);
-                let attempts: HashMap<Uuid, i32> = rows.into_iter().collect();
-                for claim in claims {
-                    let verdict = match attempts.get(&claim.generation) {
-                        Some(&attempts) => Verdict::Inserted(attempts),
-                        None => Verdict::Exists,
+                let mut rows: HashMap<i64, ClaimRow> =
+                    rows.into_iter().map(|row| (row.position, row)).collect();
+                for (position, claim) in (1..).zip(claims) {
+                    // Every claim has its row; were one missing, the claim under the lock
+                    // would decide.
+                    let verdict = match rows.remove(&position) {
+                        Some(ClaimRow {
+                            inserted: Some(attempts),
+                            ..
+                        }) => Verdict::Inserted(attempts),
+                        Some(ClaimRow { found, .. }) => Verdict::Exists(found.map(Box::new)),
+                        None => Verdict::Exists(None),
                     };
                     let _ = claim.verdict.send(verdict);
                 }
@@ -198,6 +212,30 @@ impl ClaimQueue {
                 tell_failure(claims, Error::from(error));
             }
         }
+    }
+}
+
+/// A claim's row of `CLAIM_MANY`: its position in the statement's arrays (from 1), its attempt
+/// number if its key was inserted, and the record that was there before, if any.
+#[derive(Debug)]
+struct ClaimRow {
+    position: i64,
+    inserted: Option<i32>,
+    found: Option<RecordWithClock>,
+}
+
+impl FromRow<'_, PgRow> for ClaimRow {
+    fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
+        // The record's columns are all null where the key was not there: its key tells.
+        let found = match row.try_get::<Option<String>, _>("idempotency_key")? {
+            Some(_) => Some(RecordWithClock::from_row(row)?),
+            None => None,
+        };
+        Ok(Self {
+            position: row.try_get("position")?,
+            inserted: row.try_get("inserted_attempts")?,
+            found,
+        })
     }
 }
 

@@ -43,7 +43,7 @@ use crate::{NewClaim, PendingEffect, PoolSettings};
 pub struct PgRecords {
     pool: PgPool,
     policy: IdempotencyPolicy,
-    /// The fresh claims of this process, written many to a statement (`claims.rs`).
+    /// The claims of this process, written many to a statement (`claims.rs`).
     claims: ClaimQueue,
     /// How long a `BEGIN` may take: a connection from the pool, then the statement's answer.
     begin_bound: Duration,
@@ -68,13 +68,13 @@ impl PgRecords {
         self.policy
     }
 
-    /// Shows every later statement of fresh claims to `observer`, just before it is sent and
+    /// Shows every later statement of claims to `observer`, just before it is sent and
     /// once it is committed.
     pub fn observe_commits(&self, observer: std::sync::Arc<dyn crate::CommitObserver>) {
         self.claims.observe(observer);
     }
 
-    /// The statements of fresh claims so far, and the claims waiting for one now.
+    /// The statements of claims so far, and the claims waiting for one now.
     pub fn group_commits(&self) -> crate::GroupCommits {
         self.claims.group_commits()
     }
@@ -91,12 +91,18 @@ impl PgRecords {
             .transpose()
     }
 
-    /// The claim under the lock. Two rounds at most: the record can vanish (reaped) between
-    /// the failed insert and the locking read, and then the insert is tried once more.
-    pub(crate) async fn claim_exclusive(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
+    /// The claim. Its insert shares a statement with this process's concurrent claims, and
+    /// that statement reads the record of a key that exists, without a lock: most requests that
+    /// find a record are answered from it (a replay, a 409 while another attempt holds the lock,
+    /// a 422 for another payload), with no statement of their own. Only a key whose record must
+    /// be taken over or replaced, or that the statement did not find (it was inserted while the
+    /// statement ran), goes on to the claim under the lock, which decides again: what the
+    /// statement read may have changed since. Two rounds at most: the record can vanish
+    /// (reaped) before the locking read, and then the insert is tried once more.
+    pub(crate) async fn claim(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
         for _ in 0..2 {
-            if let Some(claimed) = self.insert_pending(&claim).await? {
-                return Ok(Claim::Owned(claimed));
+            if let Some(claimed) = self.insert_or_answer(&claim).await? {
+                return Ok(claimed);
             }
             let mut tx = self.begin_transaction().await?;
             let Some(found) = read(&mut tx, READ_LOCKED, claim.scope, claim.key).await? else {
@@ -138,19 +144,24 @@ impl PgRecords {
     }
 
     /// Inserts the claim's pending record, in a statement shared with this process's
-    /// concurrent claims; `None`: the key exists.
-    async fn insert_pending(
-        &self,
-        claim: &NewClaim<'_>,
-    ) -> Result<Option<payments_idempotency::engine::Claimed>, Error> {
+    /// concurrent claims, or answers from the record that statement found under the key.
+    /// `None`: the key exists, and the claim under the lock decides.
+    async fn insert_or_answer(&self, claim: &NewClaim<'_>) -> Result<Option<Claim>, Error> {
         let new = Generation::new();
         let attempts = match self.claims.insert(claim, new.id, &new.effect_key).await {
             claims::Verdict::Inserted(attempts) => Some(attempts),
-            claims::Verdict::Exists => None,
+            claims::Verdict::Exists(Some(found)) => {
+                let (record, now) = found.into_record()?;
+                return Ok(match Verdict::of(&record, claim.fingerprint, now) {
+                    Verdict::Answer(answer) => Some(answer),
+                    Verdict::Resume(_) | Verdict::Replace | Verdict::Absent => None,
+                });
+            }
+            claims::Verdict::Exists(None) => None,
             claims::Verdict::Failed(error) => return Err(error),
             claims::Verdict::Alone => self.insert_pending_alone(claim, &new).await?,
         };
-        Ok(attempts.map(|attempts| new.claimed(attempts)))
+        Ok(attempts.map(|attempts| Claim::Owned(new.claimed(attempts))))
     }
 
     /// The claim's insert in a statement of its own, after its shared statement failed.

@@ -14,28 +14,57 @@ VALUES ($1, $2, $3, $4, $5, 'pending', 'started', now() + make_interval(secs => 
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING attempts";
 
-/// `INSERT_PENDING` for many claims in one statement and one commit, their columns as the
-/// arrays `$3` to `$10` (the lock timeout `$1` and the retention `$2` are the store's, the same
-/// for all), inserted in the arrays' order. Returns the generation (`resource_id`) and attempt
-/// number of each claim whose key was inserted; a key that exists, or that an earlier claim of
-/// the same statement inserted, returns nothing. PostgreSQL's only: on SQLite, concurrent
-/// claims share a transaction instead (`sqlite/batch.rs`).
-pub(super) const INSERT_PENDING_MANY: &str = "
-INSERT INTO idempotency_records
-    (tenant_id, operation, idempotency_key, fingerprint, request_version, state, recovery_point,
-     locked_until, attempts, resource_id, processor_key, created_at, expires_at, updated_at,
-     request_body)
-SELECT claim.tenant_id, claim.operation, claim.idempotency_key, claim.fingerprint,
-       claim.request_version, 'pending', 'started', now() + make_interval(secs => $1), 1,
-       claim.resource_id, claim.processor_key, now(), now() + make_interval(secs => $2), now(),
-       claim.request_body
-FROM UNNEST($3::text[], $4::text[], $5::text[], $6::bytea[], $7::bigint[], $8::uuid[],
-            $9::text[], $10::bytea[]) WITH ORDINALITY
-    AS claim(tenant_id, operation, idempotency_key, fingerprint, request_version, resource_id,
-             processor_key, request_body, position)
-ORDER BY claim.position
-ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-RETURNING resource_id, attempts";
+/// The claims of many requests in one statement and one commit: `INSERT_PENDING` for each,
+/// and the record each found instead, read without a lock. Their columns are the arrays `$3` to
+/// `$10` (the lock timeout `$1` and the retention `$2` are the store's, the same for all),
+/// inserted in the arrays' order. One row per claim, by its `position` in the arrays: the
+/// attempt number if its key was inserted (`inserted_attempts`), and the record as it was when
+/// the statement began (`r.*` and the database's clock), which the inserts do not change: a key
+/// that exists comes back with its record, to be answered from without the lock; a key that an
+/// earlier claim of the same statement inserted, or that another transaction committed while the
+/// statement ran, comes back with neither. A key whose record is being rewritten by a
+/// transaction not yet committed (a finish between its completion and its commit) holds the
+/// statement until that transaction ends, and is read as it was before. The arrays are read
+/// through `input`, materialized, so that PostgreSQL plans the statement once, for batches of
+/// every size: arrays it could see would be planned for their length, again for every batch of
+/// fewer claims than its generic plan counts on (which costs more than the statement's run).
+/// PostgreSQL's only: on SQLite, concurrent claims share a transaction instead
+/// (`sqlite/batch.rs`).
+pub(super) const CLAIM_MANY: &str = "
+WITH input AS MATERIALIZED (
+    SELECT $3::text[] AS tenant_ids, $4::text[] AS operations, $5::text[] AS idempotency_keys,
+           $6::bytea[] AS fingerprints, $7::bigint[] AS request_versions,
+           $8::uuid[] AS resource_ids, $9::text[] AS processor_keys,
+           $10::bytea[] AS request_bodies
+),
+claim AS (
+    SELECT claim.*
+    FROM input, UNNEST(input.tenant_ids, input.operations, input.idempotency_keys,
+                       input.fingerprints, input.request_versions, input.resource_ids,
+                       input.processor_keys, input.request_bodies) WITH ORDINALITY
+        AS claim(tenant_id, operation, idempotency_key, fingerprint, request_version,
+                 resource_id, processor_key, request_body, position)
+),
+inserted AS (
+    INSERT INTO idempotency_records
+        (tenant_id, operation, idempotency_key, fingerprint, request_version, state,
+         recovery_point, locked_until, attempts, resource_id, processor_key, created_at,
+         expires_at, updated_at, request_body)
+    SELECT claim.tenant_id, claim.operation, claim.idempotency_key, claim.fingerprint,
+           claim.request_version, 'pending', 'started', now() + make_interval(secs => $1), 1,
+           claim.resource_id, claim.processor_key, now(), now() + make_interval(secs => $2),
+           now(), claim.request_body
+    FROM claim
+    ORDER BY claim.position
+    ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+    RETURNING resource_id, attempts
+)
+SELECT claim.position, inserted.attempts AS inserted_attempts, r.*, now() AS db_now
+FROM claim
+LEFT JOIN inserted ON inserted.resource_id = claim.resource_id
+LEFT JOIN idempotency_records r
+    ON r.tenant_id = claim.tenant_id AND r.operation = claim.operation
+   AND r.idempotency_key = claim.idempotency_key";
 
 /// A record and the database's clock, without a lock.
 pub(super) const READ: &str = "

@@ -147,10 +147,25 @@ impl SqliteRecords {
             .transpose()
     }
 
+    /// The claim. Most requests that find a record are answered from it (a replay, a 409
+    /// while another attempt holds the lock, a 422 for another payload), and those need no
+    /// write, so the claim first reads the record outside the write lock and answers from that
+    /// read. Only a key that is new, or whose record must be taken over or replaced, goes on to
+    /// the claim under the write lock, which decides again: what the read saw may have changed
+    /// since.
+    pub(crate) async fn claim(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
+        if let Some((record, now)) = self.find_record(claim.scope, claim.key).await?
+            && let Verdict::Answer(answer) = Verdict::of(&record, claim.fingerprint, now)
+        {
+            return Ok(answer);
+        }
+        self.claim_exclusive(claim).await
+    }
+
     /// The insert, the read and the decision run in one write transaction: the write lock is
     /// held from the first statement, so no other claim can interleave. The claim shares its
     /// commit with concurrent writers', and is made again alone if that commit fails.
-    pub(crate) async fn claim_exclusive(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
+    async fn claim_exclusive(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
         match self.claim_in(claim, Sharing::Shared).await {
             Err(Error::BatchFailed(_)) => self.claim_in(claim, Sharing::Alone).await,
             claimed => claimed,
