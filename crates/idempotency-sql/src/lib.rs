@@ -333,24 +333,6 @@ impl SqlRecords {
             _ => Err(of_another_backend()),
         }
     }
-
-    async fn claim_record(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
-        match self {
-            Self::Postgres(records) => records.claim(claim).await,
-            Self::Sqlite(records) => records.claim(claim).await,
-        }
-    }
-
-    async fn find(
-        &self,
-        scope: &Scope,
-        key: &IdempotencyKey,
-    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, Error> {
-        match self {
-            Self::Postgres(records) => records.find_record(scope, key).await,
-            Self::Sqlite(records) => records.find_record(scope, key).await,
-        }
-    }
 }
 
 impl SqlRecords {
@@ -369,9 +351,7 @@ impl SqlRecords {
                 .map(Transaction::Sqlite),
         })
     }
-}
 
-impl SqlRecords {
     /// Begins the transaction `owner`'s record ends in: on PostgreSQL without the record's
     /// lock, which its end takes with the fence; on SQLite as [`begin_sharing`] does, the
     /// fence checked first (a read within the process's one writer's transaction).
@@ -431,7 +411,10 @@ impl RecordStore for SqlRecords {
             fingerprint,
             request_body,
         };
-        Ok(self.claim_record(claim).await?)
+        Ok(match self {
+            Self::Postgres(records) => records.claim(claim).await?,
+            Self::Sqlite(records) => records.claim(claim).await?,
+        })
     }
 
     async fn find_record(
@@ -439,7 +422,10 @@ impl RecordStore for SqlRecords {
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure> {
-        Ok(self.find(scope, key).await?)
+        Ok(match self {
+            Self::Postgres(records) => records.find_record(scope, key).await?,
+            Self::Sqlite(records) => records.find_record(scope, key).await?,
+        })
     }
 
     async fn record_effect(

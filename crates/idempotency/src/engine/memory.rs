@@ -171,6 +171,20 @@ impl MemoryRecords {
         self
     }
 
+    /// A transaction over `record` for `owner`'s generation, holding the record already or not.
+    fn transaction(&self, record: RecordId, owner: Owner<'_>, holding: bool) -> MemoryTransaction {
+        MemoryTransaction {
+            inner: Arc::clone(&self.inner),
+            record,
+            generation: owner.fence.generation,
+            holding,
+            holds: Vec::new(),
+            rows: Vec::new(),
+            end: None,
+            ended: false,
+        }
+    }
+
     /// A copy of every record.
     pub fn records(&self) -> Vec<IdempotencyRecord> {
         self.lock()
@@ -454,16 +468,7 @@ impl RecordStore for MemoryRecords {
             return Ok(None);
         }
         inner.held.insert(id.clone());
-        Ok(Some(MemoryTransaction {
-            inner: Arc::clone(&self.inner),
-            record: id,
-            generation: owner.fence.generation,
-            holding: true,
-            holds: Vec::new(),
-            rows: Vec::new(),
-            end: None,
-            ended: false,
-        }))
+        Ok(Some(self.transaction(id, owner, true)))
     }
 
     async fn begin_ending(
@@ -474,16 +479,7 @@ impl RecordStore for MemoryRecords {
             return self.begin(owner).await;
         }
         yield_once().await;
-        Ok(Some(MemoryTransaction {
-            inner: Arc::clone(&self.inner),
-            record: record_of(owner),
-            generation: owner.fence.generation,
-            holding: false,
-            holds: Vec::new(),
-            rows: Vec::new(),
-            end: None,
-            ended: false,
-        }))
+        Ok(Some(self.transaction(record_of(owner), owner, false)))
     }
 
     async fn end(
