@@ -809,6 +809,104 @@ async fn a_refused_statement_is_written_again_claim_by_claim() {
     );
 }
 
+/// The backend of the one statement that waits for a row lock in the records' database
+/// (bounded).
+async fn backend_waiting_on_a_holder(records: &SqlRecords) -> i32 {
+    let mut watcher = connection(records).await;
+    for _ in 0..1_000 {
+        let waiting: Vec<(i32,)> = sqlx::query_as(
+            "SELECT pid FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_all(&mut watcher)
+        .await
+        .unwrap_or_else(|e| panic!("pg_stat_activity: {e}"));
+        if let [(pid,)] = waiting[..] {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("no statement waits on a holder's row");
+}
+
+/// Taken by the tests that watch which connection a statement goes on: the process distrusts
+/// its connections all at once, and one of them has it do so.
+static WATCHING_CONNECTIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Two claims' statements written back to back by one writer: the second claim queues while
+/// the first statement waits on a holder's row, and waits on a row of its own. `between` runs
+/// while the first statement waits. Returns the backends the two statements ran on.
+async fn two_statements_in_a_row(records: &Arc<SqlRecords>, between: impl FnOnce()) -> (i32, i32) {
+    let first_holder = hold(records, "held-1").await;
+    let second_holder = hold(records, "held-2").await;
+    let first = {
+        let records = Arc::clone(records);
+        tokio::spawn(async move { claim_verdict(&records, "held-1", 1).await })
+    };
+    let first_backend = backend_waiting_on_a_holder(records).await;
+    let second = {
+        let records = Arc::clone(records);
+        tokio::spawn(async move { claim_verdict(&records, "held-2", 1).await })
+    };
+    until_waiting(records, 1).await;
+    between();
+    let_go(first_holder).await;
+    assert_eq!(first.await.unwrap_or_else(|e| panic!("{e}")), "owned");
+    let second_backend = backend_waiting_on_a_holder(records).await;
+    let_go(second_holder).await;
+    assert_eq!(second.await.unwrap_or_else(|e| panic!("{e}")), "owned");
+    (first_backend, second_backend)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_keeps_its_connection_from_one_statement_to_the_next_and_then_gives_it_back() {
+    let _turn = WATCHING_CONNECTIONS.lock().await;
+    let fresh = common::on(Backend::Postgres).await;
+    let records = Arc::new(fresh.records.clone());
+
+    let (first, second) = two_statements_in_a_row(&records, || ()).await;
+
+    assert_eq!(
+        first, second,
+        "the second statement went on the first one's connection"
+    );
+    let SqlRecords::Postgres(postgres) = &*records else {
+        panic!("PostgreSQL's records");
+    };
+    let pool = postgres.pool();
+    for _ in 0..1_000 {
+        // Given back: idle in the pool, or closed by it.
+        if pool.num_idle() == pool.size() as usize {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "the queue is empty and the writer still holds its connection: {} of {} idle",
+        pool.num_idle(),
+        pool.size()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_gives_its_connection_back_once_the_process_distrusts_its_connections() {
+    let _turn = WATCHING_CONNECTIONS.lock().await;
+    let fresh = common::on(Backend::Postgres).await;
+    let records = Arc::new(fresh.records.clone());
+
+    // As after a statement that found its node demoted, or that got no answer.
+    let (first, second) = two_statements_in_a_row(
+        &records,
+        payments_idempotency_sql::postgres::distrust_open_connections,
+    )
+    .await;
+
+    assert_ne!(
+        first, second,
+        "the statement after the distrust went on a connection of its own"
+    );
+}
+
 /// A second instance on the same database: a record store with a claim queue of its own.
 fn another_instance(records: &SqlRecords) -> SqlRecords {
     let SqlRecords::Postgres(records) = records else {

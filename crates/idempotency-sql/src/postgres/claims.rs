@@ -6,7 +6,8 @@
 //! A claim joins the queue; if no statement of the queue is being written, it starts a task
 //! that writes the queue, up to [`MAX_CLAIMS`] claims a statement, until the queue is empty.
 //! The claims that arrive while a statement is on its way are the next statement's. Nobody
-//! waits for others to arrive: a lone claim is written at once.
+//! waits for others to arrive: a lone claim is written at once. The task keeps its connection
+//! from one statement to the next, and gives it back once the queue is empty.
 //!
 //! Each claim hears its own verdict: its key inserted (it owns the record), or not, with the
 //! record the statement found (the store answers from it, or judges the key again under the
@@ -26,7 +27,7 @@ use sqlx::{FromRow, PgPool, Row};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use super::pool::answered;
+use super::pool::{Held, answered};
 use super::statements::CLAIM_MANY;
 use crate::NewClaim;
 use crate::commits::{CommitLog, CommitObserver, GroupCommit, GroupCommits};
@@ -151,13 +152,16 @@ impl ClaimQueue {
         claims
     }
 
-    /// Writes one statement of `claims` and tells each its verdict.
+    /// Writes one statement of `claims` on `held`, the connection of the statement before it
+    /// if it may go on ([`Held::may_go_on`]), or else on one taken from the pool, and tells
+    /// each claim its verdict. Returns the connection if the statement was answered: the next
+    /// statement's, if claims are waiting.
     ///
     /// The claims go in key order (and in the order they queued within a key): the order in
     /// which every instance's statements take their keys' locks. Two statements that hold some
     /// of the same keys then wait for each other in one direction only, never in a cycle,
     /// which PostgreSQL would end after its `deadlock_timeout` by failing one of them.
-    async fn write(&self, mut claims: Vec<Queued>) {
+    async fn write(&self, mut claims: Vec<Queued>, held: Option<Held>) -> Option<Held> {
         claims.sort_by(|a, b| {
             (&a.tenant, &a.operation, &a.key).cmp(&(&b.tenant, &b.operation, &b.key))
         });
@@ -166,11 +170,16 @@ impl ClaimQueue {
             records: 0,
         };
         self.log.committing(commit);
-        let mut connection = match self.pool.acquire().await {
-            Ok(connection) => connection,
+        let held = match held.filter(Held::may_go_on) {
+            Some(held) => Ok(held),
+            None => Held::take(&self.pool).await,
+        };
+        let mut held = match held {
+            Ok(held) => held,
             Err(error) => {
                 self.log.failed();
-                return tell_failure(claims, Error::from(error));
+                tell_failure(claims, Error::from(error));
+                return None;
             }
         };
         let claimed: Result<Vec<ClaimRow>, sqlx::Error> = answered(
@@ -185,7 +194,7 @@ impl ClaimQueue {
                 .bind(column(&claims, |c| &c.generation))
                 .bind(column(&claims, |c| c.effect_key.as_str()))
                 .bind(column(&claims, |c| c.request_body.as_slice()))
-                .fetch_all(&mut *connection),
+                .fetch_all(&mut **held.connection()),
         )
         .await;
         match claimed {
@@ -206,10 +215,15 @@ impl ClaimQueue {
                     };
                     let _ = claim.verdict.send(verdict);
                 }
+                Some(held)
             }
             Err(error) => {
+                // The connection goes back to the pool, which closes it if the error
+                // distrusts it, or if it no longer answers its ping.
+                drop(held);
                 self.log.failed();
                 tell_failure(claims, Error::from(error));
+                None
             }
         }
     }
@@ -278,14 +292,17 @@ struct Writer {
 }
 
 impl Writer {
+    /// Writes statement after statement on one connection, which goes back to the pool once
+    /// the queue is empty (or when it may not go on).
     async fn write_all(mut self) {
+        let mut held = None;
         loop {
             let claims = self.queue.take();
             if claims.is_empty() {
                 self.emptied = true;
                 return;
             }
-            self.queue.write(claims).await;
+            held = self.queue.write(claims, held).await;
         }
     }
 }

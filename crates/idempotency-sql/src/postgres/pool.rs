@@ -6,8 +6,9 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
 
 use crate::PoolSettings;
 use crate::error::no_answer;
@@ -43,6 +44,47 @@ fn millis_on_clock() -> u64 {
 /// The connections opened until now leave the pool as they come back to it.
 pub fn distrust_open_connections() {
     DISTRUSTED_AT.store(millis_on_clock().max(1), Ordering::Relaxed);
+}
+
+/// How long a task keeps a connection from one statement to the next ([`Held`]) before it
+/// gives it back to the pool, whose checks on release (the pool's `max_lifetime`,
+/// [`opened_before_distrust`]) then reach it.
+const HOLD_AT_MOST: Duration = Duration::from_secs(1);
+
+/// A connection taken from the pool for several statements in a row (the claims' writer, while
+/// claims keep coming): each statement after the first saves the pool's checkout and the ping
+/// sqlx makes on every connection that comes back to it. Given back as soon as the process
+/// distrusts its open connections, so that no statement goes on a connection the pool would
+/// have closed, and at the latest after [`HOLD_AT_MOST`].
+#[derive(Debug)]
+pub(super) struct Held {
+    connection: PoolConnection<Postgres>,
+    since: Instant,
+    /// [`millis_on_clock`] when it was taken.
+    since_ms: u64,
+}
+
+impl Held {
+    pub(super) async fn take(pool: &PgPool) -> Result<Self, sqlx::Error> {
+        let connection = pool.acquire().await?;
+        Ok(Self {
+            connection,
+            since: Instant::now(),
+            since_ms: millis_on_clock(),
+        })
+    }
+
+    /// Whether the next statement may go on this connection: it was not held too long, and
+    /// the process has found no reason to distrust its connections since it was taken (in the
+    /// same millisecond counts as since).
+    pub(super) fn may_go_on(&self) -> bool {
+        let distrusted = DISTRUSTED_AT.load(Ordering::Relaxed);
+        self.since.elapsed() < HOLD_AT_MOST && (distrusted == 0 || distrusted < self.since_ms)
+    }
+
+    pub(super) fn connection(&mut self) -> &mut PoolConnection<Postgres> {
+        &mut self.connection
+    }
 }
 
 /// Whether a connection of this `age` was opened before the last reason to distrust it (or in
