@@ -59,9 +59,8 @@ const HOLD_AT_MOST: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(super) struct Held {
     connection: PoolConnection<Postgres>,
-    since: Instant,
-    /// [`millis_on_clock`] when it was taken.
-    since_ms: u64,
+    /// When it was taken, in milliseconds on [`CLOCK`].
+    since: u64,
 }
 
 impl Held {
@@ -69,8 +68,7 @@ impl Held {
         let connection = pool.acquire().await?;
         Ok(Self {
             connection,
-            since: Instant::now(),
-            since_ms: millis_on_clock(),
+            since: millis_on_clock(),
         })
     }
 
@@ -78,8 +76,9 @@ impl Held {
     /// the process has found no reason to distrust its connections since it was taken (in the
     /// same millisecond counts as since).
     pub(super) fn may_go_on(&self) -> bool {
+        let held_for = Duration::from_millis(millis_on_clock().saturating_sub(self.since));
         let distrusted = DISTRUSTED_AT.load(Ordering::Relaxed);
-        self.since.elapsed() < HOLD_AT_MOST && (distrusted == 0 || distrusted < self.since_ms)
+        held_for < HOLD_AT_MOST && (distrusted == 0 || distrusted < self.since)
     }
 
     pub(super) fn connection(&mut self) -> &mut PoolConnection<Postgres> {
