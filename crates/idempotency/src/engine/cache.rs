@@ -11,65 +11,17 @@ use super::{Answer, Engine, Idempotent, KeyedRequest, Operation, ProtocolError, 
 use crate::{Comparison, IdempotencyKey, Scope, StoredResponse, Verbatim};
 
 impl<T: Send + 'static> Engine<T> {
-    /// Serves a replay from this process's recent answers alone, when they hold one for the
-    /// request's key: what [`Engine::run`] does first. It reads no store and writes nothing, so
-    /// a caller may stop waiting for it at any point, and needs no task of its own to run it
-    /// on, as the rest of `run` does.
-    pub async fn replay_from_memory<O: Operation<Transaction = T>>(
+    /// Serves a replay from this process's recent answers, or else from the replay cache,
+    /// when either holds one for the request's key: what [`Engine::run`] does first. It writes
+    /// nothing but this process's recent answers (a cache's answer is copied there), so a
+    /// caller may stop waiting for it at any point, and needs no task of its own to run it on,
+    /// as the rest of `run` does ([`run_past_caches`](Engine::run_past_caches)).
+    pub async fn replay_cached<O: Operation<Transaction = T>>(
         &self,
         op: &Idempotent<O>,
         request: &KeyedRequest<O::Request>,
     ) -> Option<Result<Answer, ProtocolError>> {
-        self.recent_replay(op, &scope_of::<O>(&request.tenant), request)
-            .await
-    }
-
-    /// Serves a replay from this process's recent answers to `tenant`'s request under `key`
-    /// sent as `verbatim`, if the answer held for `key` was made for, or already replayed to, a
-    /// request sent byte for byte the same: before the request is parsed, validated or
-    /// fingerprinted, which its first sending already was. Otherwise `None`, and the request
-    /// goes the whole way ([`replay_from_memory`](Self::replay_from_memory), then
-    /// [`run`](Engine::run)).
-    pub async fn replay_verbatim<O: Operation<Transaction = T>>(
-        &self,
-        op: &Idempotent<O>,
-        tenant: &str,
-        key: &IdempotencyKey,
-        verbatim: &Verbatim,
-    ) -> Option<Result<Answer, ProtocolError>> {
-        let scope = scope_of::<O>(tenant);
-        let hit = self
-            .recent
-            .as_ref()?
-            .get_verbatim(&scope, key, verbatim, Utc::now())?;
-        self.observer.outcome(Outcome::ReplayedMemory);
-        Some(
-            self.replay(op, hit.generation, hit.response, hit.expires_at)
-                .await,
-        )
-    }
-
-    async fn recent_replay<O: Operation<Transaction = T>>(
-        &self,
-        op: &Idempotent<O>,
-        scope: &Scope,
-        request: &KeyedRequest<O::Request>,
-    ) -> Option<Result<Answer, ProtocolError>> {
-        let hit = self.recent.as_ref()?.get(scope, &request.key, Utc::now())?;
-        Some(
-            self.serve(op, scope, request, hit, Outcome::ReplayedMemory)
-                .await,
-        )
-    }
-
-    /// Serves a replay from this process's recent answers, or else from the cache, when
-    /// either has one.
-    pub(super) async fn cached_replay<O: Operation<Transaction = T>>(
-        &self,
-        op: &Idempotent<O>,
-        scope: &Scope,
-        request: &KeyedRequest<O::Request>,
-    ) -> Option<Result<Answer, ProtocolError>> {
+        let scope = &scope_of::<O>(&request.tenant);
         if let Some(answer) = self.recent_replay(op, scope, request).await {
             return Some(answer);
         }
@@ -109,6 +61,44 @@ impl<T: Send + 'static> Engine<T> {
                 None
             }
         }
+    }
+
+    /// Serves a replay from this process's recent answers to `tenant`'s request under `key`
+    /// sent as `verbatim`, if the answer held for `key` was made for, or already replayed to, a
+    /// request sent byte for byte the same: before the request is parsed, validated or
+    /// fingerprinted, which its first sending already was. Otherwise `None`, and the request
+    /// goes the whole way ([`replay_cached`](Self::replay_cached), then
+    /// [`run_past_caches`](Engine::run_past_caches)).
+    pub async fn replay_verbatim<O: Operation<Transaction = T>>(
+        &self,
+        op: &Idempotent<O>,
+        tenant: &str,
+        key: &IdempotencyKey,
+        verbatim: &Verbatim,
+    ) -> Option<Result<Answer, ProtocolError>> {
+        let scope = scope_of::<O>(tenant);
+        let hit = self
+            .recent
+            .as_ref()?
+            .get_verbatim(&scope, key, verbatim, Utc::now())?;
+        self.observer.outcome(Outcome::ReplayedMemory);
+        Some(
+            self.replay(op, hit.generation, hit.response, hit.expires_at)
+                .await,
+        )
+    }
+
+    async fn recent_replay<O: Operation<Transaction = T>>(
+        &self,
+        op: &Idempotent<O>,
+        scope: &Scope,
+        request: &KeyedRequest<O::Request>,
+    ) -> Option<Result<Answer, ProtocolError>> {
+        let hit = self.recent.as_ref()?.get(scope, &request.key, Utc::now())?;
+        Some(
+            self.serve(op, scope, request, hit, Outcome::ReplayedMemory)
+                .await,
+        )
     }
 
     /// A held answer, for a request under its key: its replay when the request is the same

@@ -292,10 +292,22 @@ impl<T: Send + 'static> Engine<T> {
         op: &Idempotent<O>,
         request: KeyedRequest<O::Request>,
     ) -> Result<Answer, ProtocolError> {
-        let scope = scope_of::<O>(&request.tenant);
-        if let Some(answer) = self.cached_replay(op, &scope, &request).await {
+        if let Some(answer) = self.replay_cached(op, &request).await {
             return answer;
         }
+        self.run_past_caches(op, request).await
+    }
+
+    /// Runs `request` of `op` through the protocol from its claim on, without asking the
+    /// caches: for a caller that asked them first ([`replay_cached`](Self::replay_cached)).
+    /// Past the claim an attempt writes, so a caller that may stop waiting runs this on a task
+    /// of its own.
+    pub async fn run_past_caches<O: Operation<Transaction = T>>(
+        &self,
+        op: &Idempotent<O>,
+        request: KeyedRequest<O::Request>,
+    ) -> Result<Answer, ProtocolError> {
+        let scope = scope_of::<O>(&request.tenant);
         let deadline = request.wait.map(|wait| tokio::time::Instant::now() + wait);
         loop {
             // Subscribe before claiming, so a completion between the two is not missed.
