@@ -194,7 +194,7 @@ impl ClaimQueue {
                 .bind(column(&claims, |c| &c.generation))
                 .bind(column(&claims, |c| c.effect_key.as_str()))
                 .bind(column(&claims, |c| c.request_body.as_slice()))
-                .fetch_all(&mut **held.connection()),
+                .fetch_all(held.connection()),
         )
         .await;
         match claimed {

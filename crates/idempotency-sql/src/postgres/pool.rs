@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres};
+use sqlx::{PgConnection, PgPool, Postgres};
 
 use crate::PoolSettings;
 use crate::error::no_answer;
@@ -77,21 +77,26 @@ impl Held {
     /// same millisecond counts as since).
     pub(super) fn may_go_on(&self) -> bool {
         let held_for = Duration::from_millis(millis_on_clock().saturating_sub(self.since));
-        let distrusted = DISTRUSTED_AT.load(Ordering::Relaxed);
-        held_for < HOLD_AT_MOST && (distrusted == 0 || distrusted < self.since)
+        held_for < HOLD_AT_MOST && !distrusted_since(self.since)
     }
 
-    pub(super) fn connection(&mut self) -> &mut PoolConnection<Postgres> {
+    pub(super) fn connection(&mut self) -> &mut PgConnection {
         &mut self.connection
     }
+}
+
+/// Whether the process found reason to distrust its connections at `millis` on [`CLOCK`] or
+/// later.
+fn distrusted_since(millis: u64) -> bool {
+    let seen = DISTRUSTED_AT.load(Ordering::Relaxed);
+    seen != 0 && millis <= seen
 }
 
 /// Whether a connection of this `age` was opened before the last reason to distrust it (or in
 /// the same millisecond).
 fn opened_before_distrust(age: Duration) -> bool {
-    let seen = DISTRUSTED_AT.load(Ordering::Relaxed);
     let age = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
-    seen != 0 && millis_on_clock().saturating_sub(age) <= seen
+    distrusted_since(millis_on_clock().saturating_sub(age))
 }
 
 /// See [`ANSWER_BOUND_MS`].
