@@ -55,6 +55,23 @@ pub(crate) fn in_group_commit(_commit: GroupCommit) {}
 #[inline(always)]
 pub(crate) fn after_group_commit_of_claims(_commit: GroupCommit) {}
 
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn in_batch_of_finishes(_finishes: usize) {}
+
+/// `PAYMENTS_CRASH_AT=in_batch_of_finishes` aborts once a batch of at least two charges'
+/// finishes is written on PostgreSQL, before its commit: their records are completed and
+/// their rows written in a transaction that is never committed.
+#[cfg(feature = "failpoints")]
+pub(crate) fn in_batch_of_finishes(finishes: usize) {
+    if finishes >= 2 {
+        crash_if_at(
+            "in_batch_of_finishes",
+            format_args!("in a batch of {finishes} finishes"),
+        );
+    }
+}
+
 /// `PAYMENTS_CRASH_AT=in_group_commit` aborts just before a group commit on SQLite that holds
 /// at least two records' transactions: their operations' rows and their records' ends are
 /// written, and none is committed.

@@ -21,7 +21,8 @@ const BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
-/// Writes per commit on SQLite, up to the most one group commit holds.
+/// Writes per group commit (on SQLite, up to the most one holds), and finishes per batch (up
+/// to the most one batch writes).
 const COMMIT_WRITES_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
 /// Installs the process-wide recorder; `None` if one is installed already.
@@ -31,6 +32,11 @@ pub(crate) fn install() -> Option<PrometheusHandle> {
         .ok()?
         .set_buckets_for_metric(
             Matcher::Full("database_commit_writes".to_owned()),
+            &COMMIT_WRITES_BUCKETS,
+        )
+        .ok()?
+        .set_buckets_for_metric(
+            Matcher::Full("idempotency_finish_batch_size".to_owned()),
             &COMMIT_WRITES_BUCKETS,
         )
         .ok()?
@@ -99,6 +105,12 @@ impl Observer for EngineMetrics {
     }
 
     /// `recent_answers_bytes` and `recent_answers`: what the in-process answers hold.
+    /// How many finishes of an operation were written together: 1 for a finish alone.
+    fn finishes_written(&self, operation: &'static str, finishes: usize) {
+        histogram!("idempotency_finish_batch_size", "operation" => operation)
+            .record(finishes as f64);
+    }
+
     fn recent_answers(&self, held: RecentAnswersHeld) {
         gauge!("recent_answers_bytes").set(held.bytes as f64);
         gauge!("recent_answers").set(held.entries as f64);

@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_idempotency::engine::{
-    Abandoned, Claim, Completion, End, Finish, Owner, RecordStore, StoreFailure,
+    Abandoned, Claim, Completion, End, Finish, Owner, RecordStore, StoreFailure, complete_each,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
@@ -484,6 +484,30 @@ impl RecordStore for SqlRecords {
 
     async fn commit(&self, transaction: Transaction) -> Result<(), StoreFailure> {
         Ok(transaction.commit().await?)
+    }
+
+    /// On PostgreSQL only: SQLite's writes already share their commits, every one of them
+    /// ([`sqlite`]).
+    fn writes_batches(&self) -> bool {
+        self.backend() == Backend::Postgres
+    }
+
+    async fn begin_batch(&self) -> Result<Option<Transaction>, StoreFailure> {
+        Ok(match self {
+            Self::Postgres(records) => Some(Transaction::Postgres(records.begin_ending().await?)),
+            Self::Sqlite(_) => None,
+        })
+    }
+
+    async fn complete_many(
+        &self,
+        transaction: &mut Transaction,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, StoreFailure> {
+        if let (Self::Postgres(store), Transaction::Postgres(tx)) = (self, &mut *transaction) {
+            return Ok(store.complete_many(tx, records).await?);
+        }
+        complete_each(self, transaction, records).await
     }
 
     async fn take_over_abandoned(

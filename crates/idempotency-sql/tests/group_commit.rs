@@ -12,26 +12,24 @@
 //! the claims queued meanwhile (the test waits until the store counts them all waiting) are the
 //! next statement's, in the order they queued.
 
+mod check;
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use payments_idempotency::engine::{
-    Claim, Completion, EffectError, End, Engine, Fence, Idempotent, KeyedRequest, Operation, Owner,
-    Prepared, Preparing, ProtocolError, RecordStore, Settled,
+    Claim, Completion, End, Engine, Fence, Idempotent, KeyedRequest, Owner, ProtocolError,
+    RecordStore,
 };
-use payments_idempotency::{
-    Fingerprint, IdempotencyKey, RecordState, SchemaVersion, Scope, StoredResponse,
-};
-use payments_idempotency_sql::{
-    Backend, Connection, GroupCommits, PgRecords, PoolSettings, SqlRecords, Transaction,
-};
-use serde_json::{Value, json};
+use payments_idempotency::{Fingerprint, IdempotencyKey, RecordState, Scope};
+use payments_idempotency_sql::{Backend, GroupCommits, PgRecords, PoolSettings, SqlRecords};
+use serde_json::json;
 use sqlx::{Connection as _, PgConnection};
 use tokio::sync::watch;
+
+use check::{Check, TABLES, response};
 
 fn scope() -> Scope {
     Scope {
@@ -46,16 +44,6 @@ fn key(name: &str) -> IdempotencyKey {
 
 fn fingerprint(amount: u64) -> Fingerprint {
     Fingerprint::of_json_request("POST", "/checks", &json!({ "amount": amount }))
-}
-
-fn response(body: &Value) -> StoredResponse {
-    let json = [("content-type", "application/json")];
-    StoredResponse::new(
-        SchemaVersion::new(1),
-        201,
-        json,
-        body.to_string().into_bytes(),
-    )
 }
 
 fn commits(records: &SqlRecords) -> GroupCommits {
@@ -228,100 +216,6 @@ async fn one_batch_holds_fresh_claims_a_duplicate_a_mismatch_and_a_fenced_off_re
     );
 }
 
-/// An operation whose rows reference a parent row, checked only at the commit (a deferred
-/// foreign key): a request naming a parent that does not exist fails the commit it is in.
-/// Its effect port makes one effect per effect key, and holds every call until the test lets
-/// them go, so that their finishes queue together.
-#[derive(Debug)]
-struct Check {
-    arrived: AtomicUsize,
-    go: watch::Receiver<bool>,
-}
-
-const TABLES: [&str; 3] = [
-    "CREATE TABLE parents (id text PRIMARY KEY)",
-    "CREATE TABLE checks (effect_id text PRIMARY KEY,
-                          parent text NOT NULL REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)",
-    "INSERT INTO parents (id) VALUES ('present')",
-];
-
-fn internal(error: sqlx::Error) -> ProtocolError {
-    ProtocolError::Internal(error.into())
-}
-
-#[async_trait]
-impl Operation for Check {
-    type Request = String;
-    type Plan = String;
-    type Effect = String;
-    type Transaction = Transaction;
-
-    const FAMILY: &'static str = "checks.create";
-    const VERSION: SchemaVersion = SchemaVersion::new(1);
-    const EFFECT: &'static str = "check";
-    const ROUTE: (&'static str, &'static str) = ("POST", "/checks");
-
-    fn canonical_request(parent: &String) -> Value {
-        json!({ "parent": parent })
-    }
-
-    fn stored_request(&self, body: &[u8]) -> Option<String> {
-        let body: Value = serde_json::from_slice(body).ok()?;
-        Some(body["parent"].as_str()?.to_owned())
-    }
-
-    async fn prepare(
-        &self,
-        _: &mut Preparing<'_, Transaction>,
-        _: Owner<'_>,
-        parent: &String,
-    ) -> Result<Prepared<String>, ProtocolError> {
-        Ok(Prepared::Ready(parent.clone()))
-    }
-
-    async fn effect(&self, _: &String, effect_key: &str) -> Result<String, EffectError> {
-        self.arrived.fetch_add(1, Ordering::SeqCst);
-        let mut go = self.go.clone();
-        let _ = go.wait_for(|go| *go).await;
-        Ok(format!("effect-{effect_key}"))
-    }
-
-    async fn settle(&self, effect_key: &str) -> Result<Settled<String>, EffectError> {
-        Ok(Settled::Exists(format!("effect-{effect_key}")))
-    }
-
-    fn effect_id(id: &String) -> String {
-        id.clone()
-    }
-
-    fn confirms(_: &String, _: &String) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn declined(&self, code: String, _: String) -> StoredResponse {
-        response(&json!({ "declined": code }))
-    }
-
-    async fn finish(
-        &self,
-        transaction: &mut Transaction,
-        _: Owner<'_>,
-        parent: &String,
-        effect_id: String,
-    ) -> Result<StoredResponse, ProtocolError> {
-        let Connection::Sqlite(connection) = transaction.connection() else {
-            panic!("an SQLite store's transaction");
-        };
-        sqlx::query("INSERT INTO checks (effect_id, parent) VALUES ($1, $2)")
-            .bind(&effect_id)
-            .bind(parent)
-            .execute(connection)
-            .await
-            .map_err(internal)?;
-        Ok(response(&json!({ "effect_id": effect_id })))
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_group_commit_is_written_again_one_writer_at_a_time() {
     let fresh = common::on(Backend::Sqlite).await;
@@ -336,10 +230,7 @@ async fn a_failed_group_commit_is_written_again_one_writer_at_a_time() {
     }
     let records = fresh.records.clone();
     let (go, waiting_to_go) = watch::channel(false);
-    let op = Arc::new(Idempotent::new(Check {
-        arrived: AtomicUsize::new(0),
-        go: waiting_to_go,
-    }));
+    let op = Arc::new(Idempotent::new(Check::new(waiting_to_go)));
     let engine = Arc::new(Engine::new(Arc::new(records.clone())));
 
     // Four requests whose rows are good, and one whose parent does not exist.

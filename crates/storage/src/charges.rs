@@ -27,6 +27,15 @@ pub trait ChargeRepository: Send + Sync {
         charge: &Charge,
     ) -> Result<(), StoreError>;
 
+    /// Writes several charges, each with its ledger transaction and its event, in
+    /// `transaction` (a batch of finishes, whose records are completed in it): on PostgreSQL
+    /// in one statement, on SQLite one charge after another.
+    async fn insert_charges(
+        &self,
+        transaction: &mut Transaction,
+        charges: &[&Charge],
+    ) -> Result<(), StoreError>;
+
     /// The tenant's charge with this id; another tenant's charge is simply not found.
     async fn get_charge(
         &self,
@@ -175,6 +184,22 @@ impl ChargeRepository for DatabaseStore {
         match transaction.connection() {
             Connection::Postgres(connection) => postgres::insert_charge(connection, charge).await,
             Connection::Sqlite(connection) => sqlite::insert_charge(connection, charge).await,
+        }
+    }
+
+    async fn insert_charges(
+        &self,
+        transaction: &mut Transaction,
+        charges: &[&Charge],
+    ) -> Result<(), StoreError> {
+        match transaction.connection() {
+            Connection::Postgres(connection) => postgres::insert_charges(connection, charges).await,
+            Connection::Sqlite(connection) => {
+                for charge in charges {
+                    sqlite::insert_charge(connection, charge).await?;
+                }
+                Ok(())
+            }
         }
     }
 

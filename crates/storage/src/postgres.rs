@@ -1,4 +1,5 @@
-//! What PostgreSQL's store does its own way: a charge's finish is one statement, the outbox
+//! What PostgreSQL's store does its own way: a charge's finish is one statement (and a batch
+//! of charges' finishes one statement too), the outbox
 //! relay locks its rows for the round (`FOR UPDATE SKIP LOCKED`), migrations run without the
 //! statement timeout, and the server's synchronous settings are read for `Store::durability`.
 
@@ -62,6 +63,100 @@ pub(crate) async fn insert_charge(
         .bind(event.event_id)
         .bind(PAYMENT_COMPLETED)
         .bind(posting::payload(&event)?);
+    answered(insert.execute(connection)).await?;
+    Ok(())
+}
+
+/// Several charges with their ledger transactions and events, as `INSERT_CHARGE` writes one,
+/// in ONE statement: a batch of finishes. Each array holds one element per charge, in the same
+/// order: the charges (`$1`..`$8`), their ledger transactions (`$9`, each one's entries as a
+/// JSON array in `$10`) and their events (`$11`, of type `$12`, payloads `$13`).
+const INSERT_CHARGES: &str = "
+WITH charge AS (
+    INSERT INTO charges (id, tenant_id, amount, currency, source, description, status,
+                         processor_charge_id, created_at)
+    SELECT c.id, c.tenant_id, c.amount, c.currency, c.source, c.description, 'succeeded',
+           c.processor_charge_id, c.created_at
+    FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                $7::text[], $8::timestamptz[])
+         AS c(id, tenant_id, amount, currency, source, description, processor_charge_id,
+              created_at)
+    RETURNING id, tenant_id
+),
+ledger AS (
+    INSERT INTO ledger_transactions (id, tenant_id, charge_id)
+    SELECT l.id, charge.tenant_id, charge.id
+    FROM charge JOIN UNNEST($1::uuid[], $9::uuid[]) AS l(charge_id, id) ON l.charge_id = charge.id
+    RETURNING id, tenant_id
+),
+entries AS (
+    INSERT INTO ledger_entries (transaction_id, line, tenant_id, account, currency, amount)
+    SELECT ledger.id, e.line, ledger.tenant_id, e.entry ->> 'account', e.entry ->> 'currency',
+           (e.entry ->> 'amount')::bigint
+    FROM ledger JOIN UNNEST($9::uuid[], $10::jsonb[]) AS l(id, entries) ON l.id = ledger.id,
+         jsonb_array_elements(l.entries) WITH ORDINALITY AS e(entry, line)
+)
+INSERT INTO outbox_events (id, tenant_id, event_type, aggregate_id, payload)
+SELECT o.id, charge.tenant_id, $12, charge.id, o.payload
+FROM charge
+JOIN UNNEST($1::uuid[], $11::uuid[], $13::jsonb[]) AS o(charge_id, id, payload)
+  ON o.charge_id = charge.id";
+
+/// Writes several charges, their ledger transactions and their events on `connection` (a
+/// batch of finishes' transaction), in one statement.
+pub(crate) async fn insert_charges(
+    connection: &mut PgConnection,
+    charges: &[&Charge],
+) -> Result<(), StoreError> {
+    let n = charges.len();
+    let (mut ids, mut tenants, mut amounts, mut currencies) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut sources, mut descriptions, mut processor_ids, mut created) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut ledgers, mut entries, mut events, mut payloads) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for charge in charges {
+        let ledger = LedgerTransaction::for_charge(charge);
+        let event = PaymentCompleted::for_charge(charge);
+        ids.push(charge.id.as_uuid());
+        tenants.push(charge.tenant.as_str());
+        amounts.push(charge.money.amount.minor_units());
+        currencies.push(charge.money.currency.code());
+        sources.push(charge.source.as_str());
+        descriptions.push(charge.description.as_ref().map(|d| d.as_str()));
+        processor_ids.push(charge.processor_charge_id.as_str());
+        created.push(charge.created_at);
+        ledgers.push(ledger.id());
+        entries.push(posting::entries(&ledger));
+        events.push(event.event_id);
+        payloads.push(posting::payload(&event)?);
+    }
+    let insert = sqlx::query(INSERT_CHARGES)
+        .bind(ids)
+        .bind(tenants)
+        .bind(amounts)
+        .bind(currencies)
+        .bind(sources)
+        .bind(descriptions)
+        .bind(processor_ids)
+        .bind(created)
+        .bind(ledgers)
+        .bind(entries)
+        .bind(events)
+        .bind(PAYMENT_COMPLETED)
+        .bind(payloads);
     answered(insert.execute(connection)).await?;
     Ok(())
 }

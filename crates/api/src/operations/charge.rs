@@ -17,7 +17,7 @@ use payments_domain::{
     ProcessorMetadata, SourceError, TenantId,
 };
 use payments_idempotency::engine::{
-    EffectError, Operation, Owner, Prepared, Preparing, ProtocolError, Settled,
+    EffectError, FinishesInBatches, Operation, Owner, Prepared, Preparing, ProtocolError, Settled,
 };
 use payments_idempotency::{SchemaVersion, StoredResponse};
 use payments_storage::{ListCharges, StoreError, Transaction};
@@ -124,10 +124,28 @@ impl Operation for CreateCharge {
     async fn finish(
         &self,
         transaction: &mut Transaction,
-        _: Owner<'_>,
+        owner: Owner<'_>,
         planned: &PlannedCharge,
         processor_charge_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
+        let (charge, response) = self.rows(owner, planned, processor_charge_id)?;
+        self.0.store.insert_charge(transaction, &charge).await?;
+        Ok(response)
+    }
+}
+
+/// Concurrent charges finish together on PostgreSQL: a batch's charges, ledger transactions
+/// and events in one statement, in one transaction with their records.
+#[async_trait]
+impl FinishesInBatches for CreateCharge {
+    type Rows = Charge;
+
+    fn rows(
+        &self,
+        _: Owner<'_>,
+        planned: &PlannedCharge,
+        processor_charge_id: String,
+    ) -> Result<(Charge, StoredResponse), ProtocolError> {
         let request = &planned.request;
         let charge = Charge {
             id: planned.id,
@@ -143,8 +161,20 @@ impl Operation for CreateCharge {
         if failpoint::fails(Failure::Finish) {
             return Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut).into());
         }
-        self.0.store.insert_charge(transaction, &charge).await?;
-        Ok(response)
+        Ok((charge, response))
+    }
+
+    async fn write_rows(
+        &self,
+        transaction: &mut Transaction,
+        charges: &[&Charge],
+    ) -> Result<(), ProtocolError> {
+        match charges {
+            [charge] => self.0.store.insert_charge(transaction, charge).await?,
+            _ => self.0.store.insert_charges(transaction, charges).await?,
+        }
+        failpoint::in_batch_of_finishes(charges.len());
+        Ok(())
     }
 }
 

@@ -68,7 +68,9 @@ pub(crate) struct Operations {
 impl Operations {
     pub(crate) fn new(ports: &Ports) -> Self {
         Self {
-            charges: Arc::new(Idempotent::new(CreateCharge(ports.clone()))),
+            charges: Arc::new(Idempotent::finishing_in_batches(CreateCharge(
+                ports.clone(),
+            ))),
             refunds: Arc::new(Idempotent::new(CreateRefund(ports.clone()))),
             payouts: Arc::new(Idempotent::new(CreatePayout(ports.clone()))),
             resolutions: Arc::new(Idempotent::new(ResolveException(ports.clone()))),

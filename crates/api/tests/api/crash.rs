@@ -489,6 +489,16 @@ async fn a_kill_after_a_statement_of_claims_loses_no_charge_and_doubles_none() {
     kill_in_a_group_commit(Backend::Postgres, "after_group_commit_of_claims").await;
 }
 
+/// The service is aborted on PostgreSQL inside a batch of at least two charges' finishes,
+/// their records completed and their rows written in the batch's transaction, before its
+/// commit. Restarted, every request, retried under its key, ends with exactly one charge,
+/// ledger transaction and event: the batch wrote nothing, and its charges are finished from
+/// their effect keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_inside_a_batch_of_finishes_loses_no_charge_and_doubles_none() {
+    kill_in_a_group_commit(Backend::Postgres, "in_batch_of_finishes").await;
+}
+
 /// Rounds of concurrent charges until `failpoint` aborts the service, then every key retried
 /// after a restart: what was answered is committed, and each key has exactly one effect.
 async fn kill_in_a_group_commit(backend: Backend, failpoint: &str) {

@@ -251,6 +251,71 @@ impl PgRecords {
         Ok(Completion::from_expiry(expires_at.map(|(at,)| at)))
     }
 
+    /// Completes each of `records` in `tx`, fenced one by one, in one statement
+    /// (`COMPLETE_MANY`): one completion per record, in their order.
+    pub(crate) async fn complete_many(
+        &self,
+        tx: &mut PgConnection,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, Error> {
+        let n = records.len();
+        let (mut tenants, mut operations, mut keys) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut attempts, mut generations) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut statuses, mut headers, mut bodies, mut versions) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for &(owner, response) in records {
+            let columns = ResponseColumns::of(response)?;
+            tenants.push(owner.scope.tenant.as_str());
+            operations.push(owner.scope.operation.as_str());
+            keys.push(owner.key.as_str());
+            attempts.push(owner.fence.attempt.0);
+            generations.push(owner.fence.generation);
+            statuses.push(columns.status);
+            headers.push(columns.headers);
+            bodies.push(columns.body);
+            versions.push(columns.schema_version);
+        }
+        let completed: Vec<(String, String, String, i32, DateTime<Utc>)> = answered(
+            sqlx::query_as(COMPLETE_MANY)
+                .bind(tenants)
+                .bind(operations)
+                .bind(keys)
+                .bind(attempts)
+                .bind(generations)
+                .bind(statuses)
+                .bind(headers)
+                .bind(bodies)
+                .bind(versions)
+                .bind(self.policy.ttl.as_secs_f64())
+                .fetch_all(&mut *tx),
+        )
+        .await?;
+        Ok(records
+            .iter()
+            .map(|(owner, _)| {
+                let expires_at =
+                    completed
+                        .iter()
+                        .find_map(|(tenant, operation, key, attempt, at)| {
+                            (tenant == &owner.scope.tenant
+                                && operation == &owner.scope.operation
+                                && key == owner.key.as_str()
+                                && *attempt == owner.fence.attempt.0)
+                                .then_some(*at)
+                        });
+                Completion::from_expiry(expires_at)
+            })
+            .collect())
+    }
+
     pub(crate) async fn take_over_abandoned(
         &self,
         settle_after: Duration,

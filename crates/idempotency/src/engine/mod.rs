@@ -24,6 +24,7 @@
 //! it knows no web framework, database or cache of its own. The completer runs the same steps without a client
 //! ([`Engine::settle_abandoned`]).
 
+mod batch;
 mod cache;
 mod completions;
 #[cfg(feature = "conformance")]
@@ -45,13 +46,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use batch::{Batches, FinishQueue};
 pub use completions::Completions;
 pub use error::{CacheFailure, ProtocolError, StoreFailure, error_chain};
-pub use operation::{EffectError, Operation, Prepared, Preparing, Settled};
+pub use operation::{EffectError, FinishesInBatches, Operation, Prepared, Preparing, Settled};
 pub use ports::{
     Abandoned, CacheCall, CacheRead, CachedReplay, Checkpoint, Claim, Claimed, Completion, End,
     Fence, Finish, Observer, Outcome, Owner, RecordStore, ResponseCache, Unmade, Unobserved,
-    Verdict,
+    Verdict, complete_each,
 };
 pub use recent::{RecentAnswers, RecentAnswersHeld};
 pub use settle::SettleOutcome;
@@ -106,21 +108,39 @@ impl Answer {
 /// An operation with what the engine keeps for it: how long its recent attempts took, for
 /// the `Retry-After` of a duplicate.
 #[derive(Debug)]
-pub struct Idempotent<O> {
+pub struct Idempotent<O: Operation> {
     operation: O,
     durations: RecentDurations,
+    /// The queue its finishes are written in batches from, on a store that writes batches.
+    batches: Option<Box<dyn Batches<O>>>,
 }
 
-impl<O> Idempotent<O> {
+impl<O: Operation> Idempotent<O> {
     pub fn new(operation: O) -> Self {
         Self {
             operation,
             durations: RecentDurations::default(),
+            batches: None,
         }
     }
 }
 
-impl<O> std::ops::Deref for Idempotent<O> {
+impl<O: FinishesInBatches> Idempotent<O>
+where
+    O::Transaction: 'static,
+{
+    /// `operation`, whose concurrent finishes share one transaction and one commit on a store
+    /// that writes batches ([`RecordStore::writes_batches`]); on any other, the same as
+    /// [`new`](Self::new).
+    pub fn finishing_in_batches(operation: O) -> Self {
+        Self {
+            batches: Some(Box::<FinishQueue<O>>::default()),
+            ..Self::new(operation)
+        }
+    }
+}
+
+impl<O: Operation> std::ops::Deref for Idempotent<O> {
     type Target = O;
 
     fn deref(&self) -> &O {
@@ -465,10 +485,19 @@ impl<T: Send + 'static> Engine<T> {
                 }
             }
         };
-        match self
-            .finish(&op.operation, owner, &plan, effect_id.clone())
-            .await
-        {
+        let finished = match &op.batches {
+            Some(batches) if self.records.writes_batches() => {
+                let effect_id = effect_id.clone();
+                batches
+                    .finish(self, &op.operation, owner, &plan, effect_id)
+                    .await
+            }
+            _ => {
+                self.finish(&op.operation, owner, &plan, effect_id.clone())
+                    .await
+            }
+        };
+        match finished {
             Ok(ended) => {
                 if let Ended::Stored { .. } = ended {
                     self.observer.reached(Checkpoint::AfterCommit).await;

@@ -244,3 +244,35 @@ pub trait Operation: Send + Sync + 'static {
         Ok(())
     }
 }
+
+/// An operation whose finish can share its transaction and its commit with other requests'
+/// finishes (a batch), on a store that writes batches ([`RecordStore::begin_batch`]): its
+/// finish is split into [`rows`](Self::rows), what it creates as a value, made without a
+/// round trip, and [`write_rows`](Self::write_rows), which writes the rows of a whole batch,
+/// so that a batch costs one statement per kind of row instead of one per request.
+///
+/// Registered with [`Idempotent::finishing_in_batches`](super::Idempotent::finishing_in_batches).
+/// [`Operation::finish`] stays the finish of a record that ends alone (the completer's, a
+/// lone request's): it must write what `write_rows` writes for `rows`.
+#[async_trait]
+pub trait FinishesInBatches: Operation {
+    /// What one finish creates, as data.
+    type Rows: Send + Sync + 'static;
+
+    /// What the finish of the effect `effect_id` for the generation `owner` holds creates, and
+    /// the response to store.
+    fn rows(
+        &self,
+        owner: Owner<'_>,
+        plan: &Self::Plan,
+        effect_id: String,
+    ) -> Result<(Self::Rows, StoredResponse), ProtocolError>;
+
+    /// Writes the rows of several finishes in `transaction`, in which the engine has already
+    /// completed each one's record.
+    async fn write_rows(
+        &self,
+        transaction: &mut Self::Transaction,
+        rows: &[&Self::Rows],
+    ) -> Result<(), ProtocolError>;
+}

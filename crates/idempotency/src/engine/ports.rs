@@ -330,6 +330,34 @@ pub trait RecordStore: Send + Sync + 'static {
     /// Commits `transaction`: the operation's rows and the record's end, all or nothing.
     async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreFailure>;
 
+    /// Whether the store writes the finishes of several records in one transaction
+    /// ([`begin_batch`](Self::begin_batch)): the engine then queues the finishes of an
+    /// operation that [`FinishesInBatches`](super::FinishesInBatches).
+    fn writes_batches(&self) -> bool {
+        false
+    }
+
+    /// Begins a transaction over no record yet, in which the finishes of several records are
+    /// written together ([`complete_many`](Self::complete_many), then their operation's
+    /// rows) and committed once; `None` for a store that ends each record in a transaction of
+    /// its own (the default), or that already shares its commits another way.
+    async fn begin_batch(&self) -> Result<Option<Self::Transaction>, StoreFailure> {
+        Ok(None)
+    }
+
+    /// Completes each of `records` with its response in `transaction` (begun by
+    /// [`begin_batch`](Self::begin_batch)), each fenced on its own as [`end`](Self::end)
+    /// fences one: one [`Completion`] per record, in their order, [`Completion::Fenced`] for
+    /// one that another attempt or generation owns now, which writes nothing and fails none
+    /// of the others. The default ends them one after another.
+    async fn complete_many(
+        &self,
+        transaction: &mut Self::Transaction,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, StoreFailure> {
+        complete_each(self, transaction, records).await
+    }
+
     /// Takes over one pending record whose lock ended at least `settle_after` ago, oldest
     /// first, fencing off its last attempt.
     async fn take_over_abandoned(
@@ -475,6 +503,13 @@ pub trait Observer: Send + Sync {
     /// A cache call failed and was worked around.
     fn cache_failed(&self, _call: CacheCall) {}
 
+    /// A batch of `finishes` finishes of `operation` (its [`Operation::FAMILY`]) was written
+    /// ([`FinishesInBatches`]): one for a finish written alone, with no other waiting.
+    ///
+    /// [`Operation::FAMILY`]: super::Operation::FAMILY
+    /// [`FinishesInBatches`]: super::FinishesInBatches
+    fn finishes_written(&self, _operation: &'static str, _finishes: usize) {}
+
     /// What this process's recent answers hold, after one was added.
     fn recent_answers(&self, _held: RecentAnswersHeld) {}
 
@@ -522,4 +557,18 @@ impl Verdict {
             Decision::Execute => Self::Absent,
         }
     }
+}
+
+/// Completes each of `records` in `transaction` with [`RecordStore::end`], one after another:
+/// [`RecordStore::complete_many`] for a store with no statement for a batch.
+pub async fn complete_each<S: RecordStore + ?Sized>(
+    store: &S,
+    transaction: &mut S::Transaction,
+    records: &[(Owner<'_>, &StoredResponse)],
+) -> Result<Vec<Completion>, StoreFailure> {
+    let mut completions = Vec::with_capacity(records.len());
+    for &(owner, response) in records {
+        completions.push(store.end(transaction, owner, End::Made(response)).await?);
+    }
+    Ok(completions)
 }

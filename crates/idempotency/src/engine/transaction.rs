@@ -65,6 +65,15 @@ where
     }
 }
 
+/// Logs a finish's record completed, its operation's rows with it.
+pub(super) fn recorded<O: Operation>(owner: Owner<'_>) {
+    tracing::info!(
+        idempotency.operation = O::FAMILY,
+        idempotency.generation = %owner.fence.generation,
+        "effect recorded"
+    );
+}
+
 /// What a transaction that ends a record came to.
 #[derive(Debug)]
 pub(super) enum Ended {
@@ -118,7 +127,7 @@ impl<T: Send + 'static> Engine<T> {
             .await
     }
 
-    async fn finish_once<O: Operation<Transaction = T>>(
+    pub(super) async fn finish_once<O: Operation<Transaction = T>>(
         &self,
         op: &O,
         owner: Owner<'_>,
@@ -135,11 +144,7 @@ impl<T: Send + 'static> Engine<T> {
         let Completion::Stored { expires_at } = self.end_in(transaction, owner, end).await? else {
             return Ok(Ended::Fenced);
         };
-        tracing::info!(
-            idempotency.operation = O::FAMILY,
-            idempotency.generation = %owner.fence.generation,
-            "effect recorded"
-        );
+        recorded::<O>(owner);
         Ok(Ended::Stored {
             response,
             expires_at,
@@ -174,7 +179,7 @@ impl<T: Send + 'static> Engine<T> {
 
     /// Ends the record in `transaction` as `end` says and commits it; a record that may not end
     /// that way drops it, and with it everything the operation wrote.
-    async fn end_in(
+    pub(super) async fn end_in(
         &self,
         mut transaction: T,
         owner: Owner<'_>,

@@ -1,0 +1,336 @@
+//! Finishes in batches: on a store that writes batches ([`RecordStore::begin_batch`]), the
+//! finishes of an operation's concurrent requests share one transaction and one commit. The
+//! records are completed first, in one call for the batch ([`RecordStore::complete_many`]),
+//! each fenced on its own; then the operation writes the rows of the finishes whose records
+//! it completed ([`FinishesInBatches::write_rows`]); then the batch commits. A record another
+//! attempt owns now writes nothing and fails none of the others.
+//!
+//! A finish joins its operation's queue. If no request is writing the queue, this one writes
+//! it, a batch of up to [`MAX_FINISHES`] at a time, until its own finish is written, and then
+//! hands the queue to the next request still waiting in it. Nobody waits for others to
+//! arrive: a lone finish is written at once, on its own, the way it would be without a
+//! queue. The finishes that arrive while a batch is on its way are the next batch's.
+//!
+//! A batch that fails wrote nothing (or, if its commit went unanswered, perhaps everything):
+//! each of its requests then finishes once more alone, in its own transaction, fenced as
+//! always, so that one bad row fails only its own request and a committed batch is found
+//! completed. A request whose writer went away mid-batch (its request was dropped) finishes
+//! alone the same way.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::operation::FinishesInBatches;
+use super::ports::{Completion, End, Fence, Owner};
+use super::transaction::{Ended, Sharing, recorded};
+use super::{Engine, Operation, ProtocolError};
+use crate::{IdempotencyKey, Scope, StoredResponse};
+
+/// The most finishes one batch writes.
+pub(super) const MAX_FINISHES: usize = 64;
+
+/// How an operation's finishes are written together, without the engine naming the
+/// operation's rows: the queue of an operation that [`FinishesInBatches`].
+#[async_trait]
+pub(super) trait Batches<O: Operation>: Send + Sync + fmt::Debug {
+    /// Finishes the effect `effect_id` for the generation `owner` holds, in a batch with
+    /// whatever other finishes of the operation are waiting.
+    async fn finish(
+        &self,
+        engine: &Engine<O::Transaction>,
+        op: &O,
+        owner: Owner<'_>,
+        plan: &O::Plan,
+        effect_id: String,
+    ) -> Result<Ended, ProtocolError>;
+}
+
+/// The finishes of one operation waiting to be written, and whether a request is writing them.
+pub(super) struct FinishQueue<O: FinishesInBatches> {
+    queue: Mutex<Queue<O>>,
+}
+
+struct Queue<O: FinishesInBatches> {
+    waiting: VecDeque<Queued<O>>,
+    /// Whether a request holds the turn to write the queue.
+    writing: bool,
+}
+
+/// A finish, owned, and how its request hears what came of it.
+struct Queued<O: FinishesInBatches> {
+    scope: Scope,
+    key: IdempotencyKey,
+    fence: Fence,
+    rows: O::Rows,
+    response: StoredResponse,
+    told: mpsc::UnboundedSender<Told>,
+}
+
+impl<O: FinishesInBatches> Queued<O> {
+    fn owner(&self) -> Owner<'_> {
+        Owner::new(&self.scope, &self.key, self.fence)
+    }
+
+    /// The record's key, as the store orders its rows.
+    fn record(&self) -> (&str, &str, &str) {
+        (&self.scope.tenant, &self.scope.operation, self.key.as_str())
+    }
+}
+
+/// What a waiting request hears.
+enum Told {
+    /// Its finish was written with its batch (or found fenced).
+    Written(Result<Ended, ProtocolError>),
+    /// Its batch failed: it finishes once more alone.
+    Alone,
+    /// It writes the queue now.
+    YourTurn,
+}
+
+impl<O: FinishesInBatches> Default for FinishQueue<O> {
+    fn default() -> Self {
+        Self {
+            queue: Mutex::new(Queue {
+                waiting: VecDeque::new(),
+                writing: false,
+            }),
+        }
+    }
+}
+
+impl<O: FinishesInBatches> fmt::Debug for FinishQueue<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let queue = self.lock();
+        f.debug_struct("FinishQueue")
+            .field("waiting", &queue.waiting.len())
+            .field("writing", &queue.writing)
+            .finish()
+    }
+}
+
+impl<O: FinishesInBatches> FinishQueue<O> {
+    fn lock(&self) -> MutexGuard<'_, Queue<O>> {
+        // The queue is left consistent at every point a panic could unwind from.
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The next batch: the longest-waiting finishes, up to [`MAX_FINISHES`].
+    fn take_batch(&self) -> Vec<Queued<O>> {
+        let mut queue = self.lock();
+        let n = queue.waiting.len().min(MAX_FINISHES);
+        queue.waiting.drain(..n).collect()
+    }
+}
+
+/// The turn to write the queue. Dropped (its request answered, or gone), it passes to the
+/// longest-waiting request still listening, or ends if none is.
+struct Turn<'a, O: FinishesInBatches>(&'a FinishQueue<O>);
+
+impl<O: FinishesInBatches> Drop for Turn<'_, O> {
+    fn drop(&mut self) {
+        let mut queue = self.0.lock();
+        // A finish whose request went away stays queued, for the next batch to write.
+        let passed = queue
+            .waiting
+            .iter()
+            .any(|queued| queued.told.send(Told::YourTurn).is_ok());
+        if !passed {
+            queue.writing = false;
+        }
+    }
+}
+
+/// A request waiting for its finish. Dropped with the turn on its way to it, it passes the
+/// turn on.
+struct Waiting<'a, O: FinishesInBatches> {
+    queue: &'a FinishQueue<O>,
+    hear: mpsc::UnboundedReceiver<Told>,
+}
+
+impl<O: FinishesInBatches> Drop for Waiting<'_, O> {
+    fn drop(&mut self) {
+        self.hear.close();
+        while let Ok(told) = self.hear.try_recv() {
+            if let Told::YourTurn = told {
+                drop(Turn(self.queue));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<O: FinishesInBatches> Batches<O> for FinishQueue<O>
+where
+    O::Transaction: 'static,
+{
+    async fn finish(
+        &self,
+        engine: &Engine<O::Transaction>,
+        op: &O,
+        owner: Owner<'_>,
+        plan: &O::Plan,
+        effect_id: String,
+    ) -> Result<Ended, ProtocolError> {
+        let (rows, response) = op.rows(owner, plan, effect_id.clone())?;
+        let (told, hear) = mpsc::unbounded_channel();
+        let mut waiting = Waiting { queue: self, hear };
+        let writes = {
+            let mut queue = self.lock();
+            queue.waiting.push_back(Queued {
+                scope: owner.scope.clone(),
+                key: owner.key.clone(),
+                fence: owner.fence,
+                rows,
+                response,
+                told,
+            });
+            !std::mem::replace(&mut queue.writing, true)
+        };
+        let mut turn = writes.then(|| Turn(self));
+        let told = loop {
+            if turn.is_some() {
+                let batch = self.take_batch();
+                if batch.is_empty() {
+                    // Never, while this request's finish is unanswered; but should it be
+                    // answered nowhere, it finishes alone rather than wait.
+                    break None;
+                }
+                engine.write_batch(op, batch).await;
+                match waiting.hear.try_recv() {
+                    Ok(told) => break Some(told),
+                    Err(_) => continue,
+                }
+            }
+            match waiting.hear.recv().await {
+                Some(Told::YourTurn) => turn = Some(Turn(self)),
+                told => break told,
+            }
+        };
+        drop(turn);
+        match told {
+            Some(Told::Written(ended)) => ended,
+            // The batch failed, or its writer went away with it: alone, fenced as always, so
+            // that a batch that did commit is found completed.
+            Some(Told::Alone | Told::YourTurn) | None => {
+                engine
+                    .finish_once(op, owner, plan, effect_id, Sharing::Alone)
+                    .await
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Engine<T> {
+    /// Writes `batch` and tells each of its requests what came of its finish.
+    async fn write_batch<O: FinishesInBatches<Transaction = T>>(
+        &self,
+        op: &O,
+        mut batch: Vec<Queued<O>>,
+    ) {
+        self.observer.finishes_written(O::FAMILY, batch.len());
+        if let [lone] = batch.as_slice() {
+            let ended = self.write_lone(op, lone).await;
+            let _ = lone.told.send(Told::Written(ended));
+            return;
+        }
+        // In key order, so that two batches that meet on records lock them in one order.
+        batch.sort_by(|a, b| a.record().cmp(&b.record()));
+        match self.write_together(op, &batch).await {
+            Ok(ended) => {
+                for (queued, ended) in batch.iter().zip(ended) {
+                    let _ = queued.told.send(Told::Written(Ok(ended)));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(
+                    idempotency.operation = O::FAMILY,
+                    batch = batch.len(),
+                    error = %error,
+                    "a batch of finishes failed; each finishes alone"
+                );
+                for queued in &batch {
+                    let _ = queued.told.send(Told::Alone);
+                }
+            }
+        }
+    }
+
+    /// A finish with no other waiting: written in a transaction of its own, as it would be
+    /// without a queue.
+    async fn write_lone<O: FinishesInBatches<Transaction = T>>(
+        &self,
+        op: &O,
+        queued: &Queued<O>,
+    ) -> Result<Ended, ProtocolError> {
+        let owner = queued.owner();
+        let Some(mut transaction) = Sharing::Shared
+            .begin_ending(self.records.as_ref(), owner)
+            .await?
+        else {
+            return Ok(Ended::Fenced);
+        };
+        op.write_rows(&mut transaction, &[&queued.rows]).await?;
+        let end = End::Made(&queued.response);
+        Ok(match self.end_in(transaction, owner, end).await? {
+            Completion::Stored { expires_at } => {
+                recorded::<O>(owner);
+                Ended::Stored {
+                    response: queued.response.clone(),
+                    expires_at,
+                }
+            }
+            Completion::Fenced => Ended::Fenced,
+        })
+    }
+
+    /// The batch's records completed, the rows of those it completed written, and one commit.
+    async fn write_together<O: FinishesInBatches<Transaction = T>>(
+        &self,
+        op: &O,
+        batch: &[Queued<O>],
+    ) -> Result<Vec<Ended>, ProtocolError> {
+        let Some(mut transaction) = self.records.begin_batch().await? else {
+            return Err(ProtocolError::Internal(
+                "the record store began no batch".into(),
+            ));
+        };
+        let records: Vec<_> = batch
+            .iter()
+            .map(|queued| (queued.owner(), &queued.response))
+            .collect();
+        let completions = self
+            .records
+            .complete_many(&mut transaction, &records)
+            .await?;
+        let completed: Vec<&O::Rows> = batch
+            .iter()
+            .zip(&completions)
+            .filter(|(_, completion)| matches!(completion, Completion::Stored { .. }))
+            .map(|(queued, _)| &queued.rows)
+            .collect();
+        if !completed.is_empty() {
+            op.write_rows(&mut transaction, &completed).await?;
+            self.records.commit(transaction).await?;
+        }
+        Ok(batch
+            .iter()
+            .zip(completions)
+            .map(|(queued, completion)| match completion {
+                Completion::Stored { expires_at } => {
+                    recorded::<O>(queued.owner());
+                    Ended::Stored {
+                        response: queued.response.clone(),
+                        expires_at,
+                    }
+                }
+                Completion::Fenced => Ended::Fenced,
+            })
+            .collect())
+    }
+}
