@@ -4,7 +4,8 @@
 //! the operation, over one store and one cache), with attempts crashed (their future dropped) at any await point, the clock moved
 //! past their locks, and a processor that declines, times out before or after making the
 //! effect, or cannot be reached, and a record store and cache whose calls fail now and then
-//! (before they do anything, or after they did it all and the answer was lost). After each
+//! (before they do anything, or after they did it all and the answer was lost); in half the
+//! schedules the store writes the finishes of concurrent attempts in batches. After each
 //! schedule the store is brought to rest (the
 //! completer settles whatever is left, and the client retries once more), and the guarantees
 //! are checked:
@@ -21,6 +22,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -32,8 +34,9 @@ use payments_idempotency::engine::memory::{
 };
 use payments_idempotency::engine::{
     Abandoned, Answer, CacheFailure, CacheRead, Claim, Completion, EffectError, End, Engine,
-    Finish, Idempotent, KeyedRequest, Operation, Owner, Prepared, Preparing, ProtocolError,
-    RecentAnswers, RecordStore, ResponseCache, Settled, StoreFailure, fingerprint_of, scope_of,
+    Finish, FinishesInBatches, Idempotent, KeyedRequest, Observer, Operation, Owner, Prepared,
+    Preparing, ProtocolError, RecentAnswers, RecordStore, ResponseCache, Settled, StoreFailure,
+    fingerprint_of, scope_of,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState, SchemaVersion,
@@ -428,6 +431,24 @@ impl RecordStore for FlakyRecords {
         self.faults.around(store_down, call).await
     }
 
+    fn writes_batches(&self) -> bool {
+        self.records.writes_batches()
+    }
+
+    async fn begin_batch(&self) -> Result<Option<MemoryTransaction>, StoreFailure> {
+        let call = self.records.begin_batch();
+        self.faults.around(store_down, call).await
+    }
+
+    async fn complete_many(
+        &self,
+        transaction: &mut MemoryTransaction,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, StoreFailure> {
+        let call = self.records.complete_many(transaction, records);
+        self.faults.around(store_down, call).await
+    }
+
     async fn take_over_abandoned(
         &self,
         settle_after: Duration,
@@ -555,18 +576,62 @@ impl<const VERSION: u32, const SCOPED_BY_VERSION: bool> Operation
         &self,
         transaction: &mut MemoryTransaction,
         owner: Owner<'_>,
-        _amount: &u64,
+        amount: &u64,
         effect_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
+        let (row, response) = self.rows(owner, amount, effect_id)?;
+        self.write_rows(transaction, &[&row]).await?;
+        Ok(response)
+    }
+}
+
+/// On a store that writes batches, the finishes of concurrent attempts of one version share
+/// a transaction.
+#[async_trait]
+impl<const VERSION: u32, const SCOPED_BY_VERSION: bool> FinishesInBatches
+    for Pay<VERSION, SCOPED_BY_VERSION>
+{
+    type Rows = EffectRow;
+
+    fn rows(
+        &self,
+        owner: Owner<'_>,
+        _amount: &u64,
+        effect_id: String,
+    ) -> Result<(EffectRow, StoredResponse), ProtocolError> {
         let id = owner.fence.generation.to_string();
         let body = json!({ "id": id, "effect": effect_id, "version": VERSION });
-        transaction.insert_row(EffectRow::of(owner, effect_id));
-        Ok(StoredResponse::new(
+        let response = StoredResponse::new(
             Self::VERSION,
             201,
             [("content-type", "application/json")],
             body.to_string().into_bytes(),
-        ))
+        );
+        Ok((EffectRow::of(owner, effect_id), response))
+    }
+
+    async fn write_rows(
+        &self,
+        transaction: &mut MemoryTransaction,
+        rows: &[&EffectRow],
+    ) -> Result<(), ProtocolError> {
+        for row in rows {
+            transaction.insert_row((*row).clone());
+        }
+        Ok(())
+    }
+}
+
+/// Counts the batches that held several finishes.
+#[derive(Debug, Default)]
+struct SeveralFinishes(AtomicUsize);
+
+#[async_trait]
+impl Observer for SeveralFinishes {
+    fn finishes_written(&self, _: &'static str, finishes: usize) {
+        if finishes > 1 {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -590,8 +655,9 @@ struct Breakage {
     keys_scoped_by_version: bool,
 }
 
-/// One schedule from `seed`: `Err` names the guarantee it broke, with the steps taken.
-fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
+/// One schedule from `seed`: how many batches of several finishes it wrote, or, as `Err`, the
+/// guarantee it broke, with the steps taken.
+fn schedule(seed: u64, breakage: Breakage) -> Result<usize, String> {
     if breakage.keys_scoped_by_version {
         schedule_of::<true>(seed, breakage)
     } else {
@@ -600,7 +666,10 @@ fn schedule(seed: u64, breakage: Breakage) -> Result<(), String> {
 }
 
 /// [`schedule`], with the operation's keys scoped by its version or not.
-fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> Result<(), String> {
+fn schedule_of<const SCOPED_BY_VERSION: bool>(
+    seed: u64,
+    breakage: Breakage,
+) -> Result<usize, String> {
     let mut rng = Rng(seed);
     let start = Utc::now();
     let policy = IdempotencyPolicy {
@@ -612,6 +681,12 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
     // PostgreSQL store does: the operation's rows are written before the fence is checked.
     if rng.next().is_multiple_of(2) {
         records = records.fencing_at_the_end();
+    }
+    // Half the schedules write the finishes of concurrent attempts in batches, as the
+    // PostgreSQL store does (drawn apart from the schedule's own draws, which stay as they
+    // were).
+    if Rng(seed ^ 0x0ba7_c4e5).chance(50) {
+        records = records.writing_batches();
     }
     if breakage.store_without_fence {
         records = records.without_fence();
@@ -626,14 +701,25 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
         !breakage.cancel_without_tombstone,
     ));
     // Two builds of a fleet mid-deploy: each instance's engine knows its own version.
-    let pay_v1 = Arc::new(Idempotent::new(Pay::<1, SCOPED_BY_VERSION> {
+    let pay_v1 = Arc::new(Idempotent::finishing_in_batches(Pay::<
+        1,
+        SCOPED_BY_VERSION,
+    > {
         processor: Arc::clone(&processor),
     }));
-    let pay_v2 = Arc::new(Idempotent::new(Pay::<2, SCOPED_BY_VERSION> {
+    let pay_v2 = Arc::new(Idempotent::finishing_in_batches(Pay::<
+        2,
+        SCOPED_BY_VERSION,
+    > {
         processor: Arc::clone(&processor),
     }));
-    let mut engine_v1 = Engine::new(Arc::clone(&flaky) as _).with_operation(Arc::clone(&pay_v1));
-    let mut engine_v2 = Engine::new(Arc::clone(&flaky) as _).with_operation(Arc::clone(&pay_v2));
+    let several = Arc::new(SeveralFinishes::default());
+    let mut engine_v1 = Engine::new(Arc::clone(&flaky) as _)
+        .with_operation(Arc::clone(&pay_v1))
+        .with_observer(Arc::clone(&several) as _);
+    let mut engine_v2 = Engine::new(Arc::clone(&flaky) as _)
+        .with_operation(Arc::clone(&pay_v2))
+        .with_observer(Arc::clone(&several) as _);
     let cache = Arc::new(FlakyCache {
         cache: MemoryCache::default(),
         faults: Faults::new(rng.next(), 10),
@@ -735,13 +821,7 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
     for round in 0..4 {
         records.advance(LOCK + SETTLE_AFTER + Duration::from_secs(1));
         let engine = engines[round % 2];
-        while run_to_end(Box::pin(engine.take_over_abandoned(SETTLE_AFTER)))
-            .map_err(|e| e.to_string())?
-            .is_some_and(|record| {
-                let _ = run_to_end(Box::pin(engine.settle_abandoned(&record)));
-                true
-            })
-        {}
+        settle_everything(engine)?;
     }
     for version in [1, 2] {
         let last = run_to_end(client(version));
@@ -749,13 +829,42 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(seed: u64, breakage: Breakage) -> 
         answers.extend(last);
     }
 
-    check(&records, &processor, &answers).map_err(|broken| {
+    let answers: Vec<_> = answers
+        .into_iter()
+        .map(|answer| (key.clone(), answer))
+        .collect();
+    at_rest(&records, &processor, &answers, &trace, &several)
+}
+
+/// The completer, run until it finds nothing left to take over.
+fn settle_everything(engine: &Engine<MemoryTransaction>) -> Result<(), String> {
+    while run_to_end(Box::pin(engine.take_over_abandoned(SETTLE_AFTER)))
+        .map_err(|e| e.to_string())?
+        .is_some_and(|record| {
+            let _ = run_to_end(Box::pin(engine.settle_abandoned(&record)));
+            true
+        })
+    {}
+    Ok(())
+}
+
+/// The guarantees, checked at rest ([`check`]): a broken one with the schedule's steps and
+/// the processor's log, else how many batches of several finishes the schedule wrote.
+fn at_rest(
+    records: &MemoryRecords,
+    processor: &FakeProcessor,
+    answers: &[(IdempotencyKey, Result<Answer, ProtocolError>)],
+    trace: &[String],
+    several: &SeveralFinishes,
+) -> Result<usize, String> {
+    check(records, processor, answers).map_err(|broken| {
         format!(
             "{broken}\n  steps:\n    {}\n  at the processor:\n    {}",
             trace.join("\n    "),
             processor.state().log.join("\n    ")
         )
-    })
+    })?;
+    Ok(several.0.load(Ordering::Relaxed))
 }
 
 fn describe(answer: &Option<Result<Answer, ProtocolError>>) -> String {
@@ -772,21 +881,15 @@ fn describe(answer: &Option<Result<Answer, ProtocolError>>) -> String {
     }
 }
 
-/// The guarantees, checked on the store at rest.
+/// The guarantees, checked on the store at rest, for every record, with the answers each
+/// key's clients received.
 fn check(
     records: &MemoryRecords,
     processor: &FakeProcessor,
-    answers: &[Result<Answer, ProtocolError>],
+    answers: &[(IdempotencyKey, Result<Answer, ProtocolError>)],
 ) -> Result<(), String> {
     let state = processor.state();
     let rows = records.rows();
-    let all = records.records();
-    if state.made.len() > 1 {
-        return Err(format!("more than one effect made: {:?}", state.made));
-    }
-    let [record] = all.as_slice() else {
-        return Err(format!("one record expected, found {}", all.len()));
-    };
     for payment in &state.made {
         let recorded = rows
             .iter()
@@ -803,25 +906,47 @@ fn check(
             state.made.len()
         ));
     }
-    if record.state != RecordState::Completed {
-        return Err(format!("the record is {:?} at rest", record.state));
+    let all = records.records();
+    if all.is_empty() {
+        return Err("no record at rest".into());
     }
-    let stored = record
-        .response
-        .as_ref()
-        .ok_or("a completed record without its response")?;
-    if stored.status == 201 && !rows.iter().any(|row| row.generation == record.generation) {
-        return Err("the completed record has no row of its effect".into());
-    }
-    for answer in answers.iter().flatten() {
-        if answer.response != *stored || answer.written_by != stored.schema_version {
+    for record in &all {
+        let of_the_key = rows.iter().filter(|row| row.key == record.key).count();
+        if of_the_key > 1 {
             return Err(format!(
-                "a client received {} {}, the record holds {} {}",
-                answer.response.status,
-                String::from_utf8_lossy(&answer.response.body),
-                stored.status,
-                String::from_utf8_lossy(&stored.body)
+                "more than one effect made under {}: {:?}",
+                record.key.as_str(),
+                state.made
             ));
+        }
+        if record.state != RecordState::Completed {
+            return Err(format!(
+                "the record of {} is {:?} at rest",
+                record.key.as_str(),
+                record.state
+            ));
+        }
+        let stored = record
+            .response
+            .as_ref()
+            .ok_or("a completed record without its response")?;
+        if stored.status == 201 && !rows.iter().any(|row| row.generation == record.generation) {
+            return Err("the completed record has no row of its effect".into());
+        }
+        let received = answers
+            .iter()
+            .filter(|(key, _)| *key == record.key)
+            .filter_map(|(_, answer)| answer.as_ref().ok());
+        for answer in received {
+            if answer.response != *stored || answer.written_by != stored.schema_version {
+                return Err(format!(
+                    "a client received {} {}, the record holds {} {}",
+                    answer.response.status,
+                    String::from_utf8_lossy(&answer.response.body),
+                    stored.status,
+                    String::from_utf8_lossy(&stored.body)
+                ));
+            }
         }
     }
     for key in records.failed_keys() {
@@ -840,6 +965,134 @@ fn check(
     Ok(())
 }
 
+/// How many keys the schedules of several keys send requests under.
+const KEYS: usize = 4;
+
+/// One schedule of requests under several keys at once, from `seed`, on one engine over a
+/// store that writes the finishes of concurrent attempts in batches: clients of any key
+/// started, polled, crashed and left waiting in any order, the clock moved past their locks,
+/// the processor and the store failing as in [`schedule`]. Brought to rest as a schedule is,
+/// then every key retried once more, and checked as a schedule is, key by key. How many
+/// batches of several finishes it wrote, or, as `Err`, the guarantee it broke.
+fn schedule_of_several_keys(seed: u64) -> Result<usize, String> {
+    let mut rng = Rng(seed);
+    let policy = IdempotencyPolicy {
+        ttl: Duration::from_secs(24 * 60 * 60),
+        lock_timeout: LOCK,
+    };
+    let mut records = MemoryRecords::new(policy, Utc::now()).writing_batches();
+    if rng.next().is_multiple_of(2) {
+        records = records.fencing_at_the_end();
+    }
+    let records = Arc::new(records);
+    let flaky = Arc::new(FlakyRecords {
+        records: Arc::clone(&records),
+        faults: Faults::new(rng.next(), 5),
+    });
+    let processor = Arc::new(FakeProcessor::new(rng.next(), true));
+    let pay = Arc::new(Idempotent::finishing_in_batches(Pay::<1, false> {
+        processor: Arc::clone(&processor),
+    }));
+    let several = Arc::new(SeveralFinishes::default());
+    let engine = Engine::new(Arc::clone(&flaky) as _)
+        .with_operation(Arc::clone(&pay))
+        .with_observer(Arc::clone(&several) as _);
+    let body = json!({ "amount": 500 });
+    let keys = (1..=KEYS)
+        .map(|n| IdempotencyKey::parse(&format!("order-{n}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let client = |key: &IdempotencyKey| -> Step<'_> {
+        let request = KeyedRequest {
+            tenant: "acme".into(),
+            key: key.clone(),
+            fingerprint: fingerprint_of::<Pay<1, false>>(&500, &body),
+            canonical_body: canonical_json(&body).into_bytes(),
+            request: 500,
+            wait: None,
+            verbatim: None,
+        };
+        let (engine, pay) = (&engine, &pay);
+        Box::pin(async move { Some(engine.run(pay, request).await) })
+    };
+    let completer = || -> Step<'_> {
+        let engine = &engine;
+        Box::pin(async move {
+            if let Ok(Some(record)) = engine.take_over_abandoned(SETTLE_AFTER).await {
+                let _ = engine.settle_abandoned(&record).await;
+            }
+            None
+        })
+    };
+
+    let mut trace = Vec::new();
+    let mut answers = Vec::new();
+    let mut live: Vec<(String, Option<IdempotencyKey>, Step<'_>)> = Vec::new();
+    let (mut clients, mut completers) = (0, 0);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..200 {
+        match rng.below(100) {
+            0..=14 if clients < 3 * KEYS => {
+                clients += 1;
+                let key = &keys[rng.below(KEYS as u64) as usize];
+                let name = format!("client {clients} of {}", key.as_str());
+                trace.push(format!("start {name}"));
+                live.push((name, Some(key.clone()), client(key)));
+            }
+            15..=17 if completers < 2 => {
+                completers += 1;
+                trace.push(format!("start completer {completers}"));
+                live.push((format!("completer {completers}"), None, completer()));
+            }
+            18..=20 => {
+                records.advance(LOCK + SETTLE_AFTER + Duration::from_secs(1));
+                trace.push("clock past the lock and the settle grace".into());
+            }
+            21..=23 if !live.is_empty() => {
+                let index = rng.below(live.len() as u64) as usize;
+                let (name, _, _) = live.swap_remove(index);
+                trace.push(format!("crash {name}"));
+            }
+            _ if !live.is_empty() => {
+                let index = rng.below(live.len() as u64) as usize;
+                if let Poll::Ready(answer) = live[index].2.as_mut().poll(&mut cx) {
+                    let (name, key, _) = live.swap_remove(index);
+                    trace.push(format!("{name} ended: {}", describe(&answer)));
+                    answers.extend(key.zip(answer));
+                }
+            }
+            _ => {}
+        }
+    }
+    while !live.is_empty() {
+        for index in (0..live.len()).rev() {
+            if let Poll::Ready(answer) = live[index].2.as_mut().poll(&mut cx) {
+                let (name, key, _) = live.swap_remove(index);
+                trace.push(format!("{name} ran to its end: {}", describe(&answer)));
+                answers.extend(key.zip(answer));
+            }
+        }
+    }
+
+    *processor.reliable.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    flaky.faults.off();
+    for _ in 0..2 {
+        records.advance(LOCK + SETTLE_AFTER + Duration::from_secs(1));
+        settle_everything(&engine)?;
+    }
+    for key in &keys {
+        let last = run_to_end(client(key));
+        trace.push(format!(
+            "the last retry of {}: {}",
+            key.as_str(),
+            describe(&last)
+        ));
+        answers.extend(last.map(|answer| (key.clone(), answer)));
+    }
+
+    at_rest(&records, &processor, &answers, &trace, &several)
+}
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -847,33 +1100,67 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Runs `schedules` schedules derived from `seed`; the first broken one, if any.
-fn explore(seed: u64, schedules: u64, breakage: Breakage) -> Option<(u64, String)> {
+/// Runs `schedules` schedules derived from `seed`: how many batches of several finishes they
+/// wrote, or the first broken one.
+fn explore(seed: u64, schedules: u64, breakage: Breakage) -> Result<usize, (u64, String)> {
     let mut seeds = Rng(seed);
-    (0..schedules).find_map(|_| {
+    let mut batches = 0;
+    for _ in 0..schedules {
         let schedule_seed = seeds.next();
-        schedule(schedule_seed, breakage)
-            .err()
-            .map(|broken| (schedule_seed, broken))
-    })
+        batches += schedule(schedule_seed, breakage).map_err(|broken| (schedule_seed, broken))?;
+    }
+    Ok(batches)
 }
 
 #[test]
 fn every_schedule_of_attempts_crashes_and_the_completer_keeps_every_guarantee() {
     let seed = env_u64("ENGINE_SEED", DEFAULT_SEED);
     let schedules = env_u64("ENGINE_SCHEDULES", DEFAULT_SCHEDULES);
-    if let Some((schedule_seed, broken)) = explore(seed, schedules, Breakage::default()) {
-        panic!(
-            "ENGINE_SEED={seed}: the schedule of seed {schedule_seed} broke a guarantee: {broken}"
-        );
+    let batches =
+        explore(seed, schedules, Breakage::default()).unwrap_or_else(|(schedule_seed, broken)| {
+            panic!(
+                "ENGINE_SEED={seed}: the schedule of seed {schedule_seed} broke a guarantee: \
+                 {broken}"
+            )
+        });
+    println!(
+        "explored {schedules} schedules from ENGINE_SEED={seed}, with {batches} batches of \
+         several finishes"
+    );
+}
+
+/// Requests under several keys at once, whose finishes meet in batches: every guarantee
+/// holds for every key, whatever crashes and failures strike a batch, its writer or the
+/// requests waiting for it.
+#[test]
+fn every_schedule_of_several_keys_finishing_in_batches_keeps_every_guarantee() {
+    let seed = env_u64("ENGINE_SEED", DEFAULT_SEED);
+    let schedules = env_u64("ENGINE_SCHEDULES", DEFAULT_SCHEDULES) / 4;
+    let mut seeds = Rng(seed ^ 0x05e7_e4a1);
+    let mut batches = 0;
+    for _ in 0..schedules {
+        let schedule_seed = seeds.next();
+        batches += schedule_of_several_keys(schedule_seed).unwrap_or_else(|broken| {
+            panic!(
+                "ENGINE_SEED={seed}: the schedule of several keys of seed {schedule_seed} broke \
+                 a guarantee: {broken}"
+            )
+        });
     }
-    println!("explored {schedules} schedules from ENGINE_SEED={seed}");
+    assert!(
+        batches > 0 || schedules < 1_000,
+        "no batch of several finishes in {schedules} schedules"
+    );
+    println!(
+        "explored {schedules} schedules of {KEYS} keys from ENGINE_SEED={seed}, with {batches} \
+         batches of several finishes"
+    );
 }
 
 /// Runs the default number of schedules with `breakage`, and prints the first it catches.
 fn assert_caught(breakage: Breakage) {
     let seed = env_u64("ENGINE_SEED", DEFAULT_SEED);
-    let caught = explore(seed, DEFAULT_SCHEDULES, breakage);
+    let caught = explore(seed, DEFAULT_SCHEDULES, breakage).err();
     let (schedule_seed, broken) =
         caught.unwrap_or_else(|| panic!("{breakage:?} broke no guarantee in any schedule"));
     println!("ENGINE_SEED={seed}: {breakage:?} caught at schedule seed {schedule_seed}: {broken}");

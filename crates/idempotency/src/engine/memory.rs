@@ -101,6 +101,8 @@ struct Inner {
     /// Whether a transaction begun to end a record takes the record's lock and checks the
     /// fence only at its end, as the PostgreSQL store does.
     fence_at_the_end: bool,
+    /// Whether the finishes of several records may share a transaction, as on PostgreSQL.
+    batches: bool,
 }
 
 type RecordId = (Scope, IdempotencyKey);
@@ -125,6 +127,7 @@ impl MemoryRecords {
                 held: HashSet::new(),
                 fenced: true,
                 fence_at_the_end: false,
+                batches: false,
             })),
         }
     }
@@ -171,16 +174,40 @@ impl MemoryRecords {
         self
     }
 
+    /// Writes the finishes of several records in one transaction, as the PostgreSQL store
+    /// does ([`RecordStore::begin_batch`]): each record is taken and fenced where it ends in
+    /// it, and the operation's rows of those completed are written after.
+    pub fn writing_batches(self) -> Self {
+        self.lock().batches = true;
+        self
+    }
+
     /// A transaction over `record` for `owner`'s generation, holding the record already or not.
     fn transaction(&self, record: RecordId, owner: Owner<'_>, holding: bool) -> MemoryTransaction {
+        self.transaction_over(Some(record), owner.fence.generation, holding)
+    }
+
+    /// A transaction over no record yet, for a batch of finishes: its records' ends are
+    /// transactions of their own inside it (`members`).
+    fn batch(&self) -> MemoryTransaction {
+        self.transaction_over(None, Uuid::nil(), false)
+    }
+
+    fn transaction_over(
+        &self,
+        record: Option<RecordId>,
+        generation: Uuid,
+        holding: bool,
+    ) -> MemoryTransaction {
         MemoryTransaction {
             inner: Arc::clone(&self.inner),
             record,
-            generation: owner.fence.generation,
+            generation,
             holding,
             holds: Vec::new(),
             rows: Vec::new(),
             end: None,
+            members: Vec::new(),
             ended: false,
         }
     }
@@ -217,12 +244,14 @@ fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A transaction over one record: what an operation writes in it, and the record's end, kept
-/// aside until the commit applies them together.
+/// A transaction over one record (or, for a batch of finishes, over the records completed in
+/// it): what an operation writes in it, and the records' ends, kept aside until the commit
+/// applies them together.
 #[derive(Debug)]
 pub struct MemoryTransaction {
     inner: Arc<Mutex<Inner>>,
-    record: RecordId,
+    /// The record it was begun over; none for a batch.
+    record: Option<RecordId>,
     /// The generation the transaction was begun for.
     generation: Uuid,
     /// Whether it holds the record: from its beginning, or from its end for a transaction
@@ -231,6 +260,8 @@ pub struct MemoryTransaction {
     holds: Vec<Uuid>,
     rows: Vec<EffectRow>,
     end: Option<Ending>,
+    /// A batch's records, each ended in a transaction of its own, committed with it.
+    members: Vec<MemoryTransaction>,
     ended: bool,
 }
 
@@ -258,8 +289,11 @@ impl MemoryTransaction {
         self.rows.push(row);
     }
 
-    /// Applies everything at once and lets the record go.
+    /// Applies everything at once and lets the records go.
     fn commit(mut self) {
+        for member in self.members.drain(..) {
+            member.commit();
+        }
         let mut inner = lock(&self.inner);
         inner.holds.extend(self.holds.drain(..));
         inner.rows.append(&mut self.rows);
@@ -268,7 +302,11 @@ impl MemoryTransaction {
                 response,
                 expires_at,
             }) => {
-                if let Some(stored) = inner.records.get_mut(&self.record) {
+                if let Some(stored) = self
+                    .record
+                    .as_ref()
+                    .and_then(|id| inner.records.get_mut(id))
+                {
                     let record = &mut stored.record;
                     record.state = RecordState::Completed;
                     record.recovery_point = RecoveryPoint::Finished;
@@ -279,7 +317,11 @@ impl MemoryTransaction {
                 inner.holds.remove(&self.generation);
             }
             Some(Ending::Failed { expires_at }) => {
-                if let Some(stored) = inner.records.get_mut(&self.record) {
+                if let Some(stored) = self
+                    .record
+                    .as_ref()
+                    .and_then(|id| inner.records.get_mut(id))
+                {
                     let record = &mut stored.record;
                     record.state = RecordState::Failed;
                     record.locked_until = None;
@@ -291,8 +333,8 @@ impl MemoryTransaction {
             }
             None => {}
         }
-        if self.holding {
-            inner.held.remove(&self.record);
+        if let (true, Some(record)) = (self.holding, &self.record) {
+            inner.held.remove(record);
         }
         self.ended = true;
     }
@@ -301,8 +343,8 @@ impl MemoryTransaction {
 impl Drop for MemoryTransaction {
     /// Rolled back: nothing kept aside is applied, and the record is let go.
     fn drop(&mut self) {
-        if !self.ended && self.holding {
-            lock(&self.inner).held.remove(&self.record);
+        if let (false, true, Some(record)) = (self.ended, self.holding, &self.record) {
+            lock(&self.inner).held.remove(record);
         }
     }
 }
@@ -488,12 +530,13 @@ impl RecordStore for MemoryRecords {
         owner: Owner<'_>,
         end: End<'_>,
     ) -> Result<Completion, StoreFailure> {
+        let id = record_of(owner);
         let mut inner = if transaction.holding {
             yield_once().await;
             self.lock()
         } else {
             // A transaction that fences at its end takes the record's lock here.
-            self.lock_unheld(&transaction.record).await
+            self.lock_unheld(&id).await
         };
         let expires_at = inner.now + delta(inner.policy.ttl);
         let Some(record) = inner.owned(owner) else {
@@ -513,7 +556,8 @@ impl RecordStore for MemoryRecords {
             End::Unmade(Unmade::Tombstoned) => Ending::Failed { expires_at },
         };
         if !transaction.holding {
-            inner.held.insert(transaction.record.clone());
+            inner.held.insert(id.clone());
+            transaction.record = Some(id);
             transaction.holding = true;
         }
         transaction.end = Some(ending);
@@ -524,6 +568,44 @@ impl RecordStore for MemoryRecords {
         yield_once().await;
         transaction.commit();
         Ok(())
+    }
+
+    fn writes_batches(&self) -> bool {
+        self.lock().batches
+    }
+
+    async fn begin_batch(&self) -> Result<Option<MemoryTransaction>, StoreFailure> {
+        yield_once().await;
+        Ok(self.writes_batches().then(|| self.batch()))
+    }
+
+    /// Each record ended in a transaction of its own inside the batch, which takes the record
+    /// and checks the fence at once. A record the batch has already completed is fenced, as a
+    /// second update of a row the statement already updated matches nothing.
+    async fn complete_many(
+        &self,
+        transaction: &mut MemoryTransaction,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, StoreFailure> {
+        let mut completions = Vec::with_capacity(records.len());
+        for &(owner, response) in records {
+            let id = record_of(owner);
+            if transaction
+                .members
+                .iter()
+                .any(|member| member.record.as_ref() == Some(&id))
+            {
+                completions.push(Completion::Fenced);
+                continue;
+            }
+            let mut member = self.transaction(id, owner, false);
+            let completion = self.end(&mut member, owner, End::Made(response)).await?;
+            if completion != Completion::Fenced {
+                transaction.members.push(member);
+            }
+            completions.push(completion);
+        }
+        Ok(completions)
     }
 
     async fn take_over_abandoned(
