@@ -447,6 +447,13 @@ prepare_replay_key() {
         die "a retry of $key was not a replay: ${head%%$'\r'*}"
 }
 
+finish_batches() { # -> "FINISHES BATCHES": idempotency_finish_batch_size's sum and count (0 0 when absent)
+    curl -fs --max-time 5 "$SVC_METRICS/metrics" |
+        awk 'index($0, "idempotency_finish_batch_size_sum") == 1 { s = $NF }
+             index($0, "idempotency_finish_batch_size_count") == 1 { c = $NF }
+             END { printf "%d %d\n", s, c }'
+}
+
 metric() { # OUTCOME -> idempotency_outcomes_total for it (0 when absent)
     curl -fs --max-time 5 "$SVC_METRICS/metrics" |
         awk -v want="outcome=\"$1\"" 'index($0, "idempotency_outcomes_total{") == 1 && index($0, want) { n = $NF } END { printf "%d\n", n }'
@@ -530,6 +537,8 @@ FAILURES=()
 SCENARIOS=()
 declare -A SC_SERVICE SC_CONNS SC_THREADS SC_PATH SC_SCRIPT SC_ARG SC_REF SC_NOTE
 declare -A ACC_RUNS ACC_ERRORS ACC_EXPECTED ACC_ANSWERED
+# first-charge's finishes and the batches they were written in, over its measured runs.
+ACC_FINISHES=0 ACC_BATCHES=0
 
 # add_scenario NAME SERVICE CONNECTIONS PATH SCRIPT ARG REF NOTE
 add_scenario() {
@@ -546,7 +555,7 @@ makes_keys() { [[ $1 == first-charge.lua || $1 == in-flight.lua ]]; }
 # run_once SCENARIO ROUND: one wrk run (after a warm-up in the first round); its numbers are
 # added to the scenario's.
 run_once() {
-    local name=$1 round=$2 raw arg script=${SC_SCRIPT[$1]}
+    local name=$1 round=$2 raw arg script=${SC_SCRIPT[$1]} finishes batches
     use_service "${SC_SERVICE[$name]}"
     arg=${SC_ARG[$name]}
     raw="$OUT/raw/$name.txt"
@@ -556,12 +565,17 @@ run_once() {
         makes_keys "$script" && arg="$arg-r$round"
     fi
     ((round == 1)) && warm_up "$name" "$arg"
+    [[ $name == first-charge ]] && read -r finishes batches < <(finish_batches)
     log "$name: wrk -t${SC_THREADS[$name]} -c${SC_CONNS[$name]} -d${DURATION}s --latency ${SC_PATH[$name]}$( ((REPEAT > 1)) && echo " (round $round of $REPEAT)")"
     cpu_snapshot
     LUA_PATH="$BENCH_SCRIPTS/?.lua;;" wrk -t"${SC_THREADS[$name]}" -c"${SC_CONNS[$name]}" -d"${DURATION}s" \
         --latency -s "$BENCH_SCRIPTS/$script" "$SVC_URL${SC_PATH[$name]}" -- "$arg" >"$raw" 2>&1 ||
         die "wrk failed in $name: $(tail -3 "$raw")"
     service_alive "$name"
+    if [[ $name == first-charge ]]; then
+        read -r W_finishes W_batches < <(finish_batches)
+        ACC_FINISHES=$((ACC_FINISHES + W_finishes - finishes)) ACC_BATCHES=$((ACC_BATCHES + W_batches - batches))
+    fi
     parse_wrk "$name" "$raw"
     cpu_per_request "$W_requests" >"$raw.cpu"
     ACC_RUNS[$name]+="$W_rps $raw"$'\n'
@@ -827,6 +841,8 @@ measure() {
         take_median "$name"
         [[ $name == in-flight ]] &&
             SC_NOTE[$name]="$(thousands "$W_expected") of $(thousands "$W_answered") answers are the expected 409"
+        [[ $name == first-charge ]] && ((ACC_BATCHES > 0)) &&
+            SC_NOTE[$name]="$(awk -v f="$ACC_FINISHES" -v b="$ACC_BATCHES" 'BEGIN { printf "%.1f", f / b }') finishes a commit on average (idempotency_finish_batch_size)"
         record "$name" "${SC_CONNS[$name]}" "${SC_REF[$name]}" "${SC_NOTE[$name]}"
         if [[ $name == floor-http ]] && ((!HAVE_BENCH)); then
             skip floor-redis "no /bench/redis (build with --features bench)"
