@@ -15,7 +15,9 @@
 //! each of its requests then finishes once more alone, in its own transaction, fenced as
 //! always, so that one bad row fails only its own request and a committed batch is found
 //! completed. A request whose writer went away mid-batch (its request was dropped) finishes
-//! alone the same way.
+//! alone the same way. A finish whose own request went away stays queued and is written with
+//! the next batch; if no other finish comes, its record stays pending with its effect made,
+//! and the completer finishes it, as it would a lone finish's request dropped before it.
 
 use std::collections::VecDeque;
 use std::fmt;
