@@ -10,6 +10,7 @@
 
 mod check;
 mod common;
+mod holders;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -22,10 +23,11 @@ use payments_idempotency::engine::{
 use payments_idempotency::{IdempotencyKey, RecordState, Scope};
 use payments_idempotency_sql::{Backend, SqlRecords};
 use serde_json::json;
-use sqlx::{Connection as _, PgConnection};
+use sqlx::PgConnection;
 use tokio::sync::watch;
 
 use check::{Check, TABLES};
+use holders::{connection, until_statements_wait_on_holders};
 
 /// The sizes of the batches of finishes written, in order.
 #[derive(Debug, Default)]
@@ -52,17 +54,6 @@ fn scope() -> Scope {
     }
 }
 
-/// A connection of the test's own to the records' database.
-async fn connection(records: &SqlRecords) -> PgConnection {
-    let SqlRecords::Postgres(records) = records else {
-        panic!("PostgreSQL's records");
-    };
-    let options = records.pool().connect_options();
-    PgConnection::connect_with(&options)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"))
-}
-
 async fn execute(connection: &mut PgConnection, sql: &str) {
     sqlx::query(sql)
         .execute(&mut *connection)
@@ -79,24 +70,6 @@ async fn until(what: &str, check: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("never: {what}");
-}
-
-/// Waits until one statement of the records' database waits for a row lock.
-async fn until_a_statement_waits(watcher: &mut PgConnection) {
-    for _ in 0..1_000 {
-        let (waiting,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut *watcher)
-        .await
-        .unwrap_or_else(|e| panic!("pg_stat_activity: {e}"));
-        if waiting == 1 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the first finish never waits on the test's lock");
 }
 
 /// What the staged requests came to, and what the database holds after them.
@@ -151,7 +124,7 @@ async fn stage(parents: &[&'static str], meanwhile: &str) -> Staged {
     )
     .await;
     go.send_replace(true);
-    until_a_statement_waits(&mut test).await;
+    until_statements_wait_on_holders(&records, 1).await;
 
     let mut requests = vec![first];
     for (n, parent) in parents.iter().enumerate().skip(1) {

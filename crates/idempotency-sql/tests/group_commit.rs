@@ -14,6 +14,7 @@
 
 mod check;
 mod common;
+mod holders;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -26,10 +27,11 @@ use payments_idempotency::engine::{
 use payments_idempotency::{Fingerprint, IdempotencyKey, RecordState, Scope};
 use payments_idempotency_sql::{Backend, GroupCommits, PgRecords, PoolSettings, SqlRecords};
 use serde_json::json;
-use sqlx::{Connection as _, PgConnection};
+use sqlx::PgConnection;
 use tokio::sync::watch;
 
 use check::{Check, TABLES, response};
+use holders::{connection, until_statements_wait_on_holders};
 
 fn scope() -> Scope {
     Scope {
@@ -454,17 +456,6 @@ async fn claim_verdict(records: &SqlRecords, name: &str, amount: u64) -> String 
     }
 }
 
-/// A connection of the test's own to the records' database.
-async fn connection(records: &SqlRecords) -> PgConnection {
-    let SqlRecords::Postgres(records) = records else {
-        panic!("PostgreSQL's records");
-    };
-    let options = records.pool().connect_options();
-    PgConnection::connect_with(&options)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"))
-}
-
 /// Runs `queue`'s claims in one statement, behind the holder's, and returns their verdicts in
 /// the order they queued, with the store's statements before the holder's and after all.
 async fn in_one_statement(
@@ -524,26 +515,6 @@ async fn let_go(mut holder: PgConnection) {
         .execute(&mut holder)
         .await
         .unwrap_or_else(|e| panic!("let the key go: {e}"));
-}
-
-/// Waits until `statements` statements wait for a row lock (bounded). Asked on a connection
-/// outside the holders' transactions, which would each see one snapshot of the activity.
-async fn until_statements_wait_on_holders(records: &SqlRecords, statements: i64) {
-    let mut watcher = connection(records).await;
-    for _ in 0..1_000 {
-        let (waiting,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut watcher)
-        .await
-        .unwrap_or_else(|e| panic!("pg_stat_activity: {e}"));
-        if waiting == statements {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{statements} statements do not wait on a holder's row");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

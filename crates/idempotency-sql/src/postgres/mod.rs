@@ -283,7 +283,7 @@ impl PgRecords {
             bodies.push(columns.body);
             versions.push(columns.schema_version);
         }
-        let completed: Vec<(String, String, String, i32, DateTime<Utc>)> = answered(
+        let completed: Vec<(i64, DateTime<Utc>)> = answered(
             sqlx::query_as(COMPLETE_MANY)
                 .bind(tenants)
                 .bind(operations)
@@ -298,22 +298,15 @@ impl PgRecords {
                 .fetch_all(&mut *tx),
         )
         .await?;
-        Ok(records
-            .iter()
-            .map(|(owner, _)| {
-                let expires_at =
-                    completed
-                        .iter()
-                        .find_map(|(tenant, operation, key, attempt, at)| {
-                            (tenant == &owner.scope.tenant
-                                && operation == &owner.scope.operation
-                                && key == owner.key.as_str()
-                                && *attempt == owner.fence.attempt.0)
-                                .then_some(*at)
-                        });
-                Completion::from_expiry(expires_at)
-            })
-            .collect())
+        let mut completions = vec![Completion::Fenced; n];
+        for (position, expires_at) in completed {
+            let completion = usize::try_from(position - 1)
+                .ok()
+                .and_then(|index| completions.get_mut(index))
+                .ok_or_else(|| Error::Corrupt(format!("a batch position of {position}")))?;
+            *completion = Completion::Stored { expires_at };
+        }
+        Ok(completions)
     }
 
     pub(crate) async fn take_over_abandoned(

@@ -138,8 +138,8 @@ RETURNING expires_at";
 /// Completes the records of a batch of finishes, each as `COMPLETE` completes one: by its key
 /// and fence (`$1`..`$5`, one array element per record) with its response (`$6`..`$9`). A
 /// record another attempt or generation owns now matches nothing and is not returned, and
-/// the others complete all the same. The records are locked in the arrays' order, which is
-/// the keys' order.
+/// the others complete all the same; each record completed is returned by its position in the
+/// arrays (from 1). The records are locked in the arrays' order, which is the keys' order.
 pub(super) const COMPLETE_MANY: &str = "
 UPDATE idempotency_records AS r
 SET state = 'completed', recovery_point = 'finished', locked_until = NULL,
@@ -147,13 +147,13 @@ SET state = 'completed', recovery_point = 'finished', locked_until = NULL,
     response_schema_version = f.schema_version,
     expires_at = now() + make_interval(secs => $10), updated_at = now()
 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::integer[], $5::uuid[], $6::smallint[],
-            $7::jsonb[], $8::bytea[], $9::bigint[])
+            $7::jsonb[], $8::bytea[], $9::bigint[]) WITH ORDINALITY
      AS f(tenant_id, operation, idempotency_key, attempts, resource_id, status, headers, body,
-          schema_version)
+          schema_version, position)
 WHERE r.tenant_id = f.tenant_id AND r.operation = f.operation
   AND r.idempotency_key = f.idempotency_key AND r.attempts = f.attempts
   AND r.resource_id = f.resource_id AND r.state = 'pending'
-RETURNING r.tenant_id, r.operation, r.idempotency_key, r.attempts, r.expires_at";
+RETURNING f.position, r.expires_at";
 
 /// Completes a record that made no effect (a decline, a refusal): a record holding an effect
 /// id never ends this way, since its effect must be written with its operation's rows.

@@ -33,7 +33,7 @@ use super::{Engine, Operation, ProtocolError};
 use crate::{IdempotencyKey, Scope, StoredResponse};
 
 /// The most finishes one batch writes.
-pub(super) const MAX_FINISHES: usize = 64;
+const MAX_FINISHES: usize = 64;
 
 /// How an operation's finishes are written together, without the engine naming the
 /// operation's rows: the queue of an operation that [`FinishesInBatches`].
@@ -80,6 +80,20 @@ impl<O: FinishesInBatches> Queued<O> {
     /// The record's key, as the store orders its rows.
     fn record(&self) -> (&str, &str, &str) {
         (&self.scope.tenant, &self.scope.operation, self.key.as_str())
+    }
+
+    /// What the finish came to, once its record's end is `completion` and committed.
+    fn ended(&self, completion: Completion) -> Ended {
+        match completion {
+            Completion::Stored { expires_at } => {
+                recorded::<O>(self.owner());
+                Ended::Stored {
+                    response: self.response.clone(),
+                    expires_at,
+                }
+            }
+            Completion::Fenced => Ended::Fenced,
+        }
     }
 }
 
@@ -279,16 +293,8 @@ impl<T: Send + 'static> Engine<T> {
         };
         op.write_rows(&mut transaction, &[&queued.rows]).await?;
         let end = End::Made(&queued.response);
-        Ok(match self.end_in(transaction, owner, end).await? {
-            Completion::Stored { expires_at } => {
-                recorded::<O>(owner);
-                Ended::Stored {
-                    response: queued.response.clone(),
-                    expires_at,
-                }
-            }
-            Completion::Fenced => Ended::Fenced,
-        })
+        let completion = self.end_in(transaction, owner, end).await?;
+        Ok(queued.ended(completion))
     }
 
     /// The batch's records completed, the rows of those it completed written, and one commit.
@@ -323,16 +329,7 @@ impl<T: Send + 'static> Engine<T> {
         Ok(batch
             .iter()
             .zip(completions)
-            .map(|(queued, completion)| match completion {
-                Completion::Stored { expires_at } => {
-                    recorded::<O>(queued.owner());
-                    Ended::Stored {
-                        response: queued.response.clone(),
-                        expires_at,
-                    }
-                }
-                Completion::Fenced => Ended::Fenced,
-            })
+            .map(|(queued, completion)| queued.ended(completion))
             .collect())
     }
 }

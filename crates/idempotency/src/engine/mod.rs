@@ -485,17 +485,12 @@ impl<T: Send + 'static> Engine<T> {
                 }
             }
         };
+        let id = effect_id.clone();
         let finished = match &op.batches {
             Some(batches) if self.records.writes_batches() => {
-                let effect_id = effect_id.clone();
-                batches
-                    .finish(self, &op.operation, owner, &plan, effect_id)
-                    .await
+                batches.finish(self, &op.operation, owner, &plan, id).await
             }
-            _ => {
-                self.finish(&op.operation, owner, &plan, effect_id.clone())
-                    .await
-            }
+            _ => self.finish(&op.operation, owner, &plan, id).await,
         };
         match finished {
             Ok(ended) => {
