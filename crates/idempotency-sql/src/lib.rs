@@ -1,7 +1,7 @@
 //! The idempotency engine's record store on PostgreSQL and SQLite, for any service that keeps
 //! its records in one of them: the claim, the takeover of a stale record, the fence on every
 //! later write, the completion in the transaction the engine ends a record in, the release,
-//! the completer's takeover and the reaper, as whole SQL statements (each backend's module has
+//! the completer's takeover, the reaper and the table's statistics, as whole SQL statements (each backend's module has
 //! its own text, under the same names, in the same order).
 //!
 //! A service applies the records table (`schema/postgres.sql`, `schema/sqlite.sql`) and opens
@@ -299,6 +299,18 @@ impl SqlRecords {
         match self {
             Self::Postgres(records) => records.reap_expired(batch).await,
             Self::Sqlite(records) => records.reap_expired(batch).await,
+        }
+    }
+
+    /// Analyzes the records table if it changed so much since it was last analyzed that the
+    /// plans made over its statistics may scan it (on PostgreSQL: more rows changed than that
+    /// analyze counted, and at least 1,000); returns whether it did. A worker calls it every
+    /// second, so that a new database's plans follow its growth. On SQLite it does nothing:
+    /// SQLite plans a lookup by key along the key's index whatever the table holds.
+    pub async fn refresh_statistics(&self) -> Result<bool, Error> {
+        match self {
+            Self::Postgres(records) => records.refresh_statistics().await,
+            Self::Sqlite(_) => Ok(false),
         }
     }
 

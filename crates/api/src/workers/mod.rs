@@ -1,6 +1,6 @@
 //! Background workers every instance runs: the completer, the reaper (of expired records and
-//! of old outbox rows), the outbox relay, the daily reconciliation, and the metrics recorder's
-//! upkeep.
+//! of old outbox rows), the outbox relay, the daily reconciliation, the records table's
+//! statistics, and the metrics recorder's upkeep.
 //! All are safe to run on any number of instances at once (`FOR UPDATE SKIP LOCKED`, fenced
 //! writes), and all stop at the same shutdown signal as the server.
 
@@ -8,6 +8,7 @@ mod completer;
 pub(crate) mod reaper;
 mod reconciler;
 mod relay;
+mod statistics;
 
 use std::time::Duration;
 
@@ -20,6 +21,10 @@ use crate::AppState;
 /// `/metrics` does the same, but without a scraper the samples would pile up, about 19 bytes a
 /// request, for as long as the instance runs.
 const METRICS_UPKEEP: Duration = Duration::from_secs(1);
+
+/// How often the records table's statistics are checked against its changes (`statistics.rs`):
+/// one read of the statistics system, and an `ANALYZE` once the table has grown.
+const STATISTICS_CHECK: Duration = Duration::from_secs(1);
 
 /// How often each worker runs, and how much it takes per round.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +82,15 @@ pub(crate) fn spawn(
                 )
                 .await
             }
+        },
+    )));
+    let s = state.clone();
+    workers.push(tokio::spawn(every(
+        STATISTICS_CHECK,
+        shutdown.clone(),
+        move || {
+            let state = s.clone();
+            async move { statistics::run_round(&state).await }
         },
     )));
     if let Some(metrics) = state.metrics.clone() {

@@ -38,6 +38,11 @@ use crate::row::{
 };
 use crate::{NewClaim, PendingEffect, PoolSettings};
 
+/// The fewest rows changed since the records table was last analyzed that make it worth
+/// analyzing again ([`PgRecords::refresh_statistics`]): below it, a table is small enough that
+/// any plan over it is cheap.
+const ANALYZE_AFTER: f64 = 1_000.0;
+
 /// The records of a PostgreSQL database. Cheap to clone (the pool is shared).
 #[derive(Debug, Clone)]
 pub struct PgRecords {
@@ -381,6 +386,29 @@ impl PgRecords {
         )
         .await?;
         Ok(done.rows_affected())
+    }
+
+    /// Analyzes the records table once more of its rows changed since it was last analyzed
+    /// than that analyze counted, and at least [`ANALYZE_AFTER`]; returns whether it did.
+    ///
+    /// PostgreSQL plans each prepared statement over the table's statistics, and a connection
+    /// keeps that plan until the statistics change. Planned over a table of a few rows (a new
+    /// database, whose first analyze comes at its first few dozen rows or, with autovacuum
+    /// off, never), the claims' statement reads the whole table for each batch, and a batch of
+    /// finishes the entries its pending index keeps for every record completed since the
+    /// table was last vacuumed: each grows with the table, until autovacuum analyzes it again
+    /// (a minute later at best, which at thousands of records a second is too late). With
+    /// autovacuum on, a table past its first minute is analyzed long before this rule would.
+    pub(crate) async fn refresh_statistics(&self) -> Result<bool, Error> {
+        let mut connection = self.pool.acquire().await?;
+        let (changed, counted): (i64, f64) =
+            answered(sqlx::query_as(CHANGES_SINCE_ANALYZE).fetch_one(&mut *connection)).await?;
+        // `reltuples` is PostgreSQL's estimate, a float; row counts are exact as f64.
+        if (changed as f64) < counted.max(ANALYZE_AFTER) {
+            return Ok(false);
+        }
+        answered(sqlx::query(ANALYZE).execute(&mut *connection)).await?;
+        Ok(true)
     }
 
     /// Begins a transaction on a task of its own.

@@ -201,6 +201,19 @@ WHERE (tenant_id, operation, idempotency_key) IN (
     ORDER BY expires_at
     LIMIT $1 FOR UPDATE SKIP LOCKED)";
 
+/// How many rows of the records table changed (inserted, updated or deleted) since it was last
+/// analyzed, and how many rows that analyze counted (-1: never analyzed), as the statistics
+/// system knows them.
+pub(super) const CHANGES_SINCE_ANALYZE: &str = "
+SELECT s.n_mod_since_analyze, c.reltuples::float8
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.relid = 'idempotency_records'::regclass";
+
+/// Gathers the records table's statistics afresh, which makes every connection plan its
+/// statements over the table again. An analyze already under way (another instance's, or
+/// autovacuum's) is not waited for.
+pub(super) const ANALYZE: &str = "ANALYZE (SKIP_LOCKED) idempotency_records";
+
 /// Takes over the pending record that made (or is making) the effect under effect key `$2`,
 /// once its lock has ended, for `$1` seconds: a reconciler found the effect at its maker, so
 /// no call under the key can still be on its way, and there is no grace to wait for.
