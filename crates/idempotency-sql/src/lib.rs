@@ -305,7 +305,8 @@ impl SqlRecords {
     /// Analyzes the records table if it changed so much since it was last analyzed that the
     /// plans made over its statistics may scan it (on PostgreSQL: more rows changed than that
     /// analyze counted, and at least 1,000); returns whether it did. A worker calls it every
-    /// second, so that a new database's plans follow its growth. On SQLite it does nothing:
+    /// second, so that a new database's plans follow its growth. A role that may not analyze
+    /// the table (not its owner) leaves it to autovacuum. On SQLite it does nothing:
     /// SQLite plans a lookup by key along the key's index whatever the table holds.
     pub async fn refresh_statistics(&self) -> Result<bool, Error> {
         match self {

@@ -1,12 +1,17 @@
 //! The records table's statistics follow its growth on PostgreSQL: `refresh_statistics`
 //! analyzes the table once more of its rows changed since it was last analyzed than that
-//! analyze counted (and at least 1,000), and not before. Plans made over the statistics of a
+//! analyze counted (and at least 1,000), and not before, nor for a role that may not analyze
+//! it. Plans made over the statistics of a
 //! new table's first rows would otherwise read the whole table for every claim batch as it
 //! grows (docs/BENCHMARKS.md, "Plans over a growing table").
 
 mod common;
 
-use payments_idempotency_sql::{Backend, SqlRecords};
+use std::time::Duration;
+
+use payments_idempotency::IdempotencyPolicy;
+use payments_idempotency_sql::postgres::{PgRecords, connect_lazy};
+use payments_idempotency_sql::{Backend, PoolSettings, SqlRecords};
 use sqlx::PgConnection;
 
 /// Inserts `n` completed records after those already there, and makes this connection's
@@ -99,6 +104,55 @@ async fn the_records_table_is_analyzed_each_time_it_outgrows_its_last_analyze() 
         "2,000 changed rows against 2,000 counted"
     );
     assert!((counted_rows(&mut own).await - 4_000.0).abs() < 0.5);
+}
+
+#[tokio::test]
+async fn a_role_that_may_not_analyze_the_table_leaves_it_to_autovacuum() {
+    let fresh = common::on(Backend::Postgres).await;
+    let SqlRecords::Postgres(owner) = &fresh.records else {
+        panic!("PostgreSQL's records");
+    };
+    let mut own = owner
+        .pool()
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("a connection: {e}"));
+    let role = format!("records_reader_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN"))
+        .execute(&mut *own)
+        .await
+        .unwrap_or_else(|e| panic!("create role {role}: {e}"));
+    let settings = PoolSettings {
+        max_connections: 1,
+        acquire_timeout: Duration::from_secs(10),
+        statement_timeout: Duration::from_secs(30),
+    };
+    let options = owner
+        .pool()
+        .connect_options()
+        .as_ref()
+        .clone()
+        .username(&role);
+    let reader_pool = connect_lazy(options, &settings);
+    let reader = SqlRecords::Postgres(PgRecords::new(
+        reader_pool.clone(),
+        &settings,
+        IdempotencyPolicy::default(),
+    ));
+
+    insert_records(&mut own, 1_000).await;
+    assert!(!refresh(&reader).await, "not the table's owner");
+    assert!(
+        counted_rows(&mut own).await < 0.0,
+        "not analyzed by the reader"
+    );
+    assert!(refresh(&fresh.records).await, "the owner analyzes it");
+
+    reader_pool.close().await;
+    sqlx::query(&format!("DROP ROLE {role}"))
+        .execute(&mut *own)
+        .await
+        .unwrap_or_else(|e| panic!("drop role {role}: {e}"));
 }
 
 #[tokio::test]

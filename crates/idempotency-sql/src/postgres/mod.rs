@@ -401,8 +401,13 @@ impl PgRecords {
     /// autovacuum on, a table past its first minute is analyzed long before this rule would.
     pub(crate) async fn refresh_statistics(&self) -> Result<bool, Error> {
         let mut connection = self.pool.acquire().await?;
-        let (changed, counted): (i64, f64) =
-            answered(sqlx::query_as(CHANGES_SINCE_ANALYZE).fetch_one(&mut *connection)).await?;
+        let changes: Option<(i64, f64)> =
+            answered(sqlx::query_as(CHANGES_SINCE_ANALYZE).fetch_optional(&mut *connection))
+                .await?;
+        // None: this role may not analyze the table, which stays autovacuum's.
+        let Some((changed, counted)) = changes else {
+            return Ok(false);
+        };
         // `reltuples` is PostgreSQL's estimate, a float; row counts are exact as f64.
         if (changed as f64) < counted.max(ANALYZE_AFTER) {
             return Ok(false);

@@ -203,11 +203,13 @@ WHERE (tenant_id, operation, idempotency_key) IN (
 
 /// How many rows of the records table changed (inserted, updated or deleted) since it was last
 /// analyzed, and how many rows that analyze counted (-1: never analyzed), as the statistics
-/// system knows them.
+/// system knows them. No row for a role that may not analyze the table (only its owner, a
+/// member of the owner's role, or a superuser may), which PostgreSQL would answer with a
+/// warning and nothing done.
 pub(super) const CHANGES_SINCE_ANALYZE: &str = "
 SELECT s.n_mod_since_analyze, c.reltuples::float8
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
-WHERE s.relid = 'idempotency_records'::regclass";
+WHERE s.relid = 'idempotency_records'::regclass AND pg_has_role(c.relowner, 'USAGE')";
 
 /// Gathers the records table's statistics afresh, which makes every connection plan its
 /// statements over the table again. An analyze already under way (another instance's, or
