@@ -59,9 +59,10 @@ pub(crate) fn after_group_commit_of_claims(_commit: GroupCommit) {}
 #[inline(always)]
 pub(crate) fn in_batch_of_finishes(_finishes: usize) {}
 
-/// `PAYMENTS_CRASH_AT=in_batch_of_finishes` aborts once a batch of at least two charges'
-/// finishes is written on PostgreSQL, before its commit: their records are completed and
-/// their rows written in a transaction that is never committed.
+/// `PAYMENTS_CRASH_AT=in_batch_of_finishes` aborts once a batch of at least two finishes of
+/// one operation (charges, refunds or payouts) is written on PostgreSQL, before its commit:
+/// their records are completed and their rows written in a transaction that is never
+/// committed.
 #[cfg(feature = "failpoints")]
 pub(crate) fn in_batch_of_finishes(finishes: usize) {
     if finishes >= 2 {

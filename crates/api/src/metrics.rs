@@ -104,13 +104,13 @@ impl Observer for EngineMetrics {
         redis_error(RedisCall::Cache(call));
     }
 
-    /// `recent_answers_bytes` and `recent_answers`: what the in-process answers hold.
     /// How many finishes of an operation were written together: 1 for a finish alone.
     fn finishes_written(&self, operation: &'static str, finishes: usize) {
         histogram!("idempotency_finish_batch_size", "operation" => operation)
             .record(finishes as f64);
     }
 
+    /// `recent_answers_bytes` and `recent_answers`: what the in-process answers hold.
     fn recent_answers(&self, held: RecentAnswersHeld) {
         gauge!("recent_answers_bytes").set(held.bytes as f64);
         gauge!("recent_answers").set(held.entries as f64);

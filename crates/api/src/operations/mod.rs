@@ -71,8 +71,12 @@ impl Operations {
             charges: Arc::new(Idempotent::finishing_in_batches(CreateCharge(
                 ports.clone(),
             ))),
-            refunds: Arc::new(Idempotent::new(CreateRefund(ports.clone()))),
-            payouts: Arc::new(Idempotent::new(CreatePayout(ports.clone()))),
+            refunds: Arc::new(Idempotent::finishing_in_batches(CreateRefund(
+                ports.clone(),
+            ))),
+            payouts: Arc::new(Idempotent::finishing_in_batches(CreatePayout(
+                ports.clone(),
+            ))),
             resolutions: Arc::new(Idempotent::new(ResolveException(ports.clone()))),
         }
     }

@@ -21,7 +21,8 @@ use payments_domain::{
     ProcessorMetadata, ProcessorPayout, ProcessorPayoutRequest,
 };
 use payments_idempotency::engine::{
-    EffectError, Operation, Owner, Prepared, Preparing, ProtocolError, Settled, Unmade,
+    EffectError, FinishesInBatches, Operation, Owner, Prepared, Preparing, ProtocolError, Settled,
+    Unmade,
 };
 use payments_idempotency::{SchemaVersion, StoredResponse};
 use payments_storage::{Funds, ListPayouts, PayoutReservation, Transaction};
@@ -31,6 +32,7 @@ use serde_json::Value;
 use super::charge::now_to_the_microsecond;
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
+use crate::failpoint;
 use crate::routes::{ListParams, run_idempotent, tenants};
 use crate::views::{
     List, card_number, description_field, insert_description, invalid_field, json_body,
@@ -126,15 +128,11 @@ impl Operation for CreatePayout {
     async fn finish(
         &self,
         transaction: &mut Transaction,
-        _: Owner<'_>,
+        owner: Owner<'_>,
         pending: &Payout,
         processor_payout_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
-        let payout = pending.paid(processor_payout_id);
-        let response = created(
-            &PayoutView::from(&payout),
-            &format!("/payouts/{}", payout.id),
-        )?;
+        let (payout, response) = self.rows(owner, pending, processor_payout_id)?;
         self.0.store.finish_payout(transaction, &payout).await?;
         Ok(response)
     }
@@ -147,6 +145,39 @@ impl Operation for CreatePayout {
         _: Unmade<'_>,
     ) -> Result<(), ProtocolError> {
         Ok(self.0.store.release_payout(transaction, owner).await?)
+    }
+}
+
+/// Concurrent payouts finish together on PostgreSQL: each payout's statements (`finish`'s), in
+/// one transaction with the batch's records, and one commit for the batch.
+#[async_trait]
+impl FinishesInBatches for CreatePayout {
+    type Rows = Payout;
+
+    fn rows(
+        &self,
+        _: Owner<'_>,
+        pending: &Payout,
+        processor_payout_id: String,
+    ) -> Result<(Payout, StoredResponse), ProtocolError> {
+        let payout = pending.paid(processor_payout_id);
+        let response = created(
+            &PayoutView::from(&payout),
+            &format!("/payouts/{}", payout.id),
+        )?;
+        Ok((payout, response))
+    }
+
+    async fn write_rows(
+        &self,
+        transaction: &mut Transaction,
+        payouts: &[&Payout],
+    ) -> Result<(), ProtocolError> {
+        for payout in payouts {
+            self.0.store.finish_payout(transaction, payout).await?;
+        }
+        failpoint::in_batch_of_finishes(payouts.len());
+        Ok(())
     }
 }
 

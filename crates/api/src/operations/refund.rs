@@ -21,7 +21,8 @@ use payments_domain::{
     RefundReason, RefundRequest, RefundStatus,
 };
 use payments_idempotency::engine::{
-    EffectError, Operation, Owner, Prepared, Preparing, ProtocolError, Settled, Unmade,
+    EffectError, FinishesInBatches, Operation, Owner, Prepared, Preparing, ProtocolError, Settled,
+    Unmade,
 };
 use payments_idempotency::{SchemaVersion, StoredResponse};
 use payments_storage::{ListRefunds, RefundRefusal, Reservation, Transaction};
@@ -32,6 +33,7 @@ use super::charge::now_to_the_microsecond;
 use super::charge::tenants_charge;
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
+use crate::failpoint;
 use crate::routes::{ListParams, run_idempotent, tenants};
 use crate::views::{List, invalid_field, json_body, split_stored, timestamp};
 use crate::{ApiError, AppState, Decline};
@@ -151,15 +153,11 @@ impl Operation for CreateRefund {
     async fn finish(
         &self,
         transaction: &mut Transaction,
-        _: Owner<'_>,
+        owner: Owner<'_>,
         reserved: &ReservedRefund,
         processor_refund_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
-        let refund = reserved.refund.succeeded(processor_refund_id);
-        let response = created(
-            &RefundView::from(&refund),
-            &format!("/refunds/{}", refund.id),
-        )?;
+        let (refund, response) = self.rows(owner, reserved, processor_refund_id)?;
         self.0.store.finish_refund(transaction, &refund).await?;
         Ok(response)
     }
@@ -172,6 +170,41 @@ impl Operation for CreateRefund {
         _: Unmade<'_>,
     ) -> Result<(), ProtocolError> {
         Ok(self.0.store.release_refund(transaction, owner).await?)
+    }
+}
+
+/// Concurrent refunds finish together on PostgreSQL: each refund's statements (`finish`'s), in
+/// one transaction with the batch's records, and one commit for the batch.
+#[async_trait]
+impl FinishesInBatches for CreateRefund {
+    type Rows = Refund;
+
+    fn rows(
+        &self,
+        _: Owner<'_>,
+        reserved: &ReservedRefund,
+        processor_refund_id: String,
+    ) -> Result<(Refund, StoredResponse), ProtocolError> {
+        let refund = reserved.refund.succeeded(processor_refund_id);
+        let response = created(
+            &RefundView::from(&refund),
+            &format!("/refunds/{}", refund.id),
+        )?;
+        Ok((refund, response))
+    }
+
+    /// Refunds of one charge in a batch add to its refunded amount one after the other, in
+    /// the batch's order.
+    async fn write_rows(
+        &self,
+        transaction: &mut Transaction,
+        refunds: &[&Refund],
+    ) -> Result<(), ProtocolError> {
+        for refund in refunds {
+            self.0.store.finish_refund(transaction, refund).await?;
+        }
+        failpoint::in_batch_of_finishes(refunds.len());
+        Ok(())
     }
 }
 

@@ -502,21 +502,58 @@ async fn a_kill_inside_a_batch_of_finishes_loses_no_charge_and_doubles_none() {
 /// Rounds of concurrent charges until `failpoint` aborts the service, then every key retried
 /// after a restart: what was answered is committed, and each key has exactly one effect.
 async fn kill_in_a_group_commit(backend: Backend, failpoint: &str) {
-    const ROUNDS: usize = 20;
-    const CONCURRENT: usize = 8;
     let card_sim = CardSim::start().await;
     let db = TestDatabase::create(backend).await;
     let settings = settings(&card_sim);
     let body = visa(4321);
-    let crash = [("PAYMENTS_CRASH_AT", failpoint)];
-    let mut crashing = start(&db, &settings, &crash).await;
+    let sent = {
+        let crash = [("PAYMENTS_CRASH_AT", failpoint)];
+        let mut crashing = start(&db, &settings, &crash).await;
+        concurrent_rounds_until_aborted(&db, &mut crashing, "/charges", &body).await
+    };
+    let service = start(&db, &settings, &[]).await;
+    each_retried_until_created(&service, "/charges", &sent, &body).await;
+    let sent = sent.len() as i64;
+    assert_eq!(
+        card_sim.charges_created().await,
+        sent,
+        "charges at the processor"
+    );
+    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(sent));
+}
 
+/// Retries each of `keys` with `body` to `path` until its answer is final, which must be 201:
+/// every request is made, after a restart if not before.
+pub(crate) async fn each_retried_until_created(
+    service: &Service,
+    path: &str,
+    keys: &[String],
+    body: &Value,
+) {
+    for key in keys {
+        let (status, _) = post_until_final_to(service, path, key, body).await;
+        assert_eq!(status, 201, "{key} to {path}, retried until final");
+    }
+}
+
+/// Sends `crashing` rounds of eight concurrent POSTs of `body` to `path`, each under a new key,
+/// until a round is cut short by the abort its failpoint waits for (at most twenty rounds),
+/// and checks that every request answered 201 before the abort has its record completed: an
+/// answer is given only once its batch is committed. Returns every key sent.
+pub(crate) async fn concurrent_rounds_until_aborted(
+    db: &TestDatabase,
+    crashing: &mut Service,
+    path: &str,
+    body: &Value,
+) -> Vec<String> {
+    const ROUNDS: usize = 20;
+    const CONCURRENT: usize = 8;
     let mut sent = Vec::new();
     let mut answered = Vec::new();
     let mut cut_short = false;
     for _ in 0..ROUNDS {
         let keys: Vec<String> = (0..CONCURRENT).map(|_| new_key()).collect();
-        let answers = join_all(keys.iter().map(|key| post(&crashing, key, &body))).await;
+        let answers = join_all(keys.iter().map(|key| post_to(crashing, path, key, body))).await;
         for (key, answer) in keys.iter().zip(&answers) {
             match answer {
                 Ok(answer) if answer.status().as_u16() == 201 => answered.push(key.clone()),
@@ -531,36 +568,20 @@ async fn kill_in_a_group_commit(backend: Backend, failpoint: &str) {
     }
     assert!(
         cut_short,
-        "{ROUNDS} rounds of {CONCURRENT} concurrent charges never met in one group commit"
+        "{ROUNDS} rounds of {CONCURRENT} concurrent requests to {path} never met in one group commit"
     );
     assert!(
         !crashing.wait_exit().await,
         "the service was aborted, not shut down"
     );
-
-    // A charge is answered only once its batch is committed: none of them is lost.
     for key in &answered {
         assert_eq!(
-            record_state(&db, key).await.as_deref(),
+            record_state(db, key).await.as_deref(),
             Some("completed"),
             "{key} was answered 201 before the abort"
         );
     }
-    let service = start(&db, &settings, &[]).await;
-    for key in &sent {
-        let (status, _) = post_until_final(&service, key, &body).await;
-        assert_eq!(
-            status, 201,
-            "every request is charged, after the restart if not before"
-        );
-    }
-    let sent = sent.len() as i64;
-    assert_eq!(
-        card_sim.charges_created().await,
-        sent,
-        "charges at the processor"
-    );
-    assert_eq!(Footprint::of(&db.pool).await, Footprint::charged(sent));
+    sent
 }
 
 on_every_backend!(

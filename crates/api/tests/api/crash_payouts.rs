@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use crate::card_sim::CardSim;
 use crate::crash::{
-    Client, crash_env, post_to, post_until_final_to, settings, start, wait_until_settled,
+    Client, concurrent_rounds_until_aborted, crash_env, each_retried_until_created, post_to,
+    post_until_final_to, settings, start, wait_until_settled,
 };
 use crate::helpers::{ACME, Backend, Service, TestDatabase, http_client, new_key, payout, visa};
 
@@ -163,6 +164,38 @@ async fn payout_crash_after_commit_then_client_never_retries(backend: Backend) {
 
 async fn payout_crash_after_commit_then_client_retries_late(backend: Backend) {
     payout_crash_then(backend, "after_commit", Client::RetriesAfterLockTimeout).await;
+}
+
+/// The service is aborted on PostgreSQL inside a batch of at least two payouts' finishes,
+/// their records completed and their payouts, ledger transactions and events written in the
+/// batch's transaction, before its commit. Restarted, every payout, retried under its key, ends
+/// with exactly one payout at the processor, one paid payout row, one ledger transaction and
+/// one event, none left pending: the batch wrote nothing, and its payouts are finished from
+/// their effect keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_inside_a_batch_of_payouts_loses_no_payout_and_doubles_none() {
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let settings = settings(&card_sim);
+    {
+        let service = start(&db, &settings, &[]).await;
+        // Enough for every payout of twenty rounds of eight.
+        let response = post_to(&service, "/charges", &new_key(), &visa(160 * AMOUNT))
+            .await
+            .expect("charge");
+        assert_eq!(response.status().as_u16(), 201);
+    }
+    let body = payout(AMOUNT);
+    let sent = {
+        let mut crashing = start(&db, &settings, &crash_env("in_batch_of_finishes")).await;
+        concurrent_rounds_until_aborted(&db, &mut crashing, "/payouts", &body).await
+    };
+    let service = start(&db, &settings, &[]).await;
+    each_retried_until_created(&service, "/payouts", &sent, &body).await;
+    assert_eq!(
+        payout_footprint(&db, &card_sim).await,
+        paid_out(sent.len() as i64)
+    );
 }
 
 on_every_backend!(

@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 
 use crate::card_sim::CardSim;
 use crate::crash::{
-    Client, crash_env, post_to, post_until_final_to, settings, start, wait_until_settled,
+    Client, concurrent_rounds_until_aborted, crash_env, each_retried_until_created, post_to,
+    post_until_final_to, settings, start, wait_until_settled,
 };
 use crate::helpers::{Backend, TestDatabase, count_rows, new_key, visa};
 
@@ -43,6 +44,17 @@ async fn refund_footprint(db: &TestDatabase, card_sim: &CardSim) -> [i64; 6] {
     ]
 }
 
+/// The id of a charge of `amount`, made by a service started for it and stopped.
+async fn charged(db: &TestDatabase, settings: &[(&'static str, String)], amount: i64) -> String {
+    let service = start(db, settings, &[]).await;
+    let response = post_to(&service, "/charges", &new_key(), &visa(amount))
+        .await
+        .expect("charge");
+    assert_eq!(response.status().as_u16(), 201);
+    let charge: Value = response.json().await.expect("charge");
+    charge["id"].as_str().expect("id").to_owned()
+}
+
 fn refunded(n: i64) -> [i64; 6] {
     [n, n, n, n, n * AMOUNT, n * AMOUNT]
 }
@@ -51,15 +63,7 @@ async fn refund_crash_then(backend: Backend, point: &str, client: Client) {
     let card_sim = CardSim::start().await;
     let db = TestDatabase::create(backend).await;
     let settings = settings(&card_sim);
-    let charge = {
-        let service = start(&db, &settings, &[]).await;
-        let response = post_to(&service, "/charges", &new_key(), &visa(5_000))
-            .await
-            .expect("charge");
-        assert_eq!(response.status().as_u16(), 201);
-        let charge: Value = response.json().await.expect("charge");
-        charge["id"].as_str().expect("id").to_owned()
-    };
+    let charge = charged(&db, &settings, 5_000).await;
     let path = format!("/charges/{charge}/refunds");
     let key = new_key();
     let body = json!({ "amount": AMOUNT });
@@ -140,6 +144,33 @@ async fn refund_crash_after_commit_then_client_never_retries(backend: Backend) {
 
 async fn refund_crash_after_commit_then_client_retries_late(backend: Backend) {
     refund_crash_then(backend, "after_commit", Client::RetriesAfterLockTimeout).await;
+}
+
+/// The service is aborted on PostgreSQL inside a batch of at least two refunds' finishes (of
+/// one charge), their records completed and their refunds, ledger transactions and events
+/// written in the batch's transaction, before its commit. Restarted, every refund, retried
+/// under its key, ends with exactly one refund at the processor, one succeeded refund row, one
+/// ledger transaction and one event, and the charge's refunded and reserved amounts are their
+/// sum: the batch wrote nothing, and its refunds are finished from their effect keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_inside_a_batch_of_refunds_loses_no_refund_and_doubles_none() {
+    let card_sim = CardSim::start().await;
+    let db = TestDatabase::create(Backend::Postgres).await;
+    let settings = settings(&card_sim);
+    // Enough for every refund of twenty rounds of eight.
+    let charge = charged(&db, &settings, 160 * AMOUNT).await;
+    let path = format!("/charges/{charge}/refunds");
+    let body = json!({ "amount": AMOUNT });
+    let sent = {
+        let mut crashing = start(&db, &settings, &crash_env("in_batch_of_finishes")).await;
+        concurrent_rounds_until_aborted(&db, &mut crashing, &path, &body).await
+    };
+    let service = start(&db, &settings, &[]).await;
+    each_retried_until_created(&service, &path, &sent, &body).await;
+    assert_eq!(
+        refund_footprint(&db, &card_sim).await,
+        refunded(sent.len() as i64)
+    );
 }
 
 on_every_backend!(

@@ -743,6 +743,42 @@ pub(crate) async fn with_card_sim(backend: Backend) -> (CardSim, TestApp) {
     (card_sim, app)
 }
 
+/// Sends rounds of eight concurrent requests, each `send` with a new key, until the service's
+/// metrics show that two or more finishes of `operation` were written in one batch (at most
+/// twenty rounds), every request answered 201. Returns how many were sent.
+pub(crate) async fn concurrent_until_finished_in_a_batch<F, Sent>(
+    app: &TestApp,
+    operation: &str,
+    send: F,
+) -> i64
+where
+    F: Fn(String) -> Sent,
+    Sent: Future<Output = Response>,
+{
+    const ROUNDS: usize = 20;
+    const CONCURRENT: usize = 8;
+    let labels = [("operation", operation)];
+    let mut sent = 0;
+    for _ in 0..ROUNDS {
+        let answers = futures::future::join_all((0..CONCURRENT).map(|_| send(new_key()))).await;
+        for answer in answers {
+            assert_eq!(answer.status().as_u16(), 201, "{operation}");
+        }
+        sent += CONCURRENT as i64;
+        let metrics = metrics_text(&app.metrics_url).await;
+        let finishes =
+            crate::events::sample(&metrics, "idempotency_finish_batch_size_sum", &labels);
+        let batches =
+            crate::events::sample(&metrics, "idempotency_finish_batch_size_count", &labels);
+        if finishes > batches {
+            return sent;
+        }
+    }
+    panic!(
+        "{ROUNDS} rounds of {CONCURRENT} concurrent requests never finished {operation} in one batch"
+    );
+}
+
 /// The sum of the ledger's entries in each currency: zero in every one.
 pub(crate) async fn assert_ledger_balances(app: &TestApp) {
     let sums: Vec<(String, i64)> = sqlx::query_as(

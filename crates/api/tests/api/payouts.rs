@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     ACME, Backend, GLOBEX, REPLAY_HEADERS, TestApp, assert_ledger_balances,
-    assert_replays_first_answer, count_rows, new_key, payout, problem, snapshot, spawn_app,
-    with_card_sim,
+    assert_replays_first_answer, concurrent_until_finished_in_a_batch, count_rows, new_key, payout,
+    problem, snapshot, spawn_app, with_card_sim,
 };
 
 /// The tenant's balance as `GET /balance` shows it.
@@ -444,6 +444,34 @@ async fn bad_payout_requests_are_400_and_leave_the_key_free(backend: Backend) {
         paid_payouts(&app).await,
         (keys.len() as i64, 100 * keys.len() as i64)
     );
+}
+
+/// On PostgreSQL, concurrent payouts' finishes share a transaction and a commit: a batch
+/// writes each of its payouts once, so that the processor, the paid payout rows, their ledger
+/// transactions and events, and the tenant's balance all count every payout exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_payouts_finished_in_one_batch_are_each_written_once() {
+    const CHARGED: i64 = 16_000;
+    let (card_sim, app) = with_card_sim(Backend::Postgres).await;
+    app.charged(CHARGED, "tok_visa").await;
+    let body = payout(100);
+    let (app, body) = (&app, &body);
+    let payouts = concurrent_until_finished_in_a_batch(app, "payouts.create", |key| async move {
+        app.post_payout(ACME, &key, body).await
+    })
+    .await;
+
+    assert_eq!(card_sim.payouts_created().await, payouts);
+    assert_eq!(paid_payouts(app).await, (payouts, payouts * 100));
+    assert_eq!(payout_transactions(app).await, payouts);
+    let events: HashSet<String> = paid_events(app).await.into_iter().collect();
+    assert_eq!(events.len() as i64, payouts);
+    assert_eq!(count_rows(app.db(), "outbox_events").await, 1 + payouts);
+    assert_eq!(
+        balance(app, ACME).await,
+        available_usd(CHARGED - payouts * 100)
+    );
+    assert_ledger_balances(app).await;
 }
 
 on_every_backend!(

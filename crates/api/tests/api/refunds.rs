@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     ACME, Backend, GLOBEX, REPLAY_HEADERS, TestApp, assert_ledger_balances,
-    assert_replays_first_answer, count_rows, new_key, problem, snapshot, spawn_app, with_card_sim,
+    assert_replays_first_answer, concurrent_until_finished_in_a_batch, count_rows, new_key,
+    problem, snapshot, spawn_app, with_card_sim,
 };
 
 /// The charge's refunded and reserved amounts, as the database holds them.
@@ -357,6 +358,37 @@ async fn the_same_key_names_a_charge_and_a_refund_each_inspected_under_its_opera
         (status, problem["code"].as_str()),
         (400, Some("invalid_request"))
     );
+}
+
+/// On PostgreSQL, concurrent refunds' finishes share a transaction and a commit: a batch
+/// writes each of its refunds once, one after the other on the same charge, so that the
+/// processor, the refund rows, the ledger, the outbox and the charge's refunded amount all
+/// count every refund exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_refunds_finished_in_one_batch_are_each_written_once() {
+    const CHARGED: i64 = 16_000;
+    let (card_sim, app) = with_card_sim(Backend::Postgres).await;
+    let charge = app.charged(CHARGED, "tok_visa").await;
+    let body = json!({ "amount": 100 });
+    let (app, charge, body) = (&app, &charge, &body);
+    let refunds = concurrent_until_finished_in_a_batch(app, "refunds.create", |key| async move {
+        app.post_refund(ACME, charge, &key, body).await
+    })
+    .await;
+
+    assert_eq!(card_sim.refunds_created().await, refunds);
+    assert_eq!(
+        refunded_and_reserved(app).await,
+        (refunds * 100, refunds * 100)
+    );
+    assert_eq!(count_rows(app.db(), "refunds").await, refunds);
+    assert_eq!(
+        count_rows(app.db(), "ledger_transactions").await,
+        1 + refunds
+    );
+    assert_eq!(count_rows(app.db(), "outbox_events").await, 1 + refunds);
+    assert_eq!(processor_receivable(app).await, CHARGED - refunds * 100);
+    assert_ledger_balances(app).await;
 }
 
 on_every_backend!(
