@@ -47,4 +47,13 @@ M.charge_headers = {
    ["Content-Type"] = "application/json",
 }
 
+-- The headers of a POST under the idempotency key `key`: a table of its own per request.
+function M.keyed_headers(key)
+   local headers = { ["Idempotency-Key"] = key }
+   for name, value in pairs(M.charge_headers) do
+      headers[name] = value
+   end
+   return headers
+end
+
 return M

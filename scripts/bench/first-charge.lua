@@ -14,11 +14,7 @@ end
 
 function request()
    counter = counter + 1
-   local headers = {}
-   for name, value in pairs(common.charge_headers) do
-      headers[name] = value
-   end
-   headers["Idempotency-Key"] = prefix .. "-" .. counter
+   local headers = common.keyed_headers(prefix .. "-" .. counter)
    return wrk.format("POST", "/charges", headers, common.charge_body)
 end
 

@@ -30,11 +30,7 @@ local function window()
 end
 
 function request()
-   local headers = {}
-   for name, value in pairs(common.charge_headers) do
-      headers[name] = value
-   end
-   headers["Idempotency-Key"] = prefix .. "-" .. window()
+   local headers = common.keyed_headers(prefix .. "-" .. window())
    return wrk.format("POST", "/charges", headers, common.charge_body)
 end
 

@@ -1,11 +1,7 @@
 //! Keeps the records table's statistics up with its growth: every second, the table is
 //! analyzed if more of its rows changed since it was last analyzed than that analyze counted
-//! (`SqlRecords::refresh_statistics`). PostgreSQL plans the claims' and the finishes'
-//! statements over those statistics, and a plan made over a new database's first rows reads,
-//! for each batch, the whole table, or the pending index's entry of every record completed
-//! since the table was last vacuumed. Autovacuum analyzes a table a minute at best after it grew, and never when it is
-//! off; this worker does within a second, and then about every time the table doubles. With
-//! autovacuum on, a table past its first minute is analyzed long before this rule would.
+//! (`SqlRecords::refresh_statistics`). Why plans over stale statistics cost a growing table
+//! so much is told once, at `PgRecords::refresh_statistics` in the record store's crate.
 
 use crate::{AppState, error_chain};
 
