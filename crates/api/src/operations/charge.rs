@@ -120,7 +120,7 @@ impl Operation for CreateCharge {
         ApiError::CardDeclined(Decline::new(code, message)).to_stored_response()
     }
 
-    /// The charge, its ledger transaction and its event, in one statement.
+    /// The charge, its ledger transaction and its event, in one statement: a batch of one.
     async fn finish(
         &self,
         transaction: &mut Transaction,
@@ -129,7 +129,7 @@ impl Operation for CreateCharge {
         processor_charge_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
         let (charge, response) = self.rows(owner, planned, processor_charge_id)?;
-        self.0.store.insert_charge(transaction, &charge).await?;
+        self.write_rows(transaction, &[&charge]).await?;
         Ok(response)
     }
 }

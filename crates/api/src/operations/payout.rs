@@ -133,7 +133,7 @@ impl Operation for CreatePayout {
         processor_payout_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
         let (payout, response) = self.rows(owner, pending, processor_payout_id)?;
-        self.0.store.finish_payout(transaction, &payout).await?;
+        self.write_rows(transaction, &[&payout]).await?;
         Ok(response)
     }
 

@@ -158,7 +158,7 @@ impl Operation for CreateRefund {
         processor_refund_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
         let (refund, response) = self.rows(owner, reserved, processor_refund_id)?;
-        self.0.store.finish_refund(transaction, &refund).await?;
+        self.write_rows(transaction, &[&refund]).await?;
         Ok(response)
     }
 
