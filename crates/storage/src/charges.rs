@@ -166,11 +166,12 @@ SELECT id, tenant_id, amount, currency, source, description, processor_charge_id
 FROM charges WHERE tenant_id = $1 AND (created_at, id) < ($2, $3)
 ORDER BY created_at DESC, id DESC LIMIT $4";
 
-/// The tenant's balances per account and currency. The sum is cast back to a bigint
-/// (PostgreSQL sums bigints as numeric): a tenant's balance is bounded far below i64 by the
-/// charge amount limit.
+/// The tenant's balances per account and currency: the sums of their parts, which the
+/// database keeps as entries are written (`ledger_balances`), so the read does not grow with
+/// the tenant's history. The sum is cast back to a bigint (PostgreSQL sums bigints as
+/// numeric): a tenant's balance is bounded far below i64 by the charge amount limit.
 const BALANCES: &str = "
-SELECT account, currency, CAST(sum(amount) AS BIGINT) FROM ledger_entries
+SELECT account, currency, CAST(sum(amount) AS BIGINT) FROM ledger_balances
 WHERE tenant_id = $1
 GROUP BY account, currency ORDER BY currency, account";
 

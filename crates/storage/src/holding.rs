@@ -4,9 +4,10 @@
 //! released, in the transaction the engine begins over its record, which locks the record: the
 //! completer cannot end the generation while it reserves.
 //!
-//! A tenant's balance is never a stored counter: what it may pay out or refund is read, under
-//! the lock, from the `funds` view: the ledger's `customer_payments` and the pending rows that
-//! hold money. Charges
+//! A tenant's balance is never a counter the code keeps: what it may pay out or refund is
+//! read, under the lock, from the `funds` view: the ledger's `customer_payments` balance (the
+//! parts the database adds each entry to as it is written, `ledger_balances`, so the read
+//! costs the same whatever the tenant's history) and the pending rows that hold money. Charges
 //! only ever add to it, so they take no lock, and a charge finishing meanwhile can only make
 //! the balance larger than the one judged. Every reservation of one tenant and currency takes
 //! the lock, so they are judged one after the other; a finish turns a pending row into its

@@ -1,7 +1,8 @@
 //! The refunds migration on a database that already holds charges: every charge, ledger
 //! transaction and entry is kept, and the rules that change (a charge is posted once, a refund
 //! is posted once, refunds never exceed their charge) hold on the rows that were there before.
-//! On SQLite the migration rebuilds `ledger_transactions`, whose entries point at it.
+//! On SQLite the migration rebuilds `ledger_transactions`, whose entries point at it. The
+//! ledger's balances, kept since a later migration, start from the entries already there.
 
 use std::borrow::Cow;
 use std::str::FromStr;
@@ -106,6 +107,22 @@ async fn assert_kept_and_guarded(db: &AnyPool, charge: Uuid, sql: &Spelling) {
             .await
             .expect("amounts");
     assert_eq!(amounts, (0, 0));
+    let balances: Vec<(String, String, String, i64)> = sqlx::query_as(
+        "SELECT tenant_id, account, currency, CAST(sum(amount) AS BIGINT) FROM ledger_balances
+         GROUP BY tenant_id, account, currency ORDER BY account",
+    )
+    .fetch_all(db)
+    .await
+    .expect("balances");
+    let balance = |account: &str, amount| ("acme".into(), account.into(), "USD".into(), amount);
+    assert_eq!(
+        balances,
+        [
+            balance("customer_payments", -1000),
+            balance("processor_receivable", 1000)
+        ],
+        "the ledger's balances start from the entries already there"
+    );
 
     let posting_again = format!(
         "INSERT INTO ledger_transactions (id, tenant_id, charge_id, created_at)

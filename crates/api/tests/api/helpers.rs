@@ -779,7 +779,8 @@ where
     );
 }
 
-/// The sum of the ledger's entries in each currency: zero in every one.
+/// The sum of the ledger's entries in each currency: zero in every one; and the balances the
+/// database keeps as entries are written are the entries' sums, tenant by tenant.
 pub(crate) async fn assert_ledger_balances(app: &TestApp) {
     let sums: Vec<(String, i64)> = sqlx::query_as(
         "SELECT currency, CAST(sum(amount) AS BIGINT) FROM ledger_entries GROUP BY currency",
@@ -791,6 +792,23 @@ pub(crate) async fn assert_ledger_balances(app: &TestApp) {
     for (currency, sum) in sums {
         assert_eq!(sum, 0, "the ledger balances in {currency}");
     }
+    assert_eq!(
+        balances_of(app, "ledger_balances").await,
+        balances_of(app, "ledger_entries").await,
+        "the balances the database keeps (ledger_balances) are the sums of the entries"
+    );
+}
+
+/// Every tenant's non-zero balance per account and currency, summed from `table`'s rows.
+async fn balances_of(app: &TestApp, table: &str) -> Vec<(String, String, String, i64)> {
+    let sums: Vec<(String, String, String, i64)> = sqlx::query_as(&format!(
+        "SELECT tenant_id, account, currency, CAST(sum(amount) AS BIGINT) FROM {table}
+         GROUP BY tenant_id, account, currency ORDER BY tenant_id, account, currency"
+    ))
+    .fetch_all(app.db())
+    .await
+    .unwrap_or_else(|e| panic!("sums of {table}: {e}"));
+    sums.into_iter().filter(|(.., sum)| *sum != 0).collect()
 }
 
 /// The headers a replay repeats from the first answer, and the one that marks it a replay.
