@@ -91,7 +91,8 @@ refunds() {
                         print v["rps"], v["p50_ms"], v["non2xx"] }'
 }
 
-# The funds read of a reservation, as it runs under the lock: its execution time in ms.
+# The funds read of a reservation (`holding::FUNDS`, with the tenant and currency bound), as it
+# runs under the lock: its execution time in ms.
 funds_read_ms() {
     db -At -c "EXPLAIN (ANALYZE, FORMAT JSON)
         SELECT currency, CAST(sum(available) AS BIGINT), CAST(sum(pending) AS BIGINT) FROM funds
