@@ -26,8 +26,9 @@ import sys
 ALLOW = {
     ".sqlx/",  # sqlx's offline cache, which the project deliberately does not have
     "req/s",  # a unit
-    # PostgreSQL's and sqlx's own names, in the benchmarks' explanations
+    # PostgreSQL's and sqlx's own names, in the benchmarks' and the lock order's explanations
     "pg_test_fsync", "max_wal_size", "pg_partman", "Close", "ReadyForQuery", "PoolConnection::return_to_pool",
+    "deadlock_timeout",
 }
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

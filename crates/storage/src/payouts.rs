@@ -40,12 +40,14 @@ pub trait PayoutRepository: Send + Sync {
         created_at: DateTime<Utc>,
     ) -> Result<PayoutReservation, StoreError>;
 
-    /// Writes the paid payout, its ledger transaction and its `payout.paid` outbox event in
-    /// `transaction`, begun over the payout's record.
-    async fn finish_payout(
+    /// Writes each paid payout, its ledger transaction and its `payout.paid` outbox event in
+    /// `transaction`, begun over the payouts' records (one, or a batch of finishes). The
+    /// ledger's balances are taken in one order whatever the order given, so two transactions
+    /// finishing payouts never wait for each other in a circle (storage.md's "Lock order").
+    async fn finish_payouts(
         &self,
         transaction: &mut Transaction,
-        payout: &Payout,
+        payouts: &[&Payout],
     ) -> Result<(), StoreError>;
 
     /// Releases whatever the generation `owner` holds reserved, in `transaction`, begun over
@@ -278,44 +280,14 @@ impl PayoutRepository for DatabaseStore {
         Ok(PayoutReservation::Reserved(payout))
     }
 
-    async fn finish_payout(
+    async fn finish_payouts(
         &self,
         transaction: &mut Transaction,
-        payout: &Payout,
+        payouts: &[&Payout],
     ) -> Result<(), StoreError> {
-        let PayoutStatus::Paid {
-            processor_payout_id,
-        } = &payout.status
-        else {
-            return Err(StoreError::Corrupt(format!(
-                "payout {} finished without a processor payout",
-                payout.id
-            )));
-        };
-        let mut connection = transaction.connection();
-        let paid = Sql::new(PAY_PAYOUT)
-            .bind(payout.id.as_uuid())
-            .bind(processor_payout_id.as_str())
-            .execute(&mut connection)
-            .await?;
-        if paid != 1 {
-            return Err(StoreError::Corrupt(format!(
-                "payout {} has no reservation to finish",
-                payout.id
-            )));
+        for payout in posting::in_balance_order(payouts, |p| (&p.tenant, p.money.currency)) {
+            finish_payout(transaction, payout).await?;
         }
-        let ledger = LedgerTransaction::for_payout(payout);
-        let event = PayoutPaid::for_payout(payout);
-        Sql::new(POST_PAYOUT)
-            .bind(ledger.id())
-            .bind(payout.id.as_uuid())
-            .bind(payout.tenant.as_str())
-            .bind(posting::entries(&ledger))
-            .bind(event.event_id)
-            .bind(PAYOUT_PAID)
-            .bind(posting::payload(&event)?)
-            .execute(&mut connection)
-            .await?;
         Ok(())
     }
 
@@ -379,4 +351,42 @@ impl PayoutRepository for DatabaseStore {
             .await?;
         rows.into_iter().map(funds_from_row).collect()
     }
+}
+
+/// One paid payout's rows, as [`PayoutRepository::finish_payouts`] writes each.
+async fn finish_payout(transaction: &mut Transaction, payout: &Payout) -> Result<(), StoreError> {
+    let PayoutStatus::Paid {
+        processor_payout_id,
+    } = &payout.status
+    else {
+        return Err(StoreError::Corrupt(format!(
+            "payout {} finished without a processor payout",
+            payout.id
+        )));
+    };
+    let mut connection = transaction.connection();
+    let paid = Sql::new(PAY_PAYOUT)
+        .bind(payout.id.as_uuid())
+        .bind(processor_payout_id.as_str())
+        .execute(&mut connection)
+        .await?;
+    if paid != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "payout {} has no reservation to finish",
+            payout.id
+        )));
+    }
+    let ledger = LedgerTransaction::for_payout(payout);
+    let event = PayoutPaid::for_payout(payout);
+    Sql::new(POST_PAYOUT)
+        .bind(ledger.id())
+        .bind(payout.id.as_uuid())
+        .bind(payout.tenant.as_str())
+        .bind(posting::entries(&ledger))
+        .bind(event.event_id)
+        .bind(PAYOUT_PAID)
+        .bind(posting::payload(&event)?)
+        .execute(&mut connection)
+        .await?;
+    Ok(())
 }

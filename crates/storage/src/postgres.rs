@@ -1,6 +1,7 @@
 //! What PostgreSQL's store does its own way: a charge's finish is one statement (and a batch
 //! of charges' finishes one statement too), the outbox
-//! relay locks its rows for the round (`FOR UPDATE SKIP LOCKED`), migrations run without the
+//! relay locks its rows for the round (`FOR UPDATE SKIP LOCKED`), a batch of refunds locks its
+//! charges before it posts, migrations run without the
 //! statement timeout, and the server's synchronous settings are read for `Store::durability`.
 
 use payments_domain::{Charge, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted};
@@ -64,6 +65,22 @@ pub(crate) async fn insert_charge(
         .bind(PAYMENT_COMPLETED)
         .bind(posting::payload(&event)?);
     answered(insert.execute(connection)).await?;
+    Ok(())
+}
+
+/// Locks the charges `$1` for update, in the order of their ids: a batch of refunds takes its
+/// charges' rows before any of the ledger's balances, and in one order, so that two batches
+/// refunding the same charges never hold one each and wait for the other (SQLite has one writer
+/// at a time and no row locks).
+const LOCK_CHARGES: &str = "
+SELECT id FROM charges WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE";
+
+/// Locks `charges` as `LOCK_CHARGES` says, in a batch of refunds' transaction.
+pub(crate) async fn lock_charges(
+    connection: &mut PgConnection,
+    charges: Vec<Uuid>,
+) -> Result<(), StoreError> {
+    answered(sqlx::query(LOCK_CHARGES).bind(charges).execute(connection)).await?;
     Ok(())
 }
 

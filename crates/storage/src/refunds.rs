@@ -13,11 +13,13 @@ use payments_domain::{
     RefundReason, RefundRequest, RefundStatus, TenantId,
 };
 
+use payments_idempotency_sql::Connection;
 use uuid::Uuid;
 
 use crate::Owner;
 use crate::database::DatabaseStore;
 use crate::holding;
+use crate::postgres;
 use crate::posting;
 use crate::rows::{corrupt, money, page};
 use crate::sql::{Each, Sql};
@@ -41,13 +43,16 @@ pub trait RefundRepository: Send + Sync {
         created_at: DateTime<Utc>,
     ) -> Result<Reservation, StoreError>;
 
-    /// Writes the succeeded refund, the charge's refunded amount, the reversing ledger
+    /// Writes each succeeded refund, its charge's refunded amount, its reversing ledger
     /// transaction and its `payment.refunded` outbox event in `transaction`, begun over the
-    /// refund's record.
-    async fn finish_refund(
+    /// refunds' records (one, or a batch of finishes). Refunds of one charge add to its
+    /// refunded amount in the order given. The rows are locked in one order whatever the order
+    /// given, so two transactions finishing refunds never wait for each other in a circle:
+    /// the charges first, by id, then the ledger's balances (storage.md's "Lock order").
+    async fn finish_refunds(
         &self,
         transaction: &mut Transaction,
-        refund: &Refund,
+        refunds: &[&Refund],
     ) -> Result<(), StoreError>;
 
     /// Releases whatever the generation `owner` holds reserved, in `transaction`, begun over
@@ -359,46 +364,20 @@ impl RefundRepository for DatabaseStore {
         })
     }
 
-    async fn finish_refund(
+    async fn finish_refunds(
         &self,
         transaction: &mut Transaction,
-        refund: &Refund,
+        refunds: &[&Refund],
     ) -> Result<(), StoreError> {
-        let RefundStatus::Succeeded {
-            processor_refund_id,
-        } = &refund.status
-        else {
-            return Err(StoreError::Corrupt(format!(
-                "refund {} finished without a processor refund",
-                refund.id
-            )));
-        };
-        let mut connection = transaction.connection();
-        let succeeded = Sql::new(SUCCEED_REFUND)
-            .bind(refund.id.as_uuid())
-            .bind(processor_refund_id.as_str())
-            .execute(&mut connection)
-            .await?;
-        if succeeded != 1 {
-            return Err(StoreError::Corrupt(format!(
-                "refund {} has no reservation to finish",
-                refund.id
-            )));
+        if let [_, _, ..] = refunds
+            && let Connection::Postgres(connection) = transaction.connection()
+        {
+            let charges = refunds.iter().map(|refund| refund.charge.as_uuid());
+            postgres::lock_charges(connection, charges.collect()).await?;
         }
-        let ledger = LedgerTransaction::for_refund(refund);
-        let event = PaymentRefunded::for_refund(refund);
-        Sql::new(POST_REFUND)
-            .bind(ledger.id())
-            .bind(refund.charge.as_uuid())
-            .bind(refund.id.as_uuid())
-            .bind(refund.tenant.as_str())
-            .bind(refund.money.amount.minor_units())
-            .bind(posting::entries(&ledger))
-            .bind(event.event_id)
-            .bind(PAYMENT_REFUNDED)
-            .bind(posting::payload(&event)?)
-            .execute(&mut connection)
-            .await?;
+        for refund in posting::in_balance_order(refunds, |r| (&r.tenant, r.money.currency)) {
+            finish_refund(transaction, refund).await?;
+        }
         Ok(())
     }
 
@@ -462,6 +441,46 @@ impl RefundRepository for DatabaseStore {
             .await?;
         refund_page(rows, page.limit).map(Some)
     }
+}
+
+/// One succeeded refund's rows, as [`RefundRepository::finish_refunds`] writes each.
+async fn finish_refund(transaction: &mut Transaction, refund: &Refund) -> Result<(), StoreError> {
+    let RefundStatus::Succeeded {
+        processor_refund_id,
+    } = &refund.status
+    else {
+        return Err(StoreError::Corrupt(format!(
+            "refund {} finished without a processor refund",
+            refund.id
+        )));
+    };
+    let mut connection = transaction.connection();
+    let succeeded = Sql::new(SUCCEED_REFUND)
+        .bind(refund.id.as_uuid())
+        .bind(processor_refund_id.as_str())
+        .execute(&mut connection)
+        .await?;
+    if succeeded != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "refund {} has no reservation to finish",
+            refund.id
+        )));
+    }
+    let ledger = LedgerTransaction::for_refund(refund);
+    let event = PaymentRefunded::for_refund(refund);
+    Sql::new(POST_REFUND)
+        .bind(ledger.id())
+        .bind(refund.charge.as_uuid())
+        .bind(refund.id.as_uuid())
+        .bind(refund.tenant.as_str())
+        .bind(refund.money.amount.minor_units())
+        .bind(posting::entries(&ledger))
+        .bind(event.event_id)
+        .bind(PAYMENT_REFUNDED)
+        .bind(posting::payload(&event)?)
+        .execute(&mut connection)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ impl AsTheEngineWrites for Arc<dyn Store> {
         response: &StoredResponse,
     ) -> Result<Completion, Failure> {
         let write = async |transaction: &mut Transaction| {
-            RefundRepository::finish_refund(self.as_ref(), transaction, refund).await
+            RefundRepository::finish_refunds(self.as_ref(), transaction, &[refund]).await
         };
         end_in_transaction(self.as_ref(), owner, End::Made(response), write).await
     }
@@ -200,6 +200,12 @@ fn admin_url() -> String {
 }
 
 async fn test_db(backend: Backend) -> TestDb {
+    test_db_created(backend, "").await
+}
+
+/// A store as [`test_db`] makes one, its PostgreSQL database created with `options`
+/// (`CREATE DATABASE name options`).
+async fn test_db_created(backend: Backend, options: &str) -> TestDb {
     sqlx::any::install_default_drivers();
     let (url, cleanup) = match backend {
         Backend::Postgres => {
@@ -208,7 +214,7 @@ async fn test_db(backend: Backend) -> TestDb {
             let mut conn = PgConnection::connect(&admin).await.unwrap_or_else(|e| {
                 panic!("PostgreSQL is required and not reachable at {admin}: {e}")
             });
-            sqlx::query(&format!("CREATE DATABASE {name}"))
+            sqlx::query(&format!("CREATE DATABASE {name} {options}"))
                 .execute(&mut conn)
                 .await
                 .expect("create database");
@@ -1533,6 +1539,419 @@ mod postgres_feed {
             charges[0], "earlier",
             "the earlier writer's event comes first"
         );
+    }
+}
+
+/// Two transactions that write the ledger (two batches of finishes, on two instances) take
+/// their rows in one order, whatever order their batches hold them in and whatever the
+/// database's collation, so they never wait for each other in a circle: PostgreSQL would break
+/// the circle by failing one of them after its `deadlock_timeout`. In each test a third
+/// transaction holds a row until both batches wait for it, so that, were the rows taken in the
+/// batches' order, they would deadlock every time. SQLite has one writer at a time, so there the
+/// question does not arise.
+mod postgres_lock_order {
+    use payments_domain::{Destination, Payout, PayoutRequest, Refund};
+    use payments_storage::PayoutReservation;
+
+    use super::*;
+
+    const PAYOUTS_CREATE: &str = "payouts.create";
+
+    /// One batch refunds two charges in the order of their ids, the other in the opposite
+    /// order, and waits first, for the second charge: written in the order given, it would
+    /// then hold the second charge while the other held the first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_batches_refunding_the_same_charges_in_opposite_orders_never_deadlock() {
+        let db = test_db(Backend::Postgres).await;
+        let mut charges = [
+            charged(&db, "acme", "first", Currency::Usd).await,
+            charged(&db, "acme", "second", Currency::Usd).await,
+        ];
+        charges.sort_by_key(|charge| charge.as_uuid());
+        let [first, second] = charges;
+        let in_order = vec![
+            refunded(&db, "acme", "in-order-first", first).await,
+            refunded(&db, "acme", "in-order-second", second).await,
+        ];
+        let opposite = vec![
+            refunded(&db, "acme", "opposite-second", second).await,
+            refunded(&db, "acme", "opposite-first", first).await,
+        ];
+        let (in_order_transaction, _) = begun_over(&db, &in_order[0]).await;
+        let (opposite_transaction, _) = begun_over(&db, &opposite[0]).await;
+
+        let mut holder = db.raw.begin().await.expect("begin");
+        sqlx::query("SELECT 1 FROM charges WHERE id = CAST($1 AS uuid) FOR UPDATE")
+            .bind(second.as_uuid().to_string())
+            .execute(&mut *holder)
+            .await
+            .expect("hold the second charge");
+        let opposite = refunds_in(&db, opposite_transaction, opposite);
+        waiting_for_locks(&db, 1).await;
+        let in_order = refunds_in(&db, in_order_transaction, in_order);
+        waiting_for_locks(&db, 2).await;
+        holder.rollback().await.expect("let go");
+
+        let opposite = opposite.await.expect("join");
+        opposite.expect("the batch in the opposite order");
+        in_order.await.expect("join").expect("the batch in order");
+        let refunded: Vec<i64> =
+            sqlx::query_scalar("SELECT amount_refunded FROM charges ORDER BY id")
+                .fetch_all(&db.raw)
+                .await
+                .expect("refunded");
+        assert_eq!(refunded, [20, 20], "each charge, refunded twice by 10");
+        assert_eq!(db.count("ledger_transactions").await, 2 + 4);
+        assert_balances_kept(&db).await;
+    }
+
+    /// One batch pays a tenant out in dollars and then euros, the other in euros and then
+    /// dollars, and waits first, for the euros; both picked the same part of each balance.
+    /// Written in the order given, the first would hold the dollars that the other needs next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_batches_paying_one_tenant_out_in_two_currencies_in_opposite_orders_never_deadlock()
+    {
+        let db = test_db(Backend::Postgres).await;
+        charged(&db, "acme", "dollars", Currency::Usd).await;
+        charged(&db, "acme", "euros", Currency::Eur).await;
+        let dollars_then_euros = vec![
+            paid(&db, "usd-then-eur-1", Currency::Usd).await,
+            paid(&db, "usd-then-eur-2", Currency::Eur).await,
+        ];
+        let euros_then_dollars = vec![
+            paid(&db, "eur-then-usd-1", Currency::Eur).await,
+            paid(&db, "eur-then-usd-2", Currency::Usd).await,
+        ];
+        let (dollars_first, part) = begun_over(&db, &dollars_then_euros[0]).await;
+        let euros_first = begun_in_part(&db, &euros_then_dollars[0], part).await;
+
+        let holder = hold_balance(&db, "acme", "EUR", part).await;
+        let euros_first = payouts_in(&db, euros_first, euros_then_dollars);
+        waiting_for_locks(&db, 1).await;
+        let dollars_first = payouts_in(&db, dollars_first, dollars_then_euros);
+        waiting_for_locks(&db, 2).await;
+        holder.rollback().await.expect("let go");
+
+        let euros_first = euros_first.await.expect("join");
+        euros_first.expect("euros, then dollars");
+        dollars_first
+            .await
+            .expect("join")
+            .expect("dollars, then euros");
+        let paid_out: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM ledger_transactions WHERE payout_id IS NOT NULL",
+        )
+        .fetch_one(&db.raw)
+        .await
+        .expect("payouts posted");
+        assert_eq!(paid_out, 4);
+        assert_balances_kept(&db).await;
+    }
+
+    /// A batch of charges of two tenants is one statement, whose trigger takes the tenants'
+    /// balances in the order of their bytes, as a batch of refunds takes them, and not in the
+    /// collation's: under `en`, `acme` comes before `Beta`, in bytes after it. The refunds wait
+    /// first, for `Beta`'s balance; had the charges taken `acme`'s before they waited for it
+    /// too, each batch would hold what the other needs next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_of_charges_and_one_of_refunds_of_two_tenants_never_deadlock_in_any_collation()
+    {
+        let collated = "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en'";
+        let db = test_db_created(Backend::Postgres, collated).await;
+        let acme = charged(&db, "acme", "acme-refunded", Currency::Usd).await;
+        let beta = charged(&db, "Beta", "beta-refunded", Currency::Usd).await;
+        let refunds = vec![
+            refunded(&db, "acme", "acme-refund", acme).await,
+            refunded(&db, "Beta", "beta-refund", beta).await,
+        ];
+        let charges = vec![
+            charging(&db, "acme", "acme-charge", Currency::Usd).await,
+            charging(&db, "Beta", "beta-charge", Currency::Usd).await,
+        ];
+        let (charges_transaction, part) = begun_over(&db, &charges[0]).await;
+        let refunds_transaction = begun_in_part(&db, &refunds[0], part).await;
+
+        let holder = hold_balance(&db, "Beta", "USD", part).await;
+        let refunds = refunds_in(&db, refunds_transaction, refunds);
+        waiting_for_locks(&db, 1).await;
+        let store = db.store.clone();
+        let charges = tokio::spawn(async move {
+            let mut transaction = charges_transaction;
+            let rows: Vec<&Charge> = charges.iter().map(|member| &member.rows).collect();
+            store.insert_charges(&mut transaction, &rows).await?;
+            end_and_commit(store.as_ref(), transaction, &charges).await
+        });
+        waiting_for_locks(&db, 2).await;
+        holder.rollback().await.expect("let go");
+
+        refunds.await.expect("join").expect("the refunds");
+        charges.await.expect("join").expect("the charges");
+        assert_eq!(db.count("charges").await, 4);
+        assert_eq!(db.count("ledger_transactions").await, 2 + 2 + 2);
+        assert_balances_kept(&db).await;
+    }
+
+    /// A member of a batch of finishes: its record's scope, key and fence, and its rows.
+    struct Member<R> {
+        scope: Scope,
+        key: IdempotencyKey,
+        fence: Fence,
+        rows: R,
+    }
+
+    impl<R> Member<R> {
+        fn owner(&self) -> Owner<'_> {
+            Owner::new(&self.scope, &self.key, self.fence)
+        }
+    }
+
+    /// Claims `name` for `tenant`'s `operation`.
+    async fn claimed(
+        db: &TestDb,
+        tenant: &str,
+        operation: &str,
+        name: &str,
+    ) -> (Scope, IdempotencyKey, Claimed) {
+        let scope = Scope {
+            tenant: tenant.into(),
+            operation: operation.into(),
+        };
+        let key = key(name);
+        let claimed = db.claim_owned(&scope, &key).await;
+        (scope, key, claimed)
+    }
+
+    /// A charge of 100 in `currency` under `tenant`'s key `name`, claimed and not yet written.
+    async fn charging(db: &TestDb, tenant: &str, name: &str, currency: Currency) -> Member<Charge> {
+        let (scope, key, claimed) = claimed(db, tenant, CHARGES_CREATE, name).await;
+        let rows = Charge {
+            tenant: TenantId::new(tenant),
+            money: Money::new(Amount::new(100).expect("amount"), currency),
+            processor_charge_id: format!("sim_{name}"),
+            ..charge_for(&claimed)
+        };
+        let fence = claimed.fence();
+        Member {
+            scope,
+            key,
+            fence,
+            rows,
+        }
+    }
+
+    /// A charge of 100 in `currency` under `tenant`'s key `name`, finished alone.
+    async fn charged(db: &TestDb, tenant: &str, name: &str, currency: Currency) -> ChargeId {
+        let charge = charging(db, tenant, name, currency).await;
+        let done = db
+            .store
+            .finish_charge(charge.owner(), &charge.rows, &response("charge"))
+            .await
+            .expect("finish the charge");
+        assert!(matches!(done, Completion::Stored { .. }));
+        charge.rows.id
+    }
+
+    /// A refund of 10 of `charge` under `tenant`'s key `name`, reserved and succeeded at the
+    /// processor, not yet written.
+    async fn refunded(db: &TestDb, tenant: &str, name: &str, charge: ChargeId) -> Member<Refund> {
+        let (scope, key, claimed) = claimed(db, tenant, REFUNDS_CREATE, name).await;
+        let owner = Owner::new(&scope, &key, claimed.fence());
+        let reservation = db
+            .store
+            .reserve_refund(owner, &refund_of(charge, Some(10)), created_at())
+            .await
+            .expect("reserve")
+            .expect("the claim's own record");
+        let rows = reserved(reservation).succeeded(format!("re_sim_{name}"));
+        let fence = claimed.fence();
+        Member {
+            scope,
+            key,
+            fence,
+            rows,
+        }
+    }
+
+    /// A payout of 10 in `currency` under `acme`'s key `name`, reserved and paid at the
+    /// processor, not yet written.
+    async fn paid(db: &TestDb, name: &str, currency: Currency) -> Member<Payout> {
+        let (scope, key, claimed) = claimed(db, "acme", PAYOUTS_CREATE, name).await;
+        let owner = Owner::new(&scope, &key, claimed.fence());
+        let request = PayoutRequest {
+            money: Money::new(Amount::new(10).expect("amount"), currency),
+            destination: Destination::new("ba_lock_order").expect("destination"),
+            description: None,
+        };
+        let mut transaction = db.records.begin(owner).await.expect("begin").expect("own");
+        let reservation = db
+            .store
+            .reserve_payout(&mut transaction, owner, &request, created_at())
+            .await
+            .expect("reserve");
+        db.records.commit(transaction).await.expect("commit");
+        let PayoutReservation::Reserved(payout) = reservation else {
+            panic!("expected a reservation, got {reservation:?}");
+        };
+        let rows = payout.paid(format!("po_sim_{name}"));
+        let fence = claimed.fence();
+        Member {
+            scope,
+            key,
+            fence,
+            rows,
+        }
+    }
+
+    /// A transaction begun to end `member`'s record, as a batch of finishes begins, and the part
+    /// of the ledger's balances it writes to (its id modulo 64).
+    async fn begun_over<R>(db: &TestDb, member: &Member<R>) -> (Transaction, i64) {
+        let begun = db.records.begin_ending(member.owner()).await;
+        let mut transaction = begun.expect("begin").expect("own");
+        let payments_idempotency_sql::Connection::Postgres(connection) = transaction.connection()
+        else {
+            unreachable!("a PostgreSQL store")
+        };
+        let part = sqlx::query_scalar("SELECT txid_current() % 64")
+            .fetch_one(connection)
+            .await
+            .expect("part");
+        (transaction, part)
+    }
+
+    /// A transaction begun as [`begun_over`] begins one, in `part`: each try that picked
+    /// another part is rolled back, and the next one takes another id.
+    async fn begun_in_part<R>(db: &TestDb, member: &Member<R>, part: i64) -> Transaction {
+        for _ in 0..10_000 {
+            let (transaction, its_part) = begun_over(db, member).await;
+            if its_part == part {
+                return transaction;
+            }
+        }
+        panic!("no transaction in part {part}");
+    }
+
+    /// Holds the part `part` of `tenant`'s `customer_payments` balance in `currency`, in a
+    /// transaction of its own, until it is rolled back. The row exists before it is held, so
+    /// that the transactions that wait for it take it in turn.
+    async fn hold_balance(
+        db: &TestDb,
+        tenant: &str,
+        currency: &str,
+        part: i64,
+    ) -> sqlx::Transaction<'static, sqlx::Any> {
+        sqlx::query(
+            "INSERT INTO ledger_balances (tenant_id, account, currency, part, amount)
+             VALUES ($1, 'customer_payments', $2, $3, 0) ON CONFLICT DO NOTHING",
+        )
+        .bind(tenant)
+        .bind(currency)
+        .bind(part)
+        .execute(&db.raw)
+        .await
+        .expect("the balance's part");
+        let mut holder = db.raw.begin().await.expect("begin");
+        sqlx::query(
+            "SELECT 1 FROM ledger_balances
+             WHERE tenant_id = $1 AND account = 'customer_payments' AND currency = $2
+               AND part = $3
+             FOR UPDATE",
+        )
+        .bind(tenant)
+        .bind(currency)
+        .bind(part)
+        .execute(&mut *holder)
+        .await
+        .expect("hold the balance");
+        holder
+    }
+
+    type Written = tokio::task::JoinHandle<Result<(), Failure>>;
+
+    /// The refunds written together in `transaction`, in a task of their own, as a batch of
+    /// finishes writes them: their rows, their records' ends, one commit.
+    fn refunds_in(
+        db: &TestDb,
+        mut transaction: Transaction,
+        batch: Vec<Member<Refund>>,
+    ) -> Written {
+        let store = db.store.clone();
+        tokio::spawn(async move {
+            let refunds: Vec<&Refund> = batch.iter().map(|member| &member.rows).collect();
+            store.finish_refunds(&mut transaction, &refunds).await?;
+            end_and_commit(store.as_ref(), transaction, &batch).await
+        })
+    }
+
+    /// The payouts written together in `transaction`, as [`refunds_in`] writes refunds.
+    fn payouts_in(
+        db: &TestDb,
+        mut transaction: Transaction,
+        batch: Vec<Member<Payout>>,
+    ) -> Written {
+        let store = db.store.clone();
+        tokio::spawn(async move {
+            let payouts: Vec<&Payout> = batch.iter().map(|member| &member.rows).collect();
+            store.finish_payouts(&mut transaction, &payouts).await?;
+            end_and_commit(store.as_ref(), transaction, &batch).await
+        })
+    }
+
+    /// Each member's record ended with its answer in `transaction`, then one commit.
+    async fn end_and_commit<R>(
+        store: &dyn Store,
+        mut transaction: Transaction,
+        batch: &[Member<R>],
+    ) -> Result<(), Failure> {
+        let records = store.records();
+        for member in batch {
+            let end = End::Made(&response("201"));
+            let completion = records.end(&mut transaction, member.owner(), end).await?;
+            assert!(
+                matches!(completion, Completion::Stored { .. }),
+                "{completion:?}"
+            );
+        }
+        records.commit(transaction).await?;
+        Ok(())
+    }
+
+    /// Waits until `count` of the database's transactions wait for a lock.
+    async fn waiting_for_locks(db: &TestDb, count: i64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&db.raw)
+            .await
+            .expect("waiting");
+            if waiting == count {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{waiting} transactions wait for a lock, not {count}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The balances the database keeps are the sums of the ledger's entries.
+    async fn assert_balances_kept(db: &TestDb) {
+        let sums = async |table: &str| -> Vec<(String, String, String, i64)> {
+            sqlx::query_as(&format!(
+                "SELECT tenant_id, account, currency, CAST(sum(amount) AS BIGINT) FROM {table}
+                 GROUP BY tenant_id, account, currency HAVING sum(amount) <> 0
+                 ORDER BY tenant_id, account, currency"
+            ))
+            .fetch_all(&db.raw)
+            .await
+            .expect(table)
+        };
+        let kept = sums("ledger_balances").await;
+        assert!(!kept.is_empty());
+        assert_eq!(kept, sums("ledger_entries").await);
     }
 }
 

@@ -173,9 +173,7 @@ impl FinishesInBatches for CreatePayout {
         transaction: &mut Transaction,
         payouts: &[&Payout],
     ) -> Result<(), ProtocolError> {
-        for payout in payouts {
-            self.0.store.finish_payout(transaction, payout).await?;
-        }
+        self.0.store.finish_payouts(transaction, payouts).await?;
         failpoint::in_batch_of_finishes(payouts.len());
         Ok(())
     }

@@ -200,9 +200,7 @@ impl FinishesInBatches for CreateRefund {
         transaction: &mut Transaction,
         refunds: &[&Refund],
     ) -> Result<(), ProtocolError> {
-        for refund in refunds {
-            self.0.store.finish_refund(transaction, refund).await?;
-        }
+        self.0.store.finish_refunds(transaction, refunds).await?;
         failpoint::in_batch_of_finishes(refunds.len());
         Ok(())
     }
