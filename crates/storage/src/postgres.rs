@@ -1,8 +1,8 @@
 //! What PostgreSQL's store does its own way: a charge's finish is one statement (and a batch
-//! of charges' finishes one statement too), the outbox
-//! relay locks its rows for the round (`FOR UPDATE SKIP LOCKED`), a batch of refunds locks its
-//! charges before it posts, migrations run without the
-//! statement timeout, and the server's synchronous settings are read for `Store::durability`.
+//! of charges' finishes one statement too), a batch of refunds locks its charges before it
+//! posts, the outbox relay locks its rows for the round (`FOR UPDATE SKIP LOCKED`), migrations
+//! run without the statement timeout, and the server's synchronous settings are read for
+//! `Store::durability`.
 
 use payments_domain::{Charge, LedgerTransaction, PAYMENT_COMPLETED, PaymentCompleted};
 use payments_idempotency_sql::PgRecords;
