@@ -7,8 +7,8 @@
 # `payments` command line driven through a faulty network in the black-box suite), the
 # embedded-mode and end-to-end tests, and last the contract test against openapi.yaml.
 # Everything is built once with every feature but `next-version` (the crash tests need the
-# `failpoints` build); the api binary once with `next-version`, the other half of a fleet
-# mid-deploy in the rolling-deploy tests; then the api crate once more without features, for
+# `failpoints` build); the api crate once more with `next-version` too, the other half of a
+# fleet mid-deploy in the rolling-deploy tests; then the api crate once more without features, for
 # the test of the build people deploy. The
 # black-box suite includes a kill -9 soak of about 20 s per backend. The HA soak
 # (scripts/ha/soak.sh) then runs the deployed build on Patroni, HAProxy and Redis Sentinel while
@@ -188,11 +188,13 @@ step "Tests (cargo test --workspace, every feature but next-version; database te
 # Every feature of the workspace but `next-version`, which would make every test's service the
 # next schema version: a feature added to a crate is added here.
 TEST_FEATURES=payments-api/failpoints,payments-api/bench,payments-idempotency/memory,payments-idempotency/conformance,payments-storage/bench
-# The rolling-deploy tests run the build one schema version up beside the tests' own. Cargo
-# keeps both builds' artifacts apart, so neither rebuilds the other; the binary is copied out
-# before the tests' build takes the name `payments-api` back.
+# The rolling-deploy tests run the build one schema version up beside the tests' own. It is
+# built as the tests' build is (the whole workspace, every target, the same features and
+# `next-version`), so that the two share every dependency, compiled once, and differ only in the
+# api crate. Cargo keeps both builds' artifacts apart, so neither rebuilds the other; the binary
+# is copied out before the tests' build takes the name `payments-api` back.
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}"
-cargo build -p payments-api --bin payments-api --features next-version,failpoints --locked
+cargo build --workspace --all-targets --features "$TEST_FEATURES,payments-api/next-version" --locked
 mkdir -p "$TARGET/next-version"
 cp "$TARGET/debug/payments-api" "$TARGET/next-version/payments-api"
 export PAYMENTS_NEXT_VERSION_BIN="$TARGET/next-version/payments-api"
