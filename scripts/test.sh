@@ -8,9 +8,9 @@
 # embedded-mode and end-to-end tests, and last the contract test against openapi.yaml.
 # Everything is built once with every feature but `next-version` (the crash tests need the
 # `failpoints` build); the api crate once more with `next-version` too, the other half of a
-# fleet mid-deploy in the rolling-deploy tests; then the api crate once more without features, for
-# the test of the build people deploy. The
-# black-box suite includes a kill -9 soak of about 20 s per backend. The HA soak
+# fleet mid-deploy in the rolling-deploy tests; then the workspace's own crates once more
+# without features, for the test of the build people deploy. The dependencies are compiled once
+# for all three. The black-box suite includes a kill -9 soak of about 20 s per backend. The HA soak
 # (scripts/ha/soak.sh) then runs the deployed build on Patroni, HAProxy and Redis Sentinel while
 # their nodes are killed and frozen: about two minutes; it installs etcd, Patroni, HAProxy and
 # redis-sentinel from Debian when they are missing (as root; otherwise it prints the install line).
@@ -208,8 +208,10 @@ cargo test -p payments-idempotency --all-features --locked --test engine_schedul
     grep -E '^(explored|test result|ENGINE_SEED)'
 
 step "The deployed build (no failpoints): the crash, pause and fail variables do nothing"
-# Rebuilds only the api crate without features; the contract step below uses this binary too.
-cargo test -p payments-api --test api --locked -- without_failpoints::
+# Rebuilds only the workspace's own crates without features (the whole workspace is selected,
+# so that every dependency is the tests' build's, compiled once); the HA soak and the contract
+# step below use this binary too.
+cargo test --workspace --test api --locked -- without_failpoints::
 
 step "The HA soak (scripts/ha/soak.sh: Patroni, HAProxy, Sentinel and three instances, faults in turn)"
 # The deployed build of the step above; the soak's topology has ports of its own (25000-26383).
