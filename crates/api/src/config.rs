@@ -65,6 +65,10 @@ pub struct DatabaseSettings {
     pub max_connections: u32,
     pub acquire_timeout_ms: u64,
     pub statement_timeout_ms: u64,
+    /// How long a statement waits for a row another transaction holds (PostgreSQL).
+    pub lock_timeout_ms: u64,
+    /// How long PostgreSQL lets a session sit inside a transaction without a statement.
+    pub idle_in_transaction_timeout_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -321,6 +325,11 @@ impl Settings {
                 "database.statement_timeout_ms",
                 self.database.statement_timeout_ms,
             ),
+            ("database.lock_timeout_ms", self.database.lock_timeout_ms),
+            (
+                "database.idle_in_transaction_timeout_ms",
+                self.database.idle_in_transaction_timeout_ms,
+            ),
             ("server.body_timeout_ms", self.server.body_timeout_ms),
             (
                 "server.header_limit_bytes",
@@ -347,6 +356,15 @@ impl Settings {
         }
         let tenant_rate = TenantRate::new(self.auth.rate_limit_per_sec, self.auth.rate_limit_burst)
             .map_err(|refused| invalid(refused.key(), "must be at least 1"))?;
+        // The outbox relay keeps its transaction open while Redis takes the events (at most
+        // redis.stream_timeout_ms); the database must not end it meanwhile.
+        if self.database.idle_in_transaction_timeout_ms <= self.redis.stream_timeout_ms {
+            return Err(invalid(
+                "database.idle_in_transaction_timeout_ms",
+                "must be longer than redis.stream_timeout_ms, which the outbox relay may wait \
+                 inside a transaction",
+            ));
+        }
         let policy = IdempotencyPolicy::new(
             Duration::from_secs(self.idempotency.ttl_secs),
             Duration::from_secs(self.idempotency.lock_timeout_secs),
@@ -532,6 +550,10 @@ impl Settings {
                 max_connections: self.database.max_connections,
                 acquire_timeout: Duration::from_millis(self.database.acquire_timeout_ms),
                 statement_timeout: Duration::from_millis(self.database.statement_timeout_ms),
+                lock_timeout: Duration::from_millis(self.database.lock_timeout_ms),
+                idle_in_transaction_timeout: Duration::from_millis(
+                    self.database.idle_in_transaction_timeout_ms,
+                ),
             },
             policy,
             recent_answers_bytes: self.idempotency.recent_answers_bytes,

@@ -163,6 +163,15 @@ pub enum ApiError {
         "The service cannot reach its database. Retry the request with the same Idempotency-Key."
     )]
     StoreUnavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// 503 `store_busy`: the database answered, but a row this request needs stayed held by
+    /// another transaction for longer than `database.lock_timeout_ms` (another request of the
+    /// same tenant, or an instance that stopped mid-transaction); nothing of this step was
+    /// written, and whatever the request did before it is resumed by a retry.
+    #[error(
+        "A record this request needs is held by another transaction. Retry the request with the \
+         same Idempotency-Key."
+    )]
+    StoreBusy(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// 500 `internal`.
     #[error("An internal error occurred.")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -202,6 +211,7 @@ impl ApiError {
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::ProcessorUnavailable
             | Self::StoreUnavailable(_)
+            | Self::StoreBusy(_)
             | Self::Overloaded
             | Self::Timeout => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -243,6 +253,7 @@ impl ApiError {
             Self::Timeout => "timeout",
             Self::Overloaded => "overloaded",
             Self::StoreUnavailable(_) => "store_unavailable",
+            Self::StoreBusy(_) => "store_busy",
             Self::Internal(_) => "internal",
         }
     }
@@ -254,6 +265,7 @@ impl ApiError {
             | Self::RateLimited { retry_after_secs } => Some(*retry_after_secs),
             Self::ProcessorUnavailable
             | Self::StoreUnavailable(_)
+            | Self::StoreBusy(_)
             | Self::Overloaded
             | Self::TenantInFlightLimit
             | Self::Timeout => Some(1),
@@ -312,6 +324,7 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Unavailable(_) => Self::StoreUnavailable(Box::new(error)),
+            StoreError::Busy(_) => Self::StoreBusy(Box::new(error)),
             other => Self::Internal(Box::new(other)),
         }
     }
@@ -335,6 +348,9 @@ impl From<ProtocolError> for ApiError {
             ProtocolError::EffectUnavailable => Self::ProcessorUnavailable,
             ProtocolError::Store(failure) if failure.is_unavailable() => {
                 Self::StoreUnavailable(failure.into_source())
+            }
+            ProtocolError::Store(failure) if failure.is_busy() => {
+                Self::StoreBusy(failure.into_source())
             }
             ProtocolError::Store(failure) => Self::Internal(failure.into_source()),
             ProtocolError::Internal(error) => Self::Internal(error),
@@ -426,6 +442,7 @@ mod tests {
             },
             ApiError::Overloaded,
             ApiError::StoreUnavailable("down".into()),
+            ApiError::StoreBusy("held".into()),
             ApiError::Internal("bug".into()),
         ];
         for error in &every {
@@ -463,6 +480,7 @@ mod tests {
                 | ApiError::RateLimited { .. }
                 | ApiError::Overloaded
                 | ApiError::StoreUnavailable(_)
+                | ApiError::StoreBusy(_)
                 | ApiError::Internal(_) => {}
             }
         }

@@ -1,6 +1,8 @@
 //! The record store's one error type, and how a database error is judged: unavailable (the
 //! database could not be reached or did not answer: a retry later may succeed, and nothing was
-//! written) or anything else.
+//! written), busy (the database answered, but a row the statement needed stayed held by another
+//! transaction for longer than the connection's `lock_timeout`: nothing was written either) or
+//! anything else.
 
 use payments_idempotency::engine::StoreFailure;
 use sqlx::error::DatabaseError;
@@ -11,6 +13,11 @@ pub enum Error {
     /// The database could not be reached or did not answer in time.
     #[error("the database is unavailable")]
     Unavailable(#[source] sqlx::Error),
+    /// A row (or table) the statement needed stayed held by another transaction for longer than
+    /// the connection's `lock_timeout`: the statement was cancelled, having written nothing.
+    /// Not unavailability: the database answered, and every other row is free.
+    #[error("a row the statement needed is held by another transaction")]
+    Busy(#[source] sqlx::Error),
     /// Any other database error.
     #[error("database error")]
     Database(#[source] sqlx::Error),
@@ -35,6 +42,9 @@ impl From<sqlx::Error> for Error {
             }
             return Self::Unavailable(error);
         }
+        if is_busy(&error) {
+            return Self::Busy(error);
+        }
         Self::Database(error)
     }
 }
@@ -44,6 +54,7 @@ impl From<Error> for StoreFailure {
     fn from(error: Error) -> Self {
         match error {
             Error::Unavailable(_) => Self::unavailable(error),
+            Error::Busy(_) => Self::busy(error),
             Error::BatchFailed(_) => Self::batch_failed(error),
             other => Self::other(other),
         }
@@ -62,16 +73,28 @@ pub fn sqlite_code(db: &dyn DatabaseError) -> Option<i32> {
 
 /// A write on a primary that has been demoted to a standby.
 const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+/// A lock wait cancelled by `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 const SQLITE_BUSY: i32 = 5;
 const SQLITE_LOCKED: i32 = 6;
 
 /// Whether PostgreSQL refused a write because the node is (now) a standby.
 fn is_read_only(error: &sqlx::Error) -> bool {
+    postgres_code_is(error, READ_ONLY_SQL_TRANSACTION)
+}
+
+/// Whether PostgreSQL cancelled the statement at its `lock_timeout`: a row or table it
+/// waited for stayed held by another transaction.
+pub fn is_busy(error: &sqlx::Error) -> bool {
+    postgres_code_is(error, LOCK_NOT_AVAILABLE)
+}
+
+fn postgres_code_is(error: &sqlx::Error, expected: &str) -> bool {
     error
         .as_database_error()
         .filter(|db| sqlite_code(*db).is_none())
         .and_then(|db| db.code())
-        .is_some_and(|code| code == READ_ONLY_SQL_TRANSACTION)
+        .is_some_and(|code| code == expected)
 }
 
 /// Whether `error` means the database could not be reached or did not answer: nothing ran, and

@@ -33,7 +33,7 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{PgConnection, Postgres, SqliteConnection};
 
 pub use commits::{CommitObserver, GroupCommit, GroupCommits};
-pub use error::{Error, distrusts_connections, is_unavailable, no_answer, sqlite_code};
+pub use error::{Error, distrusts_connections, is_busy, is_unavailable, no_answer, sqlite_code};
 pub use postgres::PgRecords;
 use sqlite::Sharing;
 pub use sqlite::{SqliteRecords, WriteTx};
@@ -50,6 +50,17 @@ pub struct PoolSettings {
     /// held forever or a node too loaded to answer fails a request as unavailable instead of
     /// holding it to its timeout.
     pub statement_timeout: Duration,
+    /// PostgreSQL cancels a statement that waits longer for a row (or table) another
+    /// transaction holds (`lock_timeout`): the call fails as busy ([`Error::Busy`]), and only
+    /// the requests that need that row wait for it. Shorter than `statement_timeout`, or a held
+    /// row is told apart from a database that does not answer only by the latter's margin.
+    pub lock_timeout: Duration,
+    /// PostgreSQL ends a session that stays this long inside a transaction without sending a
+    /// statement (`idle_in_transaction_session_timeout`), rolling the transaction back: an
+    /// instance frozen or cut off mid-transaction holds its rows for this long at most, and
+    /// the fence refuses whatever it writes later. Longer than any wait between two statements
+    /// of one transaction (the outbox relay's publish, on PostgreSQL).
+    pub idle_in_transaction_timeout: Duration,
 }
 
 /// Where the records live, parsed from a database URL.
@@ -507,7 +518,7 @@ impl RecordStore for SqlRecords {
 
     async fn begin_batch(&self) -> Result<Option<Transaction>, StoreFailure> {
         Ok(match self {
-            Self::Postgres(records) => Some(Transaction::Postgres(records.begin_ending().await?)),
+            Self::Postgres(records) => Some(Transaction::Postgres(records.begin_batch().await?)),
             Self::Sqlite(_) => None,
         })
     }

@@ -778,6 +778,8 @@ fn another_instance(records: &SqlRecords) -> SqlRecords {
         max_connections: 8,
         acquire_timeout: Duration::from_secs(10),
         statement_timeout: Duration::from_secs(30),
+        lock_timeout: Duration::from_secs(30),
+        idle_in_transaction_timeout: Duration::from_secs(60),
     };
     SqlRecords::Postgres(PgRecords::new(
         records.pool().clone(),
@@ -856,5 +858,87 @@ async fn two_instances_claiming_the_same_keys_in_opposite_orders_never_deadlock(
         (commits(&one).failed, commits(&two).failed),
         (0, 0),
         "no statement failed (a deadlock fails one of the two)"
+    );
+}
+
+/// A store on the records' database whose connections wait at most `lock_timeout` for a row
+/// another transaction holds.
+fn waiting_at_most(records: &SqlRecords, lock_timeout: Duration) -> SqlRecords {
+    let SqlRecords::Postgres(records) = records else {
+        panic!("PostgreSQL's records");
+    };
+    let settings = PoolSettings {
+        max_connections: 8,
+        acquire_timeout: Duration::from_secs(10),
+        statement_timeout: Duration::from_secs(30),
+        lock_timeout,
+        idle_in_transaction_timeout: Duration::from_secs(60),
+    };
+    let options = records.pool().connect_options().as_ref().clone();
+    SqlRecords::Postgres(PgRecords::new(
+        payments_idempotency_sql::postgres::connect_lazy(options, &settings),
+        &settings,
+        records.policy(),
+    ))
+}
+
+/// A record held by a transaction that does not end (an instance frozen between a finish's
+/// completion and its commit) holds up no claim of another key: the statement its key's retry
+/// shares with other tenants' fresh claims only reads it, inserts the others and fails nothing;
+/// the retry, whose record's lock has ended, waits for the row under the lock at most the
+/// store's `lock_timeout`, and is answered as in flight, as it would be while the lock lasted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_held_by_a_transaction_holds_up_only_its_own_claim() {
+    let fresh = common::on(Backend::Postgres).await;
+    let records = Arc::new(waiting_at_most(&fresh.records, Duration::from_millis(300)));
+    owned(&records, "held", 1).await;
+    let mut frozen = connection(&records).await;
+    for statement in [
+        // Its lock ended: a retry would take it over, under the row's lock.
+        "UPDATE idempotency_records SET locked_until = now() - interval '1 minute'",
+        "BEGIN",
+        "UPDATE idempotency_records SET updated_at = now() WHERE idempotency_key = 'held'",
+    ] {
+        sqlx::query(statement)
+            .execute(&mut frozen)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+
+    let before = records.group_commits();
+    let (gate, claims) = queue_behind(&records, "gate", 1, ["fresh-a", "held", "fresh-b"]).await;
+    let_go(gate).await;
+    let verdicts = verdicts(claims).await;
+    let after = records.group_commits();
+
+    assert_eq!(
+        verdicts,
+        ["owned", "owned", "in flight", "owned"],
+        "the gate, fresh-a, the held key's retry and fresh-b, while the row is still held"
+    );
+    assert_eq!(
+        (
+            after.commits - before.commits,
+            after.writes - before.writes,
+            after.failed - before.failed
+        ),
+        (2, 4, 0),
+        "the gate's statement, then one of the three claims, which failed nothing"
+    );
+    for name in ["fresh-a", "fresh-b"] {
+        assert_eq!(
+            state(&records, name).await,
+            Some((RecordState::Pending, 1)),
+            "{name}"
+        );
+    }
+    sqlx::query("ROLLBACK")
+        .execute(&mut frozen)
+        .await
+        .unwrap_or_else(|e| panic!("rollback: {e}"));
+    assert_eq!(
+        claim_verdict(&records, "held", 1).await,
+        "owned",
+        "the retry takes the record over once its row is let go"
     );
 }

@@ -126,6 +126,8 @@ async fn a_role_that_may_not_analyze_the_table_leaves_it_to_autovacuum() {
         max_connections: 1,
         acquire_timeout: Duration::from_secs(10),
         statement_timeout: Duration::from_secs(30),
+        lock_timeout: Duration::from_secs(30),
+        idle_in_transaction_timeout: Duration::from_secs(60),
     };
     let options = owner
         .pool()

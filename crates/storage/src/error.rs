@@ -1,7 +1,7 @@
 //! The storage layer's one error type.
 
 use payments_idempotency::engine::{ProtocolError, StoreFailure};
-use payments_idempotency_sql::{distrusts_connections, is_unavailable, sqlite_code};
+use payments_idempotency_sql::{distrusts_connections, is_busy, is_unavailable, sqlite_code};
 
 /// Why a storage operation failed. The API maps `Unavailable` to 503 (fail closed: no record,
 /// no execution) and everything else to 500.
@@ -10,6 +10,10 @@ pub enum StoreError {
     /// The database could not be reached or did not answer in time.
     #[error("the database is unavailable")]
     Unavailable(#[source] sqlx::Error),
+    /// A row (or table) the statement needed stayed held by another transaction for longer
+    /// than the connection's `lock_timeout`: cancelled, having written nothing.
+    #[error("a row the statement needed is held by another transaction")]
+    Busy(#[source] sqlx::Error),
     /// A named constraint refused the write.
     #[error("constraint {constraint} was violated")]
     Constraint {
@@ -43,6 +47,9 @@ impl From<sqlx::Error> for StoreError {
             }
             return Self::Unavailable(error);
         }
+        if is_busy(&error) {
+            return Self::Busy(error);
+        }
         match violated_constraint(&error) {
             Some(constraint) => Self::Constraint {
                 constraint,
@@ -59,6 +66,7 @@ impl From<payments_idempotency_sql::Error> for StoreError {
         use payments_idempotency_sql::Error;
         match error {
             Error::Unavailable(error) => Self::Unavailable(error),
+            Error::Busy(error) => Self::Busy(error),
             Error::Database(error) => Self::from(error),
             Error::Corrupt(what) => Self::Corrupt(what),
             Error::Unusable(what) => Self::Unusable(what),
@@ -73,6 +81,7 @@ impl From<StoreError> for StoreFailure {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Unavailable(_) => Self::unavailable(error),
+            StoreError::Busy(_) => Self::busy(error),
             StoreError::BatchFailed(_) => Self::batch_failed(error),
             other => Self::other(other),
         }

@@ -234,6 +234,8 @@ async fn test_db_created(backend: Backend, options: &str) -> TestDb {
         max_connections: 20,
         acquire_timeout: std::time::Duration::from_secs(10),
         statement_timeout: std::time::Duration::from_secs(30),
+        lock_timeout: std::time::Duration::from_secs(30),
+        idle_in_transaction_timeout: std::time::Duration::from_secs(60),
     };
     let database = Database::parse(&url).expect("test database URL");
     let store = payments_storage::open_store(&database, &settings, IdempotencyPolicy::default())
@@ -1419,6 +1421,8 @@ async fn records_table_alone(backend: Backend) -> (SqlRecords, Cleanup) {
         max_connections: 2,
         acquire_timeout: Duration::from_secs(10),
         statement_timeout: Duration::from_secs(30),
+        lock_timeout: Duration::from_secs(30),
+        idle_in_transaction_timeout: Duration::from_secs(60),
     };
     let database = Database::parse(&url).expect("test database URL");
     let records = database

@@ -219,6 +219,8 @@ async fn main() -> Result<(), String> {
         max_connections: 16,
         acquire_timeout: Duration::from_secs(5),
         statement_timeout: Duration::from_secs(10),
+        lock_timeout: Duration::from_secs(1),
+        idle_in_transaction_timeout: Duration::from_secs(10),
     };
     let records = database.open(&settings, policy).await;
     let records = records.map_err(|e| format!("ORDERS_DATABASE_URL: {e}"))?;

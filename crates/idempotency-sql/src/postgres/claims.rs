@@ -13,7 +13,10 @@
 //! record the statement found (the store answers from it, or judges the key again under the
 //! lock) or without one (another claim of the statement inserted the key first, or another
 //! transaction while the statement ran: judged under the lock). A statement the database
-//! refused is written again claim by claim, so that one bad row fails only its own request.
+//! refused, or that met a row another transaction held past the `lock_timeout`, is written
+//! again claim by claim, so that one bad or held row fails or delays only its own request.
+//! A key that exists is only read, never waited for: a record held by a transaction (an
+//! instance frozen mid-finish) holds up no statement.
 //! The task writes whether or not the requests still wait: a request that went away leaves its
 //! record pending, as a dropped lone insert would.
 
@@ -259,8 +262,10 @@ fn column<'a, T: ?Sized>(claims: &'a [Queued], value: fn(&'a Queued) -> &'a T) -
 }
 
 /// A failed statement's claims: the one claim of a lone statement gets its error; the claims
-/// of a shared one are written alone if the database refused a row, and fail as unavailable if
-/// it could not be reached (written alone, each would wait for the same silence again).
+/// of a shared one are written alone if the database refused a row or a row was held past the
+/// `lock_timeout` (alone, only the claim of that row waits for it again, and is answered as in
+/// flight), and fail as unavailable if it could not be reached (written alone, each would wait
+/// for the same silence again).
 fn tell_failure(mut claims: Vec<Queued>, error: Error) {
     if claims.len() == 1 {
         let claim = claims.remove(0);

@@ -38,6 +38,10 @@ use crate::row::{
 };
 use crate::{NewClaim, PendingEffect, PoolSettings};
 
+/// The longest a statement of the finishes' queue ([`PgRecords::begin_batch`]) waits for a
+/// row another transaction holds, or the pool's `lock_timeout` if that is shorter.
+pub const BATCH_LOCK_WAIT: Duration = Duration::from_millis(200);
+
 /// The fewest rows changed since the records table was last analyzed that make it worth
 /// analyzing again ([`PgRecords::refresh_statistics`]): below it, a table is small enough that
 /// any plan over it is cheap.
@@ -52,6 +56,9 @@ pub struct PgRecords {
     claims: ClaimQueue,
     /// How long a `BEGIN` may take: a connection from the pool, then the statement's answer.
     begin_bound: Duration,
+    /// Begins the transaction of the finishes' queue: `BEGIN` and its `lock_timeout`
+    /// ([`BATCH_LOCK_WAIT`]), in one round trip.
+    begin_batch: String,
 }
 
 impl PgRecords {
@@ -62,6 +69,10 @@ impl PgRecords {
             pool,
             policy,
             begin_bound: settings.acquire_timeout + settings.statement_timeout + ANSWER_MARGIN,
+            begin_batch: format!(
+                "BEGIN; SET LOCAL lock_timeout = '{}ms'",
+                BATCH_LOCK_WAIT.min(settings.lock_timeout).as_millis()
+            ),
         }
     }
 
@@ -104,7 +115,24 @@ impl PgRecords {
     /// statement ran), goes on to the claim under the lock, which decides again: what the
     /// statement read may have changed since. Two rounds at most: the record can vanish
     /// (reaped) before the locking read, and then the insert is tried once more.
+    ///
+    /// A key whose row another transaction holds for longer than the connection's
+    /// `lock_timeout` (its record being written, or inserted, by an attempt that is slow or
+    /// frozen mid-transaction) is answered as in flight, as a live lock is: that attempt holds
+    /// it, and the claims of every other key go on meanwhile.
     pub(crate) async fn claim(&self, claim: NewClaim<'_>) -> Result<Claim, Error> {
+        match self.claim_waiting_at_most_the_lock_timeout(claim).await {
+            Err(Error::Busy(_)) => Ok(Claim::InFlight {
+                retry_after_secs: 1,
+            }),
+            claimed => claimed,
+        }
+    }
+
+    async fn claim_waiting_at_most_the_lock_timeout(
+        &self,
+        claim: NewClaim<'_>,
+    ) -> Result<Claim, Error> {
         for _ in 0..2 {
             if let Some(claimed) = self.insert_or_answer(&claim).await? {
                 return Ok(claimed);
@@ -222,6 +250,16 @@ impl PgRecords {
     /// matches nothing, and the engine drops the transaction with the operation's rows.
     pub(crate) async fn begin_ending(&self) -> Result<sqlx::Transaction<'static, Postgres>, Error> {
         self.begin_transaction().await
+    }
+
+    /// The transaction of the finishes the engine's queue writes together (one, or a batch):
+    /// [`begin_ending`](Self::begin_ending)'s, whose statements wait for a row another
+    /// transaction holds at most [`BATCH_LOCK_WAIT`]. Behind the queue's writer wait the
+    /// finishes of every tenant of the operation; a finish whose row is held fails the batch
+    /// there, having written nothing, and is written again alone, where it waits as long as
+    /// any statement does without holding up the queue.
+    pub(crate) async fn begin_batch(&self) -> Result<sqlx::Transaction<'static, Postgres>, Error> {
+        self.begin_transaction_with(self.begin_batch.clone().into()).await
     }
 
     pub(crate) async fn end(
@@ -425,8 +463,16 @@ impl PgRecords {
     /// and a transaction whose caller is gone is dropped there, which rolls it back. Once the
     /// caller holds the transaction, dropping it is safe.
     pub async fn begin_transaction(&self) -> Result<sqlx::Transaction<'static, Postgres>, Error> {
+        self.begin_transaction_with("BEGIN".into()).await
+    }
+
+    /// [`begin_transaction`](Self::begin_transaction) with `statement`, which begins it.
+    async fn begin_transaction_with(
+        &self,
+        statement: std::borrow::Cow<'static, str>,
+    ) -> Result<sqlx::Transaction<'static, Postgres>, Error> {
         let pool = self.pool.clone();
-        let begun = tokio::spawn(async move { pool.begin().await });
+        let begun = tokio::spawn(async move { pool.begin_with(statement).await });
         let begun = tokio::time::timeout(self.begin_bound, begun)
             .await
             .map_err(|_| Error::from(no_answer(self.begin_bound)))?;

@@ -121,13 +121,38 @@ pub async fn answered<T>(
     }
 }
 
+/// How the server notices a connection whose peer is gone (a machine that lost power, a
+/// network that drops every packet): TCP keepalives after 10 s of silence, every 5 s, given up
+/// after 3 unanswered (about 25 s in all, where the system's default is over two hours), and
+/// data it sent that stays unacknowledged for 30 s. The session then ends, and its transaction
+/// with it. A frozen process whose kernel still answers is ended by the idle-in-transaction
+/// timeout instead.
+const SERVER_SIDE_TCP: [(&str, u64); 4] = [
+    ("tcp_keepalives_idle", 10),
+    ("tcp_keepalives_interval", 5),
+    ("tcp_keepalives_count", 3),
+    ("tcp_user_timeout", 30_000),
+];
+
 /// A pool that connects lazily: a service starts even while the database is down, answers
 /// 503 until it is back, and recovers without a restart. Its statements are cancelled by the
-/// server at `statement_timeout`, and given up by [`answered`] a little later.
+/// server at `statement_timeout`, and given up by [`answered`] a little later; a statement
+/// waiting for a row another transaction holds is cancelled at `lock_timeout`; and the server
+/// ends a session left idle in a transaction, or whose peer is gone, on its own
+/// ([`PoolSettings::idle_in_transaction_timeout`], [`SERVER_SIDE_TCP`]).
 pub fn connect_lazy(options: PgConnectOptions, settings: &PoolSettings) -> PgPool {
     LazyLock::force(&CLOCK);
-    let timeout_ms = settings.statement_timeout.as_millis();
-    let options = options.options([("statement_timeout", timeout_ms)]);
+    let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    let options = options
+        .options([
+            ("statement_timeout", millis(settings.statement_timeout)),
+            ("lock_timeout", millis(settings.lock_timeout)),
+            (
+                "idle_in_transaction_session_timeout",
+                millis(settings.idle_in_transaction_timeout),
+            ),
+        ])
+        .options(SERVER_SIDE_TCP);
     let bound = settings.statement_timeout + ANSWER_MARGIN;
     ANSWER_BOUND_MS.fetch_max(
         u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),

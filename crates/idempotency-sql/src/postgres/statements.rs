@@ -14,17 +14,23 @@ VALUES ($1, $2, $3, $4, $5, 'pending', 'started', now() + make_interval(secs => 
 ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 RETURNING attempts";
 
-/// The claims of many requests in one statement and one commit: `INSERT_PENDING` for each,
-/// and the record each found instead, read without a lock. Their columns are the arrays `$3` to
-/// `$10` (the lock timeout `$1` and the retention `$2` are the store's, the same for all),
-/// inserted in the arrays' order. One row per claim, by its `position` in the arrays: the
-/// attempt number if its key was inserted (`inserted_attempts`), and the record as it was when
-/// the statement began (`r.*` and the database's clock), which the inserts do not change: a key
-/// that exists comes back with its record, to be answered from without the lock; a key that an
-/// earlier claim of the same statement inserted, or that another transaction committed while the
-/// statement ran, comes back with neither. A key whose record is being rewritten by a
-/// transaction not yet committed (a finish between its completion and its commit) holds the
-/// statement until that transaction ends, and is read as it was before. The arrays are read
+/// The claims of many requests in one statement and one commit: `INSERT_PENDING` for each key
+/// the statement does not find, and the record each found instead, read without a lock. Their
+/// columns are the arrays `$3` to `$10` (the lock timeout `$1` and the retention `$2` are the
+/// store's, the same for all), inserted in the arrays' order. One row per claim, by its
+/// `position` in the arrays: the attempt number if its key was inserted (`inserted_attempts`),
+/// and the record as it was when the statement began (`r.*` and the database's clock), which
+/// the inserts do not change: a key that exists comes back with its record, to be answered from
+/// without the lock; a key that an earlier claim of the same statement inserted, or that another
+/// transaction committed while the statement ran, comes back with neither.
+///
+/// A key the statement finds is not inserted at all (`NOT EXISTS`), only read: an insert that
+/// met its row would wait for whatever transaction holds that row (a finish between its
+/// completion and its commit, or an instance frozen in one), and every claim of the statement,
+/// of every tenant, would wait with it. Only a key another transaction is inserting at that
+/// moment can hold the statement, for as long as that insert's transaction and at most the
+/// connection's `lock_timeout`; the statement then fails, and its claims are written each
+/// alone (`claims.rs`). The arrays are read
 /// through `input`, materialized, so that PostgreSQL plans the statement once, for batches of
 /// every size: arrays it could see would be planned for their length, again for every batch of
 /// fewer claims than its generic plan counts on (which costs more than the statement's run).
@@ -55,6 +61,10 @@ inserted AS (
            claim.resource_id, claim.processor_key, now(), now() + make_interval(secs => $2),
            now(), claim.request_body
     FROM claim
+    WHERE NOT EXISTS (
+        SELECT 1 FROM idempotency_records r
+        WHERE r.tenant_id = claim.tenant_id AND r.operation = claim.operation
+          AND r.idempotency_key = claim.idempotency_key)
     ORDER BY claim.position
     ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
     RETURNING resource_id, attempts
@@ -72,7 +82,9 @@ SELECT r.*, now() AS db_now FROM idempotency_records r
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3";
 
 /// The same, under the row lock: concurrent claims of one existing key queue here, so that
-/// exactly one of them can take a stale record over.
+/// exactly one of them can take a stale record over. A row another transaction holds for
+/// longer than the connection's `lock_timeout` (an instance frozen mid-transaction) cancels
+/// the wait, and the claim is answered as in flight.
 pub(super) const READ_LOCKED: &str = "
 SELECT r.*, now() AS db_now FROM idempotency_records r
 WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3

@@ -44,6 +44,8 @@ pub(crate) async fn on(backend: Backend) -> Fresh {
         max_connections: 8,
         acquire_timeout: Duration::from_secs(10),
         statement_timeout: Duration::from_secs(30),
+        lock_timeout: Duration::from_secs(30),
+        idle_in_transaction_timeout: Duration::from_secs(60),
     };
     let records = Database::parse(&url)
         .unwrap_or_else(|e| panic!("{e}"))

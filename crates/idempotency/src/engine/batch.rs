@@ -1,9 +1,12 @@
 //! Finishes in batches: on a store that writes batches ([`RecordStore::begin_batch`]), the
 //! finishes of an operation's concurrent requests share one transaction and one commit. The
-//! records are completed first, in one call for the batch ([`RecordStore::complete_many`]),
-//! each fenced on its own; then the operation writes the rows of the finishes whose records
-//! it completed ([`FinishesInBatches::write_rows`]); then the batch commits. A record another
-//! attempt owns now writes nothing and fails none of the others.
+//! operation writes the rows of every finish of the batch first ([`FinishesInBatches::write_rows`]);
+//! then the records are completed, in one call for the batch ([`RecordStore::complete_many`]),
+//! each fenced on its own; then the batch commits. The records are held only from their
+//! completion to the commit, as a lone finish holds its record: a claim of one of their keys
+//! elsewhere never waits out the rows' writing. A record another attempt owns now fails the
+//! batch, which has written rows for it: the batch is dropped, and each of its finishes is
+//! written alone, fenced as always.
 //!
 //! A finish joins its operation's queue. If no request is writing the queue, this one writes
 //! it, a batch of up to [`MAX_FINISHES`] at a time, until its own finish is written, and then
@@ -11,13 +14,18 @@
 //! arrive: a lone finish is written at once, on its own, the way it would be without a
 //! queue. The finishes that arrive while a batch is on its way are the next batch's.
 //!
-//! A batch that fails wrote nothing (or, if its commit went unanswered, perhaps everything):
-//! each of its requests then finishes once more alone, in its own transaction, fenced as
-//! always, so that one bad row fails only its own request and a committed batch is found
-//! completed. A request whose writer went away mid-batch (its request was dropped) finishes
-//! alone the same way. A finish whose own request went away stays queued and is written with
-//! the next batch; if no other finish comes, its record stays pending with its effect made,
-//! and the completer finishes it, as it would a lone finish's request dropped before it.
+//! Every finish of every tenant of the operation waits behind the queue's writer, so the
+//! queue's transactions wait only briefly for a row another transaction holds (the store's
+//! [`begin_batch`](RecordStore::begin_batch)): a row held by another request of a tenant, or
+//! by an instance frozen mid-transaction, fails the batch as busy. So does any other failure:
+//! a batch that fails wrote nothing (or, if its commit went unanswered, perhaps everything),
+//! and each of its requests then finishes once more alone, in its own transaction, fenced as
+//! always, off the queue: one held or bad row delays or fails only its own request, and a
+//! committed batch is found completed. A request whose writer went away mid-batch (its request
+//! was dropped) finishes alone the same way. A finish whose own request went away stays queued
+//! and is written with the next batch; if no other finish comes, its record stays pending with
+//! its effect made, and the completer finishes it, as it would a lone finish's request dropped
+//! before it.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -29,7 +37,7 @@ use tokio::sync::mpsc;
 use super::operation::FinishesInBatches;
 use super::ports::{Completion, End, Fence, Owner};
 use super::transaction::{Ended, Sharing, recorded};
-use super::{Engine, Operation, ProtocolError};
+use super::{Engine, Operation, ProtocolError, StoreFailure, error_chain};
 use crate::{IdempotencyKey, Scope, StoredResponse};
 
 /// The most finishes one batch writes.
@@ -251,8 +259,13 @@ impl<T: Send + 'static> Engine<T> {
     ) {
         self.observer.finishes_written(O::FAMILY, batch.len());
         if let [lone] = batch.as_slice() {
-            let ended = self.write_lone(op, lone).await;
-            let _ = lone.told.send(Told::Written(ended));
+            let told = match self.write_lone(op, lone).await {
+                // A row held past the queue's short wait: alone, off the queue, it may wait
+                // as long as any statement does.
+                Err(ProtocolError::Store(failure)) if failure.is_busy() => Told::Alone,
+                ended => Told::Written(ended),
+            };
+            let _ = lone.told.send(told);
             return;
         }
         // In key order, so that two batches that meet on records lock them in one order.
@@ -267,7 +280,7 @@ impl<T: Send + 'static> Engine<T> {
                 tracing::warn!(
                     idempotency.operation = O::FAMILY,
                     batch = batch.len(),
-                    error = %error,
+                    error = %error_chain(&error),
                     "a batch of finishes failed; each finishes alone"
                 );
                 for queued in &batch {
@@ -278,26 +291,33 @@ impl<T: Send + 'static> Engine<T> {
     }
 
     /// A finish with no other waiting: written in a transaction of its own, as it would be
-    /// without a queue.
+    /// without a queue, but one that waits for a held row only as briefly as a batch does.
     async fn write_lone<O: FinishesInBatches<Transaction = T>>(
         &self,
         op: &O,
         queued: &Queued<O>,
     ) -> Result<Ended, ProtocolError> {
         let owner = queued.owner();
-        let Some(mut transaction) = Sharing::Shared
-            .begin_ending(self.records.as_ref(), owner)
-            .await?
-        else {
-            return Ok(Ended::Fenced);
+        let transaction = match self.records.begin_batch().await? {
+            Some(transaction) => transaction,
+            None => match Sharing::Shared
+                .begin_ending(self.records.as_ref(), owner)
+                .await?
+            {
+                Some(transaction) => transaction,
+                None => return Ok(Ended::Fenced),
+            },
         };
+        let mut transaction = transaction;
         op.write_rows(&mut transaction, &[&queued.rows]).await?;
         let end = End::Made(&queued.response);
         let completion = self.end_in(transaction, owner, end).await?;
         Ok(queued.ended(completion))
     }
 
-    /// The batch's records completed, the rows of those it completed written, and one commit.
+    /// The rows of the batch's finishes written, then their records completed, and one commit.
+    /// A record that another attempt or generation owns now fails the batch: its rows were
+    /// written, so the transaction is dropped with them, and each finish is written alone.
     async fn write_together<O: FinishesInBatches<Transaction = T>>(
         &self,
         op: &O,
@@ -308,6 +328,8 @@ impl<T: Send + 'static> Engine<T> {
                 "the record store began no batch".into(),
             ));
         };
+        let rows: Vec<&O::Rows> = batch.iter().map(|queued| &queued.rows).collect();
+        op.write_rows(&mut transaction, &rows).await?;
         let records: Vec<_> = batch
             .iter()
             .map(|queued| (queued.owner(), &queued.response))
@@ -316,16 +338,16 @@ impl<T: Send + 'static> Engine<T> {
             .records
             .complete_many(&mut transaction, &records)
             .await?;
-        let completed: Vec<&O::Rows> = batch
+        let fenced = completions
             .iter()
-            .zip(&completions)
-            .filter(|(_, completion)| matches!(completion, Completion::Stored { .. }))
-            .map(|(queued, _)| &queued.rows)
-            .collect();
-        if !completed.is_empty() {
-            op.write_rows(&mut transaction, &completed).await?;
-            self.records.commit(transaction).await?;
+            .filter(|completion| matches!(completion, Completion::Fenced))
+            .count();
+        if fenced > 0 {
+            return Err(ProtocolError::Store(StoreFailure::batch_failed(format!(
+                "{fenced} of the batch's records are owned by another attempt now"
+            ))));
         }
+        self.records.commit(transaction).await?;
         Ok(batch
             .iter()
             .zip(completions)

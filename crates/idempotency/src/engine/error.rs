@@ -7,11 +7,15 @@ type Source = Box<dyn Error + Send + Sync>;
 
 /// A record store call that failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", if *.unavailable { "the record store is unavailable" } else { "the record store failed" })]
+#[error("{}", if *.unavailable { "the record store is unavailable" } else if *.busy { "a row the record store needed was held by another transaction" } else { "the record store failed" })]
 pub struct StoreFailure {
     /// Whether the store could not be reached or did not answer in time (a retry later may
     /// succeed), rather than refusing or failing the call.
     unavailable: bool,
+    /// Whether a row the call needed was held by another transaction for longer than the
+    /// store waits for one: the store answered, nothing of the call was written, and a retry
+    /// later may succeed.
+    busy: bool,
     /// Whether a commit the store shared among several records' transactions failed: nothing
     /// of this one was written, and it may be done again alone.
     batch_failed: bool,
@@ -24,8 +28,18 @@ impl StoreFailure {
     pub fn unavailable(source: impl Into<Source>) -> Self {
         Self {
             unavailable: true,
+            busy: false,
             batch_failed: false,
             source: source.into(),
+        }
+    }
+
+    /// A row the call needed was held by another transaction for longer than the store waits
+    /// for one; nothing of the call was written.
+    pub fn busy(source: impl Into<Source>) -> Self {
+        Self {
+            busy: true,
+            ..Self::other(source)
         }
     }
 
@@ -33,9 +47,8 @@ impl StoreFailure {
     /// this one ([`RecordStore::begin_alone`](super::RecordStore::begin_alone)).
     pub fn batch_failed(source: impl Into<Source>) -> Self {
         Self {
-            unavailable: false,
             batch_failed: true,
-            source: source.into(),
+            ..Self::other(source)
         }
     }
 
@@ -43,6 +56,7 @@ impl StoreFailure {
     pub fn other(source: impl Into<Source>) -> Self {
         Self {
             unavailable: false,
+            busy: false,
             batch_failed: false,
             source: source.into(),
         }
@@ -54,6 +68,10 @@ impl StoreFailure {
 
     pub fn is_unavailable(&self) -> bool {
         self.unavailable
+    }
+
+    pub fn is_busy(&self) -> bool {
+        self.busy
     }
 
     /// The store's own error.

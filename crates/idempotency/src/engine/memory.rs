@@ -558,6 +558,8 @@ impl RecordStore for MemoryRecords {
         if !transaction.holding {
             inner.held.insert(id.clone());
             transaction.record = Some(id);
+            // A batch's transaction, ending the one record of a lone finish, is over it now.
+            transaction.generation = owner.fence.generation;
             transaction.holding = true;
         }
         transaction.end = Some(ending);

@@ -337,10 +337,14 @@ pub trait RecordStore: Send + Sync + 'static {
         false
     }
 
-    /// Begins a transaction over no record yet, in which the finishes of several records are
-    /// written together ([`complete_many`](Self::complete_many), then their operation's
-    /// rows) and committed once; `None` for a store that ends each record in a transaction of
-    /// its own (the default), or that already shares its commits another way.
+    /// Begins a transaction over no record yet, in which the finishes of one or several
+    /// records are written together (their operation's rows, then the records ended with
+    /// [`end`](Self::end) for one, [`complete_many`](Self::complete_many) for several) and
+    /// committed once; `None` for a store that ends each record in a transaction of its own
+    /// (the default), or that already shares its commits another way. Every finish of the
+    /// operation waits behind this transaction, so a store should have it wait only briefly
+    /// for anything another transaction holds, and fail as [`StoreFailure::busy`] past that:
+    /// the engine then writes each of its finishes alone.
     async fn begin_batch(&self) -> Result<Option<Self::Transaction>, StoreFailure> {
         Ok(None)
     }
