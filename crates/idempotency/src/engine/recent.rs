@@ -10,22 +10,25 @@
 //! answer costs a round trip, never correctness: the replay cache and the records still have
 //! it.
 //!
+//! The bytes counted are what the answers take from the heap, within a few per cent: every
+//! allocation an answer owns (its key, held twice, its headers and body) as the allocator
+//! rounds it, and the tables that hold them (the map's and the queues' slots, with the room
+//! they keep free to grow). A map that doubles its slots makes room by letting answers go, as
+//! a larger answer would (`tests/recent_answers_memory.rs` in the api crate measures the heap
+//! filled to the capacity).
+//!
 //! An answer also holds the [`Verbatim`] digest of the last request judged the same as the
 //! one it answered: a retry sent byte for byte as that one is answered before it is even
 //! parsed ([`get_verbatim`](RecentAnswers::get_verbatim)).
 
 use std::collections::{HashMap, VecDeque};
+use std::mem::size_of;
 use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 
 use super::ports::CachedReplay;
 use crate::{IdempotencyKey, Scope, Verbatim};
-
-/// What an entry costs besides its strings and body: the map's and the queue's slots (the
-/// fingerprint, the request as sent and the times among them), and the room both keep free to
-/// grow. An estimate on the high side, so the capacity holds: a test checks the slots fit in it.
-const ENTRY_OVERHEAD_BYTES: usize = 512;
 
 /// Recent final answers, bounded by [`capacity`](Self::capacity) bytes.
 #[derive(Debug)]
@@ -45,15 +48,19 @@ type Slot = (Scope, IdempotencyKey);
 
 #[derive(Debug, Default)]
 struct Held {
-    entries: HashMap<Slot, Entry>,
+    /// Boxed, so that a slot the map keeps free to grow costs a pointer, not a whole entry.
+    entries: HashMap<Slot, Box<Entry>>,
     /// What each tenant holds. A tenant is one of the service's principals, so they are few.
     tenants: HashMap<String, TenantHeld>,
-    bytes: usize,
+    /// What the entries' own allocations take: the sum of their `size`s. The tables are
+    /// counted as they are ([`tables`](Self::tables)).
+    owned: usize,
     next: u64,
 }
 
 #[derive(Debug, Default)]
 struct TenantHeld {
+    /// What its entries' own allocations take.
     bytes: usize,
     entries: usize,
     /// The tenant's slots in the order they were put, each with the number it was put under:
@@ -65,6 +72,7 @@ struct TenantHeld {
 #[derive(Debug)]
 struct Entry {
     put: u64,
+    /// What its own allocations take ([`owned_bytes`]).
     size: usize,
     replay: CachedReplay,
     /// The request, as sent, last judged the same as the one `replay` answers.
@@ -143,20 +151,21 @@ impl RecentAnswers {
     }
 
     /// Holds `replay` for `key`, replacing what was held for it, and lets answers go until
-    /// everything fits: the oldest of the tenant holding the most first. An answer larger than
-    /// the whole capacity is not held. Returns how much is held then.
+    /// everything fits: the oldest of the tenant holding the most first, this one last of its
+    /// tenant's. An answer larger than the whole capacity is not held. Returns how much is held
+    /// then.
     pub fn put(
         &self,
         scope: &Scope,
         key: &IdempotencyKey,
         replay: CachedReplay,
     ) -> RecentAnswersHeld {
-        let size = size_of(scope, key, &replay);
+        let slot = (scope.clone(), key.clone());
+        let size = owned_bytes(&slot, &replay);
         let mut held = self.held();
         if size > self.capacity {
             return held.totals();
         }
-        let slot = (scope.clone(), key.clone());
         if held
             .entries
             .get(&slot)
@@ -165,26 +174,26 @@ impl RecentAnswers {
             return held.totals();
         }
         held.remove(&slot);
-        while held.bytes + size > self.capacity {
-            held.remove_oldest_of_the_largest();
-        }
         let put = held.next;
         held.next += 1;
-        held.bytes += size;
+        held.owned += size;
         let tenant = held.tenants.entry(scope.tenant.clone()).or_default();
         tenant.bytes += size;
         tenant.entries += 1;
         tenant.order.push_back((put, slot.clone()));
         held.entries.insert(
             slot,
-            Entry {
+            Box::new(Entry {
                 put,
                 size,
                 replay,
                 verbatim: None,
-            },
+            }),
         );
         held.compact(&scope.tenant);
+        // Room is made only now, as the tables may have grown to take the answer. The last
+        // answer to go takes the tables with it.
+        while held.bytes() > self.capacity && held.remove_oldest_of_the_largest() {}
         held.totals()
     }
 
@@ -205,15 +214,36 @@ impl Held {
     fn totals(&self) -> RecentAnswersHeld {
         RecentAnswersHeld {
             entries: self.entries.len(),
-            bytes: self.bytes,
+            bytes: self.bytes(),
         }
+    }
+
+    /// What everything held takes from the heap.
+    fn bytes(&self) -> usize {
+        self.owned + self.tables()
+    }
+
+    /// What the map of entries, the tenants and their queues take, each as large as it has
+    /// grown: their free room counts, and stays until they are let go.
+    fn tables(&self) -> usize {
+        let queues: usize = self
+            .tenants
+            .iter()
+            .map(|(tenant, held)| {
+                allocated(tenant.capacity())
+                    + allocated(held.order.capacity() * size_of::<(u64, Slot)>())
+            })
+            .sum();
+        table_bytes::<(Slot, Box<Entry>)>(self.entries.capacity())
+            + table_bytes::<(String, TenantHeld)>(self.tenants.capacity())
+            + queues
     }
 
     fn remove(&mut self, slot: &Slot) {
         let Some(entry) = self.entries.remove(slot) else {
             return;
         };
-        self.bytes -= entry.size;
+        self.owned -= entry.size;
         let tenant = &slot.0.tenant;
         if let Some(held) = self.tenants.get_mut(tenant) {
             held.bytes -= entry.size;
@@ -222,17 +252,22 @@ impl Held {
                 self.tenants.remove(tenant);
             }
         }
+        if self.entries.is_empty() {
+            // Nothing held: the tables go too, and nothing is counted.
+            self.entries = HashMap::new();
+            self.tenants = HashMap::new();
+        }
     }
 
-    /// Lets the oldest answer of the tenant holding the most bytes go.
-    fn remove_oldest_of_the_largest(&mut self) {
+    /// Lets the oldest answer of the tenant holding the most bytes go; false if none is held.
+    fn remove_oldest_of_the_largest(&mut self) -> bool {
         let Some(largest) = self
             .tenants
             .iter()
             .max_by_key(|(_, held)| held.bytes)
             .map(|(tenant, _)| tenant.clone())
         else {
-            return;
+            return false;
         };
         while let Some((put, slot)) = self
             .tenants
@@ -245,9 +280,11 @@ impl Held {
                 .is_some_and(|entry| entry.put == put)
             {
                 self.remove(&slot);
-                return;
+                return true;
             }
         }
+        // Every entry has its place in its tenant's queue.
+        false
     }
 
     /// Drops `tenant`'s stale places once they outnumber its live ones, so that its queue
@@ -264,17 +301,64 @@ impl Held {
     }
 }
 
-/// What holding `replay` for `key` costs, in bytes.
-fn size_of(scope: &Scope, key: &IdempotencyKey, replay: &CachedReplay) -> usize {
+/// What the allocations an entry owns take: the entry itself (the fingerprint, the request as
+/// sent and the times among it), its slot's strings, held twice (as the map's key and in its
+/// tenant's queue), and its response's headers and body.
+fn owned_bytes(slot: &Slot, replay: &CachedReplay) -> usize {
+    let (scope, key) = slot;
+    // The slot's strings are `put`'s own copies, as long as they read (a key's `capacity` is
+    // not to be had).
+    let slot = allocated(scope.tenant.capacity())
+        + allocated(scope.operation.capacity())
+        + allocated(key.as_str().len());
     let response = &replay.response;
     let headers: usize = response
         .headers
         .iter()
-        .map(|(name, value)| name.len() + value.len())
+        .map(|(name, value)| allocated(name.capacity()) + allocated(value.capacity()))
         .sum();
-    // The slot is held twice: as the map's key and in the queue.
-    let slot = 2 * (scope.tenant.len() + scope.operation.len() + key.as_str().len());
-    ENTRY_OVERHEAD_BYTES + slot + headers + response.body.len()
+    allocated(size_of::<Entry>())
+        + 2 * slot
+        + allocated(response.headers.capacity() * size_of::<(String, String)>())
+        + headers
+        + allocated(response.body.capacity())
+}
+
+/// What the table of a map with room for `capacity` entries of `T` takes: the standard map's
+/// (hashbrown's) layout, a power of two of buckets at most 7/8 full (4 or 8 when smaller),
+/// each a `T` and a control byte, and a group of 16 control bytes more.
+fn table_bytes<T>(capacity: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        capacity + 1
+    } else {
+        capacity / 7 * 8
+    };
+    allocated((buckets * size_of::<T>()).next_multiple_of(16) + buckets + 16)
+}
+
+/// What the allocator takes to serve `bytes`: its size class. These are mimalloc's, which the
+/// service allocates with: steps of 8 bytes up to 64, then four classes from each power of two
+/// to the next (at most 25 %, on average about 10 % more than asked), and past 64 KiB whole
+/// 64 KiB slices.
+fn allocated(bytes: usize) -> usize {
+    const WORD: usize = 8;
+    const SLICE: usize = 64 * 1024;
+    if bytes == 0 {
+        return 0;
+    }
+    if bytes > SLICE {
+        return bytes.next_multiple_of(SLICE);
+    }
+    let words = bytes.div_ceil(WORD);
+    if words <= 8 {
+        return words * WORD;
+    }
+    // A quarter of the power of two below the size, in words.
+    let step = 1 << ((words - 1).ilog2() - 2);
+    words.next_multiple_of(step) * WORD
 }
 
 #[cfg(test)]
@@ -381,13 +465,59 @@ mod tests {
     }
 
     #[test]
-    fn the_overhead_counted_per_answer_covers_its_slots_in_the_map_and_the_queue() {
-        let map_slot = std::mem::size_of::<(Slot, Entry)>();
-        let queue_slot = std::mem::size_of::<(u64, Slot)>();
+    fn an_allocation_is_counted_as_the_size_class_that_serves_it() {
+        for (asked, served) in [
+            (0, 0),
+            (1, 8),
+            (36, 40),
+            (64, 64),
+            (65, 80),
+            (100, 112),
+            (330, 384),
+            (600, 640),
+            (4096, 4096),
+            (4097, 5120),
+            (70_000, 131_072),
+        ] {
+            assert_eq!(allocated(asked), served, "{asked} bytes");
+        }
+    }
+
+    #[test]
+    fn an_answer_counts_its_key_twice_its_headers_and_body_and_its_slots() {
+        let recent = RecentAnswers::new(1 << 20);
+        let mut held = answer(300, later());
+        held.response.headers = vec![("location".to_owned(), "/charges/ch_1".to_owned())];
+        recent.put(&scope("acme"), &key("k1"), held);
+        let owned = allocated(size_of::<Entry>()) + 2 * (8 + 16 + 8) + 48 + (8 + 16) + 320;
+        let tables = table_bytes::<(Slot, Box<Entry>)>(3)
+            + table_bytes::<(String, TenantHeld)>(3)
+            + 8
+            + allocated(4 * size_of::<(u64, Slot)>());
+        assert_eq!(recent.held_now().bytes, owned + tables);
+    }
+
+    #[test]
+    fn the_room_the_tables_keep_free_is_counted_until_the_last_answer_goes() {
+        let recent = RecentAnswers::new(1 << 20);
+        let one = recent.put(&scope("acme"), &key("k0"), answer(10, later()));
+        for i in 1..100 {
+            recent.put(&scope("acme"), &key(&format!("k{i}")), answer(10, later()));
+        }
+        for i in 1..100 {
+            recent.forget(&scope("acme"), &key(&format!("k{i}")));
+        }
+        let grown = recent.held_now();
+        assert_eq!(grown.entries, 1);
         assert!(
-            map_slot + queue_slot <= ENTRY_OVERHEAD_BYTES,
-            "{map_slot} + {queue_slot} bytes"
+            grown.bytes > one.bytes + 100 * size_of::<(Slot, Box<Entry>)>(),
+            "one answer in tables grown for a hundred: {} bytes, {} in fresh ones",
+            grown.bytes,
+            one.bytes
         );
+
+        recent.forget(&scope("acme"), &key("k0"));
+        assert_eq!(recent.held_now(), RecentAnswersHeld::default());
     }
 
     #[test]
