@@ -468,7 +468,8 @@ expect_problem mismatch_again charge_voided
 if [ -n "$PAYMENTS_CLI" ] && [ -x "$PAYMENTS_CLI" ]; then
     STEPS=13
     step 13 "The caller's half" "The payments command line sends every attempt of an operation under one key and retries only what is not final; with a journal, the same command run again is the same charge."
-    payments() { "$PAYMENTS_CLI" --base-url "$BASE_URL" --api-key sk_test_acme "$@"; }
+    # The API key from the environment: in the arguments every user of the machine would see it.
+    payments() { PAYMENTS_API_KEY=sk_test_acme "$PAYMENTS_CLI" --base-url "$BASE_URL" "$@"; }
     CLI_CHARGE=(charge --amount 1300 --currency usd --source tok_visa --description "CLI $RUN")
     printf '  $ payments %s --journal JOURNAL\n' "${CLI_CHARGE[*]}"
     payments "${CLI_CHARGE[@]}" --journal "$WORK/journal" >"$WORK/cli.body" 2>"$WORK/cli.err" ||

@@ -1,38 +1,34 @@
 //! [`Client`]: the API's calls, each sent under the retry policy, the writes each under one key
-//! per logical operation.
+//! per logical operation (the `write` module).
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use reqwest::header::{CONTENT_TYPE, HeaderMap};
-use reqwest::{Method, StatusCode, Url};
-use serde::Serialize;
+use reqwest::header::CONTENT_TYPE;
+use reqwest::{Method, Url};
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 
 use crate::error::Error;
-use crate::journal::{Journal, JournalEntry, RecordedAnswer};
-use crate::operation::{Answer, Operation, Origin};
+use crate::journal::{Journal, api_key_fingerprint};
+use crate::received::{Received, answer, problem};
+use crate::retention::{DEFAULT_KEY_RETENTION, Held};
 use crate::retry::{RetryPolicy, Verdict, retry_after, verdict};
-use crate::types::{
-    Balance, Charge, ChargeRequest, EventList, IdempotencyKeyRecord, KeyOperation, Payout,
-    PayoutRequest, Problem, Refund, RefundRequest,
-};
+use crate::types::{Balance, Charge, EventList, IdempotencyKeyRecord, KeyOperation};
 
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
-const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
-/// Carried by every answer the service stores under the key, and only by those.
-const IDEMPOTENCY_KEY_EXPIRES: &str = "idempotency-key-expires";
-const IDEMPOTENCY_KEY_REUSED: &str = "idempotency_key_reused";
 
 /// A client of the payments API for one tenant's API key.
 #[derive(Clone)]
 pub struct Client {
-    http: reqwest::Client,
-    base_url: Url,
+    pub(crate) http: reqwest::Client,
+    pub(crate) base_url: Url,
     api_key: String,
-    policy: RetryPolicy,
-    journal: Option<Arc<dyn Journal>>,
+    /// What the journal records of the API key: a hash, never the key.
+    pub(crate) api_key_fingerprint: String,
+    pub(crate) policy: RetryPolicy,
+    /// How long the service keeps a key after its final answer, as the client was told.
+    pub(crate) key_retention: Duration,
+    pub(crate) journal: Option<Arc<dyn Journal>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -41,36 +37,44 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("base_url", &self.base_url.as_str())
             .field("policy", &self.policy)
+            .field("key_retention", &self.key_retention)
             .field("journal", &self.journal)
             .finish_non_exhaustive()
     }
 }
 
-/// An answer as it came off the wire, after the retries.
-struct Received {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Vec<u8>,
-    attempts: u32,
-}
-
 impl Client {
     /// A client of the service at `base_url` (such as `http://127.0.0.1:8080`), calling with
-    /// `api_key`, under the default [`RetryPolicy`] and no journal.
+    /// `api_key`, under the default [`RetryPolicy`], the service's default key retention and
+    /// no journal. It follows no redirection (a redirection is [`Error::Redirected`]).
     pub fn new(base_url: &str, api_key: &str) -> Result<Self, Error> {
-        let invalid = || Error::InvalidBaseUrl {
-            url: base_url.to_owned(),
+        let invalid = |reason| Error::InvalidBaseUrl {
+            url: without_user_info(base_url),
+            reason,
         };
-        let base_url = Url::parse(base_url).map_err(|_| invalid())?;
+        let not_http = "is not an absolute http(s) URL";
+        let base_url = Url::parse(base_url).map_err(|_| invalid(not_http))?;
         if !matches!(base_url.scheme(), "http" | "https") || base_url.cannot_be_a_base() {
-            return Err(invalid());
+            return Err(invalid(not_http));
         }
-        let http = reqwest::Client::builder().build().map_err(Error::Build)?;
+        if !base_url.username().is_empty() || base_url.password().is_some() {
+            return Err(invalid(
+                "carries user-info: the API key is the only credential the service takes",
+            ));
+        }
+        // A redirection would carry the body and the key to another service, and an answer
+        // from there is no answer of this one.
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(Error::Build)?;
         Ok(Self {
             http,
             base_url,
             api_key: api_key.to_owned(),
+            api_key_fingerprint: api_key_fingerprint(api_key),
             policy: RetryPolicy::default(),
+            key_retention: DEFAULT_KEY_RETENTION,
             journal: None,
         })
     }
@@ -86,39 +90,20 @@ impl Client {
         self.policy
     }
 
+    /// The same client, for a service that keeps a key for `retention` after its final answer
+    /// (its `idempotency.ttl_secs`; a day, the service's default, unless told), at least a
+    /// second. The client cannot ask the service: told less, it only asks about a key sooner
+    /// (see the `retention` module); told more, it would resend a key the service may have
+    /// forgotten.
+    pub fn with_key_retention(mut self, retention: Duration) -> Self {
+        self.key_retention = retention.max(Duration::from_secs(1));
+        self
+    }
+
     /// The same client, recording its journaled operations in `journal`.
     pub fn with_journal(mut self, journal: Arc<dyn Journal>) -> Self {
         self.journal = Some(journal);
         self
-    }
-
-    /// `POST /charges`: charges a card, once however often it is retried.
-    pub async fn create_charge(
-        &self,
-        request: &ChargeRequest,
-        operation: &Operation,
-    ) -> Result<Answer<Charge>, Error> {
-        self.create(&["charges"], request, operation).await
-    }
-
-    /// `POST /charges/{id}/refunds`: gives back part or all of a charge, once.
-    pub async fn create_refund(
-        &self,
-        charge: &str,
-        request: &RefundRequest,
-        operation: &Operation,
-    ) -> Result<Answer<Refund>, Error> {
-        self.create(&["charges", charge, "refunds"], request, operation)
-            .await
-    }
-
-    /// `POST /payouts`: pays out of the balance to a bank account, once.
-    pub async fn create_payout(
-        &self,
-        request: &PayoutRequest,
-        operation: &Operation,
-    ) -> Result<Answer<Payout>, Error> {
-        self.create(&["payouts"], request, operation).await
     }
 
     /// `GET /charges/{id}`.
@@ -139,6 +124,24 @@ impl Client {
     ) -> Result<IdempotencyKeyRecord, Error> {
         let query = [("operation", operation.as_str())];
         self.read(&["idempotency-keys", key], &query).await
+    }
+
+    /// `GET /idempotency-keys/{key}`, read with the service's clock when it answered (its
+    /// `Date`); `None` when the service holds no such key (`404`).
+    pub(crate) async fn inspect(
+        &self,
+        key: &str,
+        operation: KeyOperation,
+    ) -> Result<Option<(IdempotencyKeyRecord, SystemTime)>, Error> {
+        let mut url = self.url(&["idempotency-keys", key]);
+        url.query_pairs_mut()
+            .append_pair("operation", operation.as_str());
+        let received = self.send(Method::GET, url, None, None).await?;
+        if received.status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let service_now = received.date().unwrap_or_else(SystemTime::now);
+        Ok(Some((answer(received, None)?.value, service_now)))
     }
 
     /// `GET /events`: a page of events, oldest first, after the event `starting_after`.
@@ -171,71 +174,7 @@ impl Client {
         Ok(answer(received, None)?.value)
     }
 
-    /// A write: one logical operation, under the operation's key (or the one its journal
-    /// entry holds), recorded in the journal before the first send when it is named for one.
-    async fn create<Request: Serialize, T: DeserializeOwned>(
-        &self,
-        path: &[&str],
-        request: &Request,
-        operation: &Operation,
-    ) -> Result<Answer<T>, Error> {
-        let url = self.url(path);
-        let body = serde_json::to_vec(request).expect("a request body serialises");
-        let Some(name) = operation.journal_name() else {
-            let received = self.send(Method::POST, url, Some(&body), Some(operation.key()));
-            return answer(received.await?, Some(operation.key()));
-        };
-        let journal = self.journal.as_ref().ok_or_else(|| Error::NoJournal {
-            name: name.to_owned(),
-        })?;
-        let fingerprint = format!(
-            "POST {} sha256:{}",
-            url.path(),
-            hex::encode(Sha256::digest(&body))
-        );
-        let entry = match journal.entry(name)? {
-            Some(entry) if entry.request != fingerprint => {
-                return Err(Error::JournalHoldsAnotherRequest {
-                    name: name.to_owned(),
-                    recorded: entry.request,
-                });
-            }
-            Some(entry) if operation.key_given() && entry.key != operation.key() => {
-                return Err(Error::JournalHoldsAnotherKey {
-                    name: name.to_owned(),
-                    recorded: entry.key,
-                    given: operation.key().to_owned(),
-                });
-            }
-            Some(entry) => entry,
-            None => {
-                let entry = JournalEntry {
-                    name: name.to_owned(),
-                    request: fingerprint,
-                    key: operation.key().to_owned(),
-                    answer: None,
-                };
-                // Recorded before the first send: a crash from here on resumes this key.
-                journal.record(&entry)?;
-                entry
-            }
-        };
-        if let Some(recorded) = &entry.answer {
-            return answer_from_journal(recorded, &entry.key);
-        }
-        let received = self
-            .send(Method::POST, url, Some(&body), Some(&entry.key))
-            .await?;
-        if let Some(recorded) = recorded_answer(&received) {
-            journal.record(&JournalEntry {
-                answer: Some(recorded),
-                ..entry.clone()
-            })?;
-        }
-        answer(received, Some(&entry.key))
-    }
-
-    fn url(&self, path: &[&str]) -> Url {
+    pub(crate) fn url(&self, path: &[&str]) -> Url {
         let mut url = self.base_url.clone();
         url.path_segments_mut()
             .expect("checked in new: the base URL takes a path")
@@ -245,26 +184,30 @@ impl Client {
     }
 
     /// Sends the request until its answer is final, the policy's deadline passes, or a wait
-    /// would end after it.
-    async fn send(
+    /// would end after it. A write sends under its key only while the service surely holds it
+    /// (`held`): its sends end then, if the deadline has not ended them before.
+    pub(crate) async fn send(
         &self,
         method: Method,
         url: Url,
         body: Option<&[u8]>,
-        key: Option<&str>,
+        key: Option<(&str, Held)>,
     ) -> Result<Received, Error> {
         let started = Instant::now();
         let policy = &self.policy;
+        let deadline = key.map_or(policy.deadline, |(_, held)| {
+            held.window(SystemTime::now(), policy.deadline)
+        });
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let remaining = policy.deadline.saturating_sub(started.elapsed());
+            let remaining = deadline.saturating_sub(started.elapsed());
             let mut request = self
                 .http
                 .request(method.clone(), url.clone())
                 .bearer_auth(&self.api_key)
                 .timeout(policy.attempt_timeout.min(remaining));
-            if let Some(key) = key {
+            if let Some((key, _)) = key {
                 request = request.header(IDEMPOTENCY_KEY, key);
             }
             if let Some(body) = body {
@@ -276,6 +219,14 @@ impl Client {
                 request = request.header("prefer", format!("wait={wait}"));
             }
             let (last, after) = match attempt(request, attempts).await {
+                Ok(received) if received.status.is_redirection() => {
+                    let location = received.headers.get(reqwest::header::LOCATION);
+                    let location = location.and_then(|value| value.to_str().ok());
+                    return Err(Error::Redirected {
+                        status: received.status.as_u16(),
+                        location: location.map_or_else(|| "nowhere".to_owned(), without_user_info),
+                    });
+                }
                 Ok(received) => {
                     // A success is never a problem: only an error's body is read for its code.
                     let code = (!received.status.is_success())
@@ -293,11 +244,17 @@ impl Client {
                 Err(error) => (describe(&error), None),
             };
             let wait = policy.backoff(attempts, after, rand::random::<f64>());
-            if started.elapsed() + wait >= policy.deadline {
+            if started.elapsed() + wait >= deadline {
+                // A resend that starts later would outlast the key, as far as the client knows.
+                let now = SystemTime::now();
+                let resend_before = key
+                    .and_then(|(_, held)| held.resend_before(policy.deadline))
+                    .filter(|before| *before > now);
                 return Err(Error::OutcomeUnknown {
-                    key: key.map(str::to_owned),
+                    key: key.map(|(key, _)| key.to_owned()),
                     attempts,
                     last,
+                    resend_before,
                 });
             }
             tokio::time::sleep(wait).await;
@@ -340,90 +297,52 @@ fn describe(error: &reqwest::Error) -> String {
     line
 }
 
-fn problem(body: &[u8]) -> Option<Problem> {
-    serde_json::from_slice(body).ok()
-}
-
-fn header(headers: &HeaderMap, name: &str) -> Option<String> {
-    Some(headers.get(name)?.to_str().ok()?.to_owned())
-}
-
-/// The answer to record in the journal: one the service stores under the key.
-fn recorded_answer(received: &Received) -> Option<RecordedAnswer> {
-    Some(RecordedAnswer {
-        status: received.status.as_u16(),
-        key_expires: header(&received.headers, IDEMPOTENCY_KEY_EXPIRES)?,
-        body: serde_json::from_slice(&received.body).ok()?,
-    })
-}
-
-/// The caller's value, or the error the final answer is.
-fn answer<T: DeserializeOwned>(received: Received, key: Option<&str>) -> Result<Answer<T>, Error> {
-    let excerpt = || {
-        String::from_utf8_lossy(&received.body)
-            .chars()
-            .take(200)
-            .collect()
-    };
-    if !received.status.is_success() {
-        let problem = problem(&received.body).ok_or_else(|| Error::UnexpectedAnswer {
-            status: received.status.as_u16(),
-            expected: "a problem",
-            excerpt: excerpt(),
-        })?;
-        return Err(match key {
-            Some(key) if problem.code == IDEMPOTENCY_KEY_REUSED => Error::RequestChanged {
-                key: key.to_owned(),
-                problem: Box::new(problem),
-            },
-            _ => Error::Problem {
-                problem: Box::new(problem),
-            },
-        });
+/// `url` without its user-info, to be shown: a URL's user-info is a credential. What does not
+/// parse as a URL loses whatever precedes an `@` in what would be its authority.
+pub(crate) fn without_user_info(url: &str) -> String {
+    // Only a URL with a host has user-info to set.
+    if let Ok(mut parsed) = Url::parse(url)
+        && parsed.has_host()
+    {
+        let _ = parsed.set_username("");
+        let _ = parsed.set_password(None);
+        return parsed.into();
     }
-    let value = serde_json::from_slice(&received.body).map_err(|_| Error::UnexpectedAnswer {
-        status: received.status.as_u16(),
-        expected: std::any::type_name::<T>(),
-        excerpt: excerpt(),
-    })?;
-    let replayed = header(&received.headers, IDEMPOTENT_REPLAYED).as_deref() == Some("true");
-    Ok(Answer {
-        value,
-        status: received.status.as_u16(),
-        key: key.map(str::to_owned),
-        key_expires: header(&received.headers, IDEMPOTENCY_KEY_EXPIRES)
-            .and_then(|date| httpdate::parse_http_date(&date).ok()),
-        origin: if replayed {
-            Origin::Replayed
-        } else {
-            Origin::Executed
-        },
-        attempts: received.attempts,
-    })
+    let (scheme, rest) = url.split_once("://").map_or(("", url), |(s, r)| (s, r));
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) if scheme.is_empty() => rest[at + 1..].to_owned(),
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
 }
 
-fn answer_from_journal<T: DeserializeOwned>(
-    recorded: &RecordedAnswer,
-    key: &str,
-) -> Result<Answer<T>, Error> {
-    let status = StatusCode::from_u16(recorded.status).map_err(|_| Error::UnexpectedAnswer {
-        status: recorded.status,
-        expected: "a status",
-        excerpt: String::new(),
-    })?;
-    let mut headers = HeaderMap::new();
-    if let Ok(expires) = recorded.key_expires.parse() {
-        headers.insert(IDEMPOTENCY_KEY_EXPIRES, expires);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_is_shown_without_its_user_info() {
+        let shown = without_user_info("https://user:secret@pay.example/v1?x=1");
+        assert_eq!(shown, "https://pay.example/v1?x=1");
+        assert_eq!(without_user_info("http://secret@host:80"), "http://host/");
+        // Not a URL (a bad port), yet the user-info goes.
+        assert_eq!(
+            without_user_info("http://user:secret@host:99999/x"),
+            "http://host:99999/x"
+        );
+        assert_eq!(without_user_info("user:secret@host"), "host");
+        assert_eq!(without_user_info("http://host/a@b"), "http://host/a@b");
+        assert_eq!(without_user_info("not a url"), "not a url");
     }
-    let received = Received {
-        status,
-        headers,
-        body: serde_json::to_vec(&recorded.body).expect("JSON serialises"),
-        attempts: 0,
-    };
-    let answer = answer(received, Some(key))?;
-    Ok(Answer {
-        origin: Origin::Journal,
-        ..answer
-    })
+
+    #[test]
+    fn a_base_url_with_user_info_is_refused_without_showing_it() {
+        let error = Client::new("http://user:secret@127.0.0.1:8080", "sk").expect_err("user-info");
+        let shown = error.to_string();
+        assert!(shown.contains("user-info"), "{shown}");
+        assert!(!shown.contains("secret"), "{shown}");
+        let error = Client::new("ftp://user:secret@host", "sk").expect_err("not http");
+        assert!(!error.to_string().contains("secret"), "{error}");
+    }
 }

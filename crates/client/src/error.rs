@@ -1,5 +1,7 @@
 //! Why a call did not give the caller what it asked for, and what the caller does about it.
 
+use std::time::SystemTime;
+
 use crate::journal::JournalError;
 use crate::types::Problem;
 
@@ -23,16 +25,61 @@ pub enum Error {
     RequestChanged { key: String, problem: Box<Problem> },
     /// No final answer came before the deadline: the operation may or may not have happened.
     /// Sending the same request under `key` (or resuming it from the journal) finishes or
-    /// replays it, never doubles it.
+    /// replays it, never doubles it, as long as the service still holds the key: a resend
+    /// started before `resend_before` (with the same deadline) ends while it surely does. After
+    /// that, or when `resend_before` is `None`, the service is asked about the key first
+    /// (`GET /idempotency-keys/{key}`), as the journal does.
     #[error(
         "no final answer after {attempts} attempt(s) before the deadline (last: {last}); the \
-         outcome is unknown{}", resume_hint(key.as_deref())
+         outcome is unknown{}", resume_hint(key.as_deref(), *resend_before)
     )]
     OutcomeUnknown {
         key: Option<String>,
         attempts: u32,
         last: String,
+        resend_before: Option<SystemTime>,
     },
+    /// The journal holds the operation without an answer, and the service no longer holds its
+    /// key (its retention ended, or the first request never reached it), or holds it too
+    /// briefly to send the request again: a new send could make the operation a second time.
+    /// Nothing was sent; whether the operation happened is for the caller to check, in the
+    /// list `list` names.
+    #[error(
+        "the journal holds the operation {name:?} without an answer, under the key {key:?} \
+         first sent {}; the service no longer holds that key (its retention is over, or the \
+         request never reached it), or not for long enough to send it again, and a new send \
+         could make it a second time, so nothing was sent: check whether it was made ({list}) \
+         and, only if it was not, make it as a new operation (another key, or another journal)",
+        first_sent.map_or_else(|| "at a time not recorded".to_owned(), |at| format!("on {}", httpdate::fmt_http_date(at)))
+    )]
+    KeyGone {
+        name: String,
+        key: String,
+        first_sent: Option<SystemTime>,
+        /// The request that lists what was made, such as `GET /charges`.
+        list: String,
+    },
+    /// An answer that does not answer the request (another amount, currency or charge than
+    /// was sent): something between the caller and the service answered for it. It is not
+    /// recorded; the operation's outcome under `key` is unknown.
+    #[error(
+        "an answer names {field} {answered}, and {sent} was sent: it answers another request, \
+         and was not taken nor recorded; the outcome under the key {key:?} is unknown (ask the \
+         service: GET /idempotency-keys/{key})"
+    )]
+    AnswerMismatch {
+        key: String,
+        field: &'static str,
+        sent: serde_json::Value,
+        answered: serde_json::Value,
+    },
+    /// A redirection: the client follows none, since a request sent elsewhere would carry its
+    /// body and key to another service. The base URL is wrong.
+    #[error(
+        "the service answered {status}, a redirection to {location}: redirections are not \
+         followed; use the service's own address as the base URL"
+    )]
+    Redirected { status: u16, location: String },
     /// The service answered with a body this client cannot read.
     #[error("the service answered {status} with a body that is not {expected}: {excerpt}")]
     UnexpectedAnswer {
@@ -57,23 +104,50 @@ pub enum Error {
         recorded: String,
         given: String,
     },
+    /// The journal's entry was recorded against another service (another base URL). Nothing
+    /// was sent.
+    #[error(
+        "the journal holds the operation {name:?} as sent to {recorded}, not {given}; nothing \
+         was sent: use the journal with the service it was recorded against, or another journal"
+    )]
+    JournalOfAnotherService {
+        name: String,
+        recorded: String,
+        given: String,
+    },
+    /// The journal's entry was recorded by another tenant (another API key). Nothing was sent.
+    #[error(
+        "the journal holds the operation {name:?} as sent with another API key (another \
+         tenant's); nothing was sent: use the journal with the API key it was recorded with, \
+         or another journal"
+    )]
+    JournalOfAnotherTenant { name: String },
     /// An operation named for a journal, on a client that has none.
     #[error("the operation {name:?} is named for a journal, and the client has none")]
     NoJournal { name: String },
     #[error(transparent)]
     Journal(#[from] JournalError),
-    /// The base URL does not parse, or cannot take a path.
-    #[error("base URL {url:?} is not an absolute http(s) URL")]
-    InvalidBaseUrl { url: String },
+    /// The base URL does not parse, cannot take a path, or carries user-info (the API key is
+    /// the only credential). `url` is as given, without its user-info.
+    #[error("base URL {url:?} {reason}")]
+    InvalidBaseUrl { url: String, reason: &'static str },
     /// reqwest could not build its client.
     #[error("cannot build the HTTP client: {0}")]
     Build(#[source] reqwest::Error),
 }
 
-fn resume_hint(key: Option<&str>) -> String {
-    match key {
-        Some(key) => format!(": send it again under the key {key:?}"),
-        None => String::new(),
+fn resume_hint(key: Option<&str>, resend_before: Option<SystemTime>) -> String {
+    match (key, resend_before) {
+        (None, _) => String::new(),
+        (Some(key), Some(before)) => format!(
+            ": send it again under the key {key:?} before {} to resume it (after that, ask the \
+             service about the key first: GET /idempotency-keys/{key})",
+            httpdate::fmt_http_date(before)
+        ),
+        (Some(key), None) => format!(
+            ": the service may no longer hold the key {key:?}, so ask it about the key \
+             (GET /idempotency-keys/{key}) before sending it again"
+        ),
     }
 }
 

@@ -6,7 +6,13 @@
 //!   and sent by every attempt.
 //! - An optional [`Journal`] that records the operation and its key before the first send and
 //!   its answer at the end, so that a caller that crashes and starts again resumes under the
-//!   same key ([`FileJournal`] keeps it in a file).
+//!   same key ([`FileJournal`] keeps it in a file, private to its user). An entry belongs to
+//!   the service and the tenant that recorded it.
+//! - A key is sent only while the service surely holds it (the [`retention`] module): past its
+//!   retention the service is asked about the key first, and a key it no longer holds is
+//!   never sent again ([`Error::KeyGone`]).
+//! - No redirection is followed, and an answer that names another amount, currency or charge
+//!   than was sent is no answer ([`Error::AnswerMismatch`]).
 //! - One retry policy ([`RetryPolicy`], the `retry` module): connection failures, timeouts,
 //!   `409 idempotency_key_in_use`, `408`, `429` and `5xx` are retried under the same key, after
 //!   `Retry-After` when the answer gives one and with capped exponential backoff and full
@@ -18,14 +24,20 @@
 //! them against it. This crate knows nothing of the service's own crates: it speaks HTTP.
 
 mod client;
+mod echo;
 mod error;
 mod journal;
 mod operation;
+mod received;
+pub mod retention;
 pub mod retry;
 pub mod types;
+mod write;
 
 pub use client::Client;
 pub use error::Error;
-pub use journal::{FileJournal, Journal, JournalEntry, JournalError, RecordedAnswer};
+pub use journal::{
+    FileJournal, Journal, JournalEntry, JournalError, RecordedAnswer, api_key_fingerprint,
+};
 pub use operation::{Answer, Operation, Origin};
 pub use retry::RetryPolicy;

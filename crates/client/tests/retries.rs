@@ -2,76 +2,13 @@
 //! with the next answer of its script, the client retries what is not final under one key,
 //! honours `Retry-After`, keeps its deadline, and stops at a final answer.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod support;
+
+use std::time::{Duration, Instant, SystemTime};
 
 use payments_client::types::ChargeRequest;
 use payments_client::{Client, Error, Operation, Origin, RetryPolicy};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpListener;
-
-/// One scripted answer: status, extra headers, body. `None` holds the connection open
-/// without answering.
-type Scripted = Option<(u16, &'static str, &'static str)>;
-
-/// A server answering from a script; it records the `Idempotency-Key` of every request, and
-/// its `Prefer` when it has one.
-struct ScriptedServer {
-    url: String,
-    keys: Arc<Mutex<Vec<String>>>,
-}
-
-async fn serve(script: Vec<Scripted>) -> ScriptedServer {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("address"));
-    let keys = Arc::new(Mutex::new(Vec::new()));
-    let seen = Arc::clone(&keys);
-    let script = Arc::new(Mutex::new(VecDeque::from(script)));
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (script, seen) = (Arc::clone(&script), Arc::clone(&seen));
-            tokio::spawn(async move {
-                let mut stream = BufReader::new(stream);
-                let (mut length, mut key) = (0, String::new());
-                loop {
-                    let mut line = String::new();
-                    if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let lower = line.to_ascii_lowercase();
-                    if let Some(value) = lower.strip_prefix("content-length:") {
-                        length = value.trim().parse().expect("length");
-                    }
-                    if lower.starts_with("idempotency-key:") {
-                        key.insert_str(0, line["idempotency-key:".len()..].trim());
-                    }
-                    if lower.starts_with("prefer:") {
-                        key.push_str(&format!(" ({})", line["prefer:".len()..].trim()));
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
-                let mut body = vec![0; length];
-                stream.read_exact(&mut body).await.expect("body");
-                seen.lock().expect("keys").push(key);
-                let next = script.lock().expect("script").pop_front().flatten();
-                let Some((status, headers, body)) = next else {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    return;
-                };
-                let answer = format!(
-                    "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{headers}\
-                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.get_mut().write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    ScriptedServer { url, keys }
-}
+use support::serve;
 
 fn policy(deadline: Duration) -> RetryPolicy {
     RetryPolicy {
@@ -167,7 +104,7 @@ async fn retry_after_is_honoured_and_the_deadline_kept() {
     let server = serve(vec![unavailable; 10]).await;
     let client = Client::new(&server.url, "sk").expect("client");
     let client = client.with_policy(policy(Duration::from_millis(2_500)));
-    let started = Instant::now();
+    let (started, sent_at) = (Instant::now(), SystemTime::now());
     let error = client
         .create_charge(&charge(), &Operation::with_key("k"))
         .await
@@ -178,9 +115,18 @@ async fn retry_after_is_honoured_and_the_deadline_kept() {
             key,
             attempts,
             last,
+            resend_before,
         } => {
             assert_eq!((key.as_deref(), *attempts), (Some("k"), 3));
             assert!(last.starts_with("503"), "{last}");
+            // A day's retention from the first send, less a minute's margin and the deadline
+            // of the resend.
+            let before = resend_before.expect("until when a resend is covered");
+            let expected = sent_at + Duration::from_millis(86_400_000 - 60_000 - 2_500);
+            let off = before
+                .duration_since(expected)
+                .unwrap_or_else(|early| early.duration());
+            assert!(off < Duration::from_secs(1), "{before:?}, {expected:?}");
         }
         other => panic!("{other:?}"),
     }
@@ -212,7 +158,7 @@ async fn retry_after_is_honoured_and_the_deadline_kept() {
     assert!(
         error
             .to_string()
-            .contains("send it again under the key \"k\""),
+            .contains("send it again under the key \"k\" before "),
         "{error}"
     );
 }

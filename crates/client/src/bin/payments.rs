@@ -7,23 +7,33 @@
 //! | ---: | --- |
 //! | 0 | the answer is on stdout |
 //! | 1 | a final error (the problem JSON is on stderr): retrying changes nothing |
-//! | 2 | the command line is wrong |
-//! | 3 | no final answer before the deadline: run the same command again (with the same `--journal`, or `--key`) to resume it |
+//! | 2 | the command line is wrong (or the API key cannot be read) |
+//! | 3 | no final answer before the deadline: run the same command again (with the same `--journal`, or `--key`) to resume it; stderr says until when it is resent as it is |
 //! | 4 | the key holds another request (`idempotency_key_reused`): the request was changed under one key |
-//! | 5 | the journal cannot be used, or the base URL is wrong |
+//! | 5 | the journal cannot be used (another service's or another tenant's entry, a symbolic link, in use), the base URL is wrong (or redirects), or an answer does not answer the request; nothing more is sent |
+//! | 6 | the journal holds the operation without an answer and the service no longer holds its key: nothing was sent, and whether it happened must be checked (`GET /charges`, ...) |
 //!
-//! With `--journal FILE`, a write is recorded in FILE, with its key, before its first send, and
-//! its answer when it comes. The same command with the same journal is the same operation (with
-//! `--key`, the key names it within its kind): a run killed in the middle and started again
-//! resumes it under the same key, and once it has its answer every later run prints that answer
-//! without sending anything.
+//! With `--journal FILE`, a write is recorded in FILE (created 0600, never opened through a
+//! symbolic link), with its key, the service's base URL, a hash of the API key and the time,
+//! before its first send, and its answer when it comes. The same command with the same journal
+//! is the same operation (with `--key`, the key names it within its kind): a run killed in the
+//! middle and started again resumes it under the same key, and once it has its answer every
+//! later run prints that answer without sending anything. A run with another base URL or API
+//! key is refused before anything is sent (exit 5). Once the key may be past the service's
+//! retention (`--key-retention-secs`, the service's `idempotency.ttl_secs`), a run asks the
+//! service about the key before sending it again, and stops (exit 6) if the key is gone.
+//!
+//! The API key is read from `PAYMENTS_API_KEY` or from the file `--api-key-file` names; one
+//! given as `--api-key` is seen by every user of the machine in the process list, and is
+//! warned about.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use payments_client::types::{
     ChargeRequest, KeyOperation, PayoutRequest, RefundReason, RefundRequest,
 };
@@ -38,17 +48,33 @@ use serde::Serialize;
 )]
 // Its options are global: taken before or after the command alike.
 struct Cli {
-    /// The service's address.
+    /// The service's address (its value is never printed).
     #[arg(
         long,
         global = true,
         env = "PAYMENTS_BASE_URL",
+        hide_env_values = true,
         default_value = "http://127.0.0.1:8080"
     )]
     base_url: String,
-    /// The tenant's API key (`sk_...`).
+    /// The tenant's API key (`sk_...`). Given here, it is seen by every user of the machine
+    /// in the process list: prefer PAYMENTS_API_KEY or --api-key-file.
     #[arg(long, global = true, env = "PAYMENTS_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// A file holding the tenant's API key (its first line), used instead of --api-key.
+    #[arg(long, global = true, env = "PAYMENTS_API_KEY_FILE")]
+    api_key_file: Option<PathBuf>,
+    /// How long the service keeps a key after its final answer: its `idempotency.ttl_secs`.
+    /// Once a journaled key may be older, the service is asked about it before it is sent
+    /// again. Less than the service's only asks sooner; more could resend a forgotten key.
+    #[arg(
+        long,
+        global = true,
+        env = "PAYMENTS_KEY_RETENTION_SECS",
+        default_value_t = 86_400,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    key_retention_secs: u64,
     /// How long the whole command may take, every retry included.
     #[arg(long, global = true, default_value_t = 120)]
     deadline_secs: u64,
@@ -142,12 +168,36 @@ fn parse_operation(value: &str) -> Result<KeyOperation, String> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let mut cli = Cli::parse();
-    // Required, but clap cannot require an option taken on either side of the command.
-    let Some(api_key) = cli.api_key.take() else {
-        eprintln!("payments: no API key: set PAYMENTS_API_KEY or pass --api-key");
-        return ExitCode::from(2);
+    let matches = Cli::command().get_matches();
+    let in_argv = matches.value_source("api_key") == Some(ValueSource::CommandLine);
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    let api_key = match (cli.api_key_file.take(), cli.api_key.take()) {
+        (Some(path), _) => match read_api_key(&path) {
+            Ok(api_key) => api_key,
+            Err(reason) => {
+                eprintln!("payments: the API key file {}: {reason}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        (None, Some(api_key)) => {
+            if in_argv {
+                eprintln!(
+                    "payments: warning: an API key given as --api-key is seen by every user of \
+                     this machine in the process list; set PAYMENTS_API_KEY or use \
+                     --api-key-file instead"
+                );
+            }
+            api_key
+        }
+        // Required, but clap cannot require an option taken on either side of the command.
+        (None, None) => {
+            eprintln!(
+                "payments: no API key: set PAYMENTS_API_KEY, or pass --api-key-file (or --api-key)"
+            );
+            return ExitCode::from(2);
+        }
     };
+    let rerun = Rerun::of(&cli.command);
     match run(cli, &api_key).await {
         Ok(json) => {
             println!("{json}");
@@ -158,12 +208,81 @@ async fn main() -> ExitCode {
                 Some(problem) => eprintln!("{}", pretty(problem)),
                 None => eprintln!("payments: {error}"),
             }
+            if let Error::OutcomeUnknown {
+                key: Some(key),
+                resend_before,
+                ..
+            } = &error
+            {
+                eprintln!("payments: {}", rerun.hint(key, *resend_before));
+            }
             ExitCode::from(match error {
                 Error::Problem { .. } => 1,
                 Error::OutcomeUnknown { .. } => 3,
                 Error::RequestChanged { .. } => 4,
+                Error::KeyGone { .. } => 6,
                 _ => 5,
             })
+        }
+    }
+}
+
+/// The API key in the file at `path`: its first line, without surrounding blanks.
+fn read_api_key(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| error.to_string())?;
+    let api_key = text.lines().next().unwrap_or_default().trim();
+    if api_key.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    Ok(api_key.to_owned())
+}
+
+/// How a write's rerun finds its key: by its journal, by the key given, or not at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rerun {
+    Journal,
+    Key,
+    Neither,
+}
+
+impl Rerun {
+    fn of(command: &Command) -> Self {
+        match command {
+            Command::Charge { write, .. }
+            | Command::Refund { write, .. }
+            | Command::Payout { write, .. } => match (&write.journal, &write.key) {
+                (Some(_), _) => Self::Journal,
+                (None, Some(_)) => Self::Key,
+                (None, None) => Self::Neither,
+            },
+            Command::Balance | Command::Key { .. } => Self::Neither,
+        }
+    }
+
+    /// What to do about a write without a final answer under `key`, which a rerun started
+    /// before `before` may resend as it is.
+    fn hint(self, key: &str, before: Option<SystemTime>) -> String {
+        let ask = format!("ask the service about the key first (payments key {key})");
+        match (self, before.map(httpdate::fmt_http_date)) {
+            (Self::Journal, Some(before)) => format!(
+                "run the same command with the same --journal again to resume it: before {before} \
+                 it is resent as it is, and after that the run asks the service about the key first"
+            ),
+            (Self::Journal, None) => "run the same command with the same --journal again to \
+                 resume it: the key may be past the service's retention, so the run asks the \
+                 service about the key first"
+                .to_owned(),
+            (Self::Key, Some(before)) => format!(
+                "run the same command (with --key {key}) again before {before} to resume it; \
+                 after that, {ask}: a key it no longer holds would make it a second time"
+            ),
+            (Self::Neither, Some(before)) => {
+                format!("to resume it, run the same command with --key {key} before {before}")
+            }
+            (Self::Key | Self::Neither, None) => format!(
+                "the key may be past the service's retention: {ask}, before running the same \
+                 command with --key {key}"
+            ),
         }
     }
 }
@@ -174,7 +293,9 @@ async fn run(cli: Cli, api_key: &str) -> Result<String, Error> {
         attempt_timeout: Duration::from_secs(cli.attempt_timeout_secs),
         ..RetryPolicy::default()
     };
-    let client = Client::new(&cli.base_url, api_key)?.with_policy(policy);
+    let client = Client::new(&cli.base_url, api_key)?
+        .with_policy(policy)
+        .with_key_retention(Duration::from_secs(cli.key_retention_secs));
     match cli.command {
         Command::Charge {
             amount,

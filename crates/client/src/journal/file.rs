@@ -1,66 +1,24 @@
-//! The caller's memory of its logical operations, so that a caller that crashes and starts
-//! again resumes each one under the key it already sent, and never makes a second charge.
-//!
-//! An operation is recorded, with its request and its key, before its first send; its answer
-//! is recorded when the service gives one it stores under the key (the answer carries
-//! `Idempotency-Key-Expires`). A restarted caller that finds an operation with no answer sends
-//! it again under the same key: the service finishes or replays what the first run started. One
-//! that finds the answer has it without asking. [`FileJournal`] keeps the records in a file;
-//! another store implements [`Journal`].
+//! [`FileJournal`]: the journal in a file of its own, private to its user and durable.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use serde::{Deserialize, Serialize};
-
-/// One logical operation as the journal holds it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JournalEntry {
-    /// The caller's name for the operation, unique within the journal.
-    pub name: String,
-    /// The request: method, path and a SHA-256 of the body, so that a restart that asks for
-    /// something else under the same name is caught before anything is sent.
-    pub request: String,
-    /// The `Idempotency-Key` every attempt sends.
-    pub key: String,
-    /// The service's final answer, once it gave one.
-    pub answer: Option<RecordedAnswer>,
-}
-
-/// A final answer, as the service sent it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordedAnswer {
-    pub status: u16,
-    /// `Idempotency-Key-Expires`: until when the service replays it.
-    pub key_expires: String,
-    /// The body, as JSON.
-    pub body: serde_json::Value,
-}
-
-/// Why the journal cannot be read or written.
-#[derive(Debug, thiserror::Error)]
-#[error("journal {path}: {reason}")]
-pub struct JournalError {
-    pub path: String,
-    pub reason: String,
-}
-
-/// Where operations and their keys are kept. [`record`](Journal::record) returns only once the
-/// entry is durable: the client sends nothing before the key is recorded.
-pub trait Journal: Send + Sync + std::fmt::Debug {
-    /// The operation recorded under `name`, if any.
-    fn entry(&self, name: &str) -> Result<Option<JournalEntry>, JournalError>;
-    /// Records `entry`, replacing any entry of the same name.
-    fn record(&self, entry: &JournalEntry) -> Result<(), JournalError>;
-}
+use super::{Journal, JournalEntry, JournalError};
 
 /// A journal in one file of JSON lines, appended to and flushed to disk (`fsync`) on every
 /// record; the last line of a name wins. A line cut short by a crash is ignored. The file is
 /// locked (`flock`) while it is open, so that two processes never resume one operation side
 /// by side; the lock goes with the process, however it ends.
+///
+/// The file holds keys and answers, so it is its user's alone: created with mode 0600 (an
+/// existing one readable by others is made so), and opened only as a file of its own, never
+/// through a symbolic link (`O_NOFOLLOW`), which another user could point elsewhere. Its
+/// directory is flushed to disk when the file is created, so that the file, and with it the
+/// first key, outlives a power loss.
 #[derive(Debug)]
 pub struct FileJournal {
     path: PathBuf,
@@ -75,19 +33,20 @@ struct Opened {
 
 impl FileJournal {
     /// Opens the journal at `path`, creating it when missing; fails when another process has
-    /// it open.
+    /// it open, or when `path` is a symbolic link or not a file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, JournalError> {
         let path = path.as_ref().to_path_buf();
         let error = |reason: &dyn std::fmt::Display| JournalError {
             path: path.display().to_string(),
             reason: reason.to_string(),
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&path)
-            .map_err(|e| error(&e))?;
+        let file = open_private(&path).map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => error(
+                &"is a symbolic link: a journal is opened only as a file of its own, never \
+                  through a link",
+            ),
+            _ => error(&e),
+        })?;
         file.try_lock()
             .map_err(|_| error(&"in use by another process"))?;
         let mut entries = HashMap::new();
@@ -130,23 +89,78 @@ impl Journal for FileJournal {
     }
 }
 
+/// The file at `path`, opened to read and append without following a symbolic link, and
+/// private: created 0600 (its directory flushed after), or made 0600 when it is wider.
+fn open_private(path: &Path) -> io::Result<File> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW);
+    let file = loop {
+        match options.open(path) {
+            Ok(file) => break file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+            Err(error) => return Err(error),
+        }
+        // O_EXCL: never through a link either, and never a file another process just made.
+        match options.clone().create_new(true).open(path) {
+            Ok(file) => {
+                sync_directory_of(path)?;
+                break file;
+            }
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(error),
+        }
+    };
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(io::Error::other("not a file"));
+    }
+    if metadata.permissions().mode() & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
+}
+
+/// Flushes the directory that holds `path` to disk: a new file's name is in its directory, and
+/// a file created and synced whose directory was not can be gone after a power loss.
+fn sync_directory_of(path: &Path) -> io::Result<()> {
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    File::open(directory)?.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::RecordedAnswer;
 
     fn entry(name: &str, key: &str, answer: Option<RecordedAnswer>) -> JournalEntry {
         JournalEntry {
             name: name.to_owned(),
             request: "POST /charges sha256:00".to_owned(),
             key: key.to_owned(),
+            base_url: "http://127.0.0.1:8080/".to_owned(),
+            api_key_fingerprint: crate::journal::api_key_fingerprint("sk_test_acme"),
+            recorded_at: Some(1_780_000_000),
+            key_retention_secs: Some(86_400),
             answer,
         }
     }
 
-    #[test]
-    fn a_reopened_journal_has_every_operation_as_last_recorded() {
+    fn temporary_dir() -> PathBuf {
         let dir = std::env::temp_dir().join(format!("journal-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).expect("dir");
+        dir
+    }
+
+    #[test]
+    fn a_reopened_journal_has_every_operation_as_last_recorded() {
+        let dir = temporary_dir();
         let path = dir.join("journal");
         let answer = RecordedAnswer {
             status: 201,
@@ -185,6 +199,41 @@ mod tests {
         assert_eq!((second.key.as_str(), second.answer), ("k2", None));
         assert_eq!(journal.entry("order-3").expect("read"), None);
         assert!(journal.entry("order-4").expect("read").is_some());
+        std::fs::remove_dir_all(dir).expect("clean up");
+    }
+
+    #[test]
+    fn the_journal_is_its_user_s_alone_and_never_opened_through_a_link() {
+        let dir = temporary_dir();
+        let path = dir.join("journal");
+        drop(FileJournal::open(&path).expect("create"));
+        let mode = |path: &Path| {
+            let metadata = std::fs::symlink_metadata(path).expect("metadata");
+            metadata.permissions().mode() & 0o777
+        };
+        assert_eq!(mode(&path), 0o600, "created private, whatever the umask");
+        // One left readable by others is made private.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        drop(FileJournal::open(&path).expect("reopen"));
+        assert_eq!(mode(&path), 0o600);
+
+        // A link in its place, to a file or to nothing, is refused and left as it is.
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, "").expect("target");
+        for pointed in [&target, &dir.join("nothing")] {
+            let link = dir.join("link");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(pointed, &link).expect("symlink");
+            let refused = FileJournal::open(&link).expect_err("a link");
+            assert!(refused.to_string().contains("symbolic link"), "{refused}");
+        }
+        assert_eq!(std::fs::read(&target).expect("target"), b"");
+        assert!(!dir.join("nothing").exists());
+        let refused = FileJournal::open(&dir).expect_err("a directory");
+        assert!(
+            refused.to_string().contains(dir.to_str().expect("utf-8")),
+            "{refused}"
+        );
         std::fs::remove_dir_all(dir).expect("clean up");
     }
 }
