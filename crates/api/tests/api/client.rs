@@ -19,6 +19,11 @@ use tokio::process::Command;
 
 use crate::helpers::{ACME, Backend, Footprint, TestApp, with_card_sim, workspace_binary};
 
+// The command line's credentials: the API key and a base URL's user-info.
+mod credentials;
+// The journal's own guarantees: whose it is, how long its keys are sent, what it keeps.
+mod journal;
+
 on_every_backend!(
     every_operation_happens_once_through_a_faulty_network,
     the_command_line_charges_once_through_a_faulty_network,
@@ -39,6 +44,9 @@ enum Fault {
     DelayAnswer(Duration),
     /// Resets the caller's connection (RST) without forwarding the request.
     Reset,
+    /// Answers `307 Temporary Redirect` to `http://127.0.0.1:{port}` (another origin) with
+    /// the request's path, without forwarding the request.
+    RedirectTo(u16),
 }
 
 /// A TCP proxy in front of the service that applies a script of faults, one per request in
@@ -96,6 +104,11 @@ impl FaultProxy {
         std::mem::take(&mut *self.answers.lock().expect("answers"))
     }
 
+    /// Drops the faults not applied yet: from now on every request passes.
+    fn pass_everything(&self) {
+        self.faults.lock().expect("faults").clear();
+    }
+
     /// Whether every scripted fault has been applied.
     fn script_done(&self) -> bool {
         self.faults.lock().expect("faults").is_empty()
@@ -119,6 +132,16 @@ impl Connection {
                 let socket = socket2::SockRef::from(caller.get_ref());
                 socket.set_linger(Some(Duration::ZERO)).expect("SO_LINGER");
                 return;
+            }
+            if let Fault::RedirectTo(port) = fault {
+                let head = String::from_utf8_lossy(&request).into_owned();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let answer = format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{port}{path}\r\n\
+                     content-length: 0\r\n\r\n"
+                );
+                let _ = caller.get_mut().write_all(answer.as_bytes()).await;
+                continue;
             }
             let service = match &mut upstream {
                 Some(service) => service,
@@ -147,7 +170,7 @@ impl Connection {
                     let _ = caller.get_mut().write_all(&answer).await;
                     return;
                 }
-                Fault::Reset => unreachable!("handled before forwarding"),
+                Fault::Reset | Fault::RedirectTo(_) => unreachable!("handled before forwarding"),
             }
         }
     }
@@ -282,13 +305,23 @@ async fn every_operation_happens_once_through_a_faulty_network(backend: Backend)
 
 /// `payments` against `url` with `args`, as tenant acme.
 fn payments(url: &str, args: &[&str]) -> Command {
+    payments_within(url, args, "60")
+}
+
+/// `payments` against `url` with `args`, as tenant acme, giving up after `deadline_secs`.
+fn payments_within(url: &str, args: &[&str], deadline_secs: &str) -> Command {
     let mut command = Command::new(workspace_binary("payments"));
     command
         .env_clear()
         .env("PAYMENTS_BASE_URL", url)
         .env("PAYMENTS_API_KEY", ACME)
         .args(args)
-        .args(["--attempt-timeout-secs", "3", "--deadline-secs", "60"])
+        .args([
+            "--attempt-timeout-secs",
+            "3",
+            "--deadline-secs",
+            deadline_secs,
+        ])
         .stdin(Stdio::null())
         .kill_on_drop(true);
     command
@@ -448,8 +481,10 @@ async fn a_command_killed_mid_charge_resumes_it_from_its_journal(backend: Backen
     assert_eq!(card_sim.charges_created().await, 1);
 
     // Once it has its answer, a run prints it from the journal without sending anything.
+    // Its service gone (an entry is answered only for the service it was sent to).
+    let base_url = app.base_url.clone();
     drop(app);
-    let (code, again, stderr) = run(&mut payments("http://127.0.0.1:9", &charge)).await;
+    let (code, again, stderr) = run(&mut payments(&base_url, &charge)).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("from the journal"), "{stderr}");
     assert_eq!(again["id"], id.as_str());
