@@ -112,7 +112,9 @@ pub fn is_unavailable(error: &sqlx::Error) -> bool {
         | sqlx::Error::WorkerCrashed => true,
         // 08xxx connection exceptions, 57P01 admin_shutdown, 57P03 cannot_connect_now, 57014
         // a statement cancelled by `statement_timeout` (rolled back: nothing it did holds),
-        // and 25006 a write on a primary that was demoted (nothing written).
+        // 25P03 and 57P05 a session the server ended after it sat idle (in a transaction, or
+        // at all: the process was frozen past the timeout; its transaction rolled back), and
+        // 25006 a write on a primary that was demoted (nothing written).
         sqlx::Error::Database(db) => match sqlite_code(db.as_ref()) {
             // SQLite: another writer kept the database locked past the busy timeout.
             Some(code) => matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED),
@@ -120,7 +122,7 @@ pub fn is_unavailable(error: &sqlx::Error) -> bool {
                 code.starts_with("08")
                     || matches!(
                         &*code,
-                        "57P01" | "57P03" | "57014" | READ_ONLY_SQL_TRANSACTION
+                        "57P01" | "57P03" | "57014" | "25P03" | "57P05" | READ_ONLY_SQL_TRANSACTION
                     )
             }),
         },

@@ -325,6 +325,26 @@ impl Service {
         assert!(sent.success(), "SIGTERM sent");
     }
 
+    /// Freezes the process (SIGSTOP) where it stands, as a paused machine, a live migration or
+    /// `docker pause` would: its connections stay open, and nothing it began ends.
+    pub(crate) fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen process go on (SIGCONT).
+    pub(crate) fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("the service is running");
+        let sent = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill {signal} sent");
+    }
+
     /// Kills the process at once (SIGKILL), as a crashing machine would.
     pub(crate) async fn kill(&mut self) {
         let _ = self.child.kill().await;

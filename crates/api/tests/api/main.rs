@@ -45,6 +45,7 @@ mod database;
 mod embedded;
 mod event_feed;
 mod events;
+mod frozen_instance;
 mod helpers;
 mod hostile;
 mod keys;

@@ -259,7 +259,8 @@ impl PgRecords {
     /// there, having written nothing, and is written again alone, where it waits as long as
     /// any statement does without holding up the queue.
     pub(crate) async fn begin_batch(&self) -> Result<sqlx::Transaction<'static, Postgres>, Error> {
-        self.begin_transaction_with(self.begin_batch.clone().into()).await
+        self.begin_transaction_with(self.begin_batch.clone().into())
+            .await
     }
 
     pub(crate) async fn end(
