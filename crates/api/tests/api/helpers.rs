@@ -3,7 +3,7 @@
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::{Client, RequestBuilder, Response};
 use serde_json::{Value, json};
@@ -412,6 +412,30 @@ pub(crate) async fn metrics_text(metrics_url: &str) -> String {
         .expect("GET /metrics");
     assert_eq!(response.status().as_u16(), 200);
     response.text().await.expect("metrics text")
+}
+
+/// Waits until the service reports `n` requests holding in-flight slots
+/// (`http_requests_in_flight`, read on the metrics listener, which admission does not count):
+/// on a busy machine the service may take seconds to read the heads of stalled requests, or
+/// to end the attempts of clients that left.
+pub(crate) async fn wait_for_in_flight(app: &TestApp, n: usize) {
+    let wanted = format!("http_requests_in_flight {n}\n");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = metrics_text(&app.metrics_url).await;
+        if metrics.contains(&wanted) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the service never held {n} requests in flight: {}",
+            metrics
+                .lines()
+                .find(|line| line.starts_with("http_requests_in_flight"))
+                .unwrap_or("no http_requests_in_flight gauge")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 pub(crate) fn http_client() -> Client {

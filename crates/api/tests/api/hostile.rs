@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 
 use crate::helpers::{
     ACME, Backend, Footprint, GLOBEX, TestApp, new_key, problem, spawn_app, spawn_app_with, visa,
+    wait_for_in_flight,
 };
 
 /// Sends raw bytes, optionally pauses with the write side open, then reads the whole answer.
@@ -345,6 +346,9 @@ async fn clients_hanging_up_mid_request_leave_the_store_usable(backend: Backend)
         // Most of these are cut off by their own timeout; whichever answer arrives is fine.
         let _ = join_all(requests).await;
     }
+    // The attempts the clients left run on, each in its tenant's in-flight slot until it
+    // ends, and on a busy machine they end after the clients are gone: every one must end.
+    wait_for_in_flight(&app, 0).await;
     for _ in 0..20 {
         let response = app.post_charge(ACME, &new_key(), &visa(100)).await;
         let status = response.status().as_u16();

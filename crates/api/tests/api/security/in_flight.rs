@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use super::{address_of, code_of, header, header_of, read_answer, status_of};
 use crate::helpers::{
-    ACME, Backend, Footprint, GLOBEX, TestApp, metrics_text, new_key, problem, spawn_app_with, visa,
+    ACME, Backend, Footprint, GLOBEX, TestApp, metrics_text, new_key, problem, spawn_app_with,
+    visa, wait_for_in_flight,
 };
 
 /// `POST /charges` requests as acme whose bodies stall after their first byte (of 60): each
@@ -226,29 +227,6 @@ async fn wait_for_in_flight_at_least(app: &TestApp, n: usize) {
         assert!(
             Instant::now() < deadline,
             "the service never held {n} requests in flight ({in_flight})"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until the service reports `n` requests holding in-flight slots
-/// (`http_requests_in_flight`, read on the metrics listener, which admission does not count):
-/// on a busy machine the service may take seconds to read the heads of stalled requests.
-async fn wait_for_in_flight(app: &TestApp, n: usize) {
-    let wanted = format!("http_requests_in_flight {n}\n");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let metrics = metrics_text(&app.metrics_url).await;
-        if metrics.contains(&wanted) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the service never held {n} requests in flight: {}",
-            metrics
-                .lines()
-                .find(|line| line.starts_with("http_requests_in_flight"))
-                .unwrap_or("no http_requests_in_flight gauge")
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
