@@ -292,11 +292,12 @@ start_api() {
     )
     [ "${HA_REDIS:-on}" = off ] && redis_settings=()
     # A lock of 5 s (and a processor bound below it) so that a frozen instance's keys are
-    # taken over within a soak; production keeps the 30 s default.
+    # taken over within a soak; production keeps the 30 s default. Each instance's sessions
+    # carry its name (application_name), so the soak can tell them apart in pg_stat_activity.
     spawn "$node" env -u DATABASE_URL -u REDIS_URL \
         PAYMENTS__SERVER__BIND="127.0.0.1:$port" \
         PAYMENTS__SERVER__METRICS_BIND="" \
-        PAYMENTS__DATABASE__URL="postgres://postgres@127.0.0.1:$PG_FRONT/payments" \
+        PAYMENTS__DATABASE__URL="postgres://postgres@127.0.0.1:$PG_FRONT/payments?application_name=$node" \
         PAYMENTS__DATABASE__MAX_CONNECTIONS=20 \
         PAYMENTS__PROCESSOR__URL="http://127.0.0.1:$CARD_SIM_PORT" \
         PAYMENTS__PROCESSOR__TIMEOUT_MS=2000 \

@@ -13,7 +13,12 @@ retried the same way. Meanwhile, one after another:
   redis_kill  SIGKILL of the Redis master; Sentinel promotes the replica; the node comes back
               as a replica
   api_kill    SIGKILL of one payments-api instance, started again
-  api_stop    SIGSTOP of one instance for longer than the idempotency lock, then SIGCONT
+  api_stop    SIGSTOP of one instance for longer than the idempotency lock, then SIGCONT; it
+              is frozen inside a batch of finishes: acme's balances are held by a session of
+              the soak's own while a burst of acme charges goes to that instance, and it is
+              stopped once its finishes wait on them (tried up to three times, until its log
+              shows, once it is let go, that a batch had been open). Meanwhile another tenant
+              (globex) charges through the two other instances, and every 5xx it gets counts
 
 Each fault waits for the topology to be whole again before the next. Then the load stops, the
 relay drains the outbox, and the soak checks, with exact counts:
@@ -21,7 +26,8 @@ relay drains the outbox, and the soak checks, with exact counts:
   - every key answers exactly one id (each is sent once more at the end: the same id);
   - processor charges == the books' charges == payment.completed events == settled keys, and
     the same for refunds;
-  - every outbox event id is in the Redis stream of the master the Sentinels name.
+  - every outbox event id is in the Redis stream of the master the Sentinels name;
+  - the other tenant got no 5xx while an instance was frozen inside a batch.
 
 It prints one summary line and exits non-zero if any check fails. Run it on a topology that
 scripts/ha/up.sh brought up: scripts/ha/soak.sh does both.
@@ -48,6 +54,10 @@ DATABASE = "postgres://postgres@127.0.0.1:25000/payments"
 CARD_SIM = ("127.0.0.1", 25090)
 STREAM = "payments:events"
 AUTH = "Bearer sk_test_acme"
+OTHER_TENANT = "Bearer sk_test_globex"
+RUN_DIR = os.environ.get("HA_RUN_DIR", "/tmp/payments-ha")
+# The instances' own ports (ha.sh: api1 -> 25081).
+API_PORTS = {"api1": 25081, "api2": 25082, "api3": 25083}
 # Patroni's ttl and the instances' lock (scripts/ha/conf/patroni.yml, ha.sh).
 PATRONI_TTL_SECS = 8
 LOCK_SECS = 5
@@ -81,6 +91,8 @@ class Tally:
         self.charges = {}  # key -> charge id
         self.refunds = {}  # key -> refund id
         self.refused = []  # final answers that were not 201: a soak bug or a service bug
+        self.other_tenant = set()  # globex's keys
+        self.other_tenant_5xx = 0  # globex's 5xx while an instance was frozen
 
     def saw(self, status):
         with self.lock:
@@ -89,17 +101,23 @@ class Tally:
             else:
                 self.statuses[status] = self.statuses.get(status, 0) + 1
 
+    def saw_other_tenant(self, status):
+        self.saw(status)
+        with self.lock:
+            if status is None or status >= 500:
+                self.other_tenant_5xx += 1
+
     def settled(self, book, key, object_id, seconds):
         with self.lock:
             book[key] = object_id
             self.longest = max(self.longest, seconds)
 
 
-def post(path, key, body, timeout=15):
-    connection = http.client.HTTPConnection(*API, timeout=timeout)
+def post(path, key, body, timeout=15, to=API, auth=AUTH):
+    connection = http.client.HTTPConnection(*to, timeout=timeout)
     try:
         connection.request("POST", path, body=json.dumps(body), headers={
-            "Authorization": AUTH, "Idempotency-Key": key, "Content-Type": "application/json"})
+            "Authorization": auth, "Idempotency-Key": key, "Content-Type": "application/json"})
         response = connection.getresponse()
         return response.status, response.getheader("Retry-After"), response.read()
     except (OSError, http.client.HTTPException):
@@ -108,11 +126,11 @@ def post(path, key, body, timeout=15):
         connection.close()
 
 
-def settle(tally, path, key, body, stop_by):
+def settle(tally, path, key, body, stop_by, auth=AUTH):
     """Sends the request until it is answered 201, as a client with an Idempotency-Key may."""
     started = time.monotonic()
     while time.monotonic() < stop_by:
-        status, retry_after, data = post(path, key, body)
+        status, retry_after, data = post(path, key, body, auth=auth)
         tally.saw(status)
         if status == 201:
             return json.loads(data)["id"], time.monotonic() - started
@@ -166,7 +184,7 @@ def healthy():
     time.sleep(2)
 
 
-def run_asynchronous_failover(counts):
+def run_asynchronous_failover(counts, _tally):
     primary = ha("primary")
     log(f"pg_kill_async: the standbys receive nothing for {WAL_HOLD_SECS}s; then SIGKILL of "
         f"{primary}, the PostgreSQL primary")
@@ -211,7 +229,7 @@ def sentinels_agree_for(seconds):
     return check
 
 
-def run_faults(counts):
+def run_faults(counts, tally):
     primary = ha("primary")
     log(f"pg_kill: SIGKILL of {primary}, the PostgreSQL primary")
     kill_and_fail_over(counts, "pg_kill", primary, "primary", "PostgreSQL primary")
@@ -237,12 +255,117 @@ def run_faults(counts):
     ha("start", "api2")
     healthy()
 
-    log(f"api_stop: SIGSTOP of api3 for {LOCK_SECS + 3}s")
-    ha("stop", "api3")
-    counts["api_stop"] += 1
-    time.sleep(LOCK_SECS + 3)
-    ha("cont", "api3")
+    for attempt in range(1, 4):
+        if freeze_inside_a_batch(tally, counts, "api3", attempt):
+            break
+        healthy()
     healthy()
+
+
+class Holder:
+    """A psql session of the soak's own holding every part of acme's USD balances in a
+    transaction it leaves open: every finish of an acme charge waits on it."""
+
+    def __init__(self):
+        self.psql = subprocess.Popen(["psql", DATABASE, "-Atq", "-v", "ON_ERROR_STOP=1"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.send("BEGIN;\n"
+                  "INSERT INTO ledger_balances (tenant_id, account, currency, part, amount)\n"
+                  "SELECT 'acme', account, 'USD', part, 0\n"
+                  "FROM (VALUES ('customer_payments'), ('processor_receivable')) a(account),\n"
+                  "     generate_series(0, 63) AS part\n"
+                  "ON CONFLICT (tenant_id, account, currency, part)\n"
+                  "DO UPDATE SET amount = ledger_balances.amount;\n"
+                  "SELECT pg_backend_pid();")
+        self.pid = self.psql.stdout.readline().strip()
+
+    def send(self, sql):
+        self.psql.stdin.write(sql + "\n")
+        self.psql.stdin.flush()
+
+    def let_go(self):
+        self.send("ROLLBACK;\n\\q")
+        self.psql.wait(timeout=30)
+
+
+def waiting_on(holder, instance):
+    """The sessions of `instance` that wait for a row `holder` holds, each with when its
+    transaction began."""
+    return set(psql(f"SELECT pid || '@' || xact_start FROM pg_stat_activity "
+                    f"WHERE application_name = '{instance}' "
+                    f"AND {holder.pid} = ANY(pg_blocking_pids(pid))"))
+
+
+def log_size(instance):
+    return os.path.getsize(os.path.join(RUN_DIR, f"{instance}.log"))
+
+
+def log_since(instance, offset):
+    with open(os.path.join(RUN_DIR, f"{instance}.log"), errors="replace") as log_file:
+        log_file.seek(offset)
+        return log_file.read()
+
+
+def freeze_inside_a_batch(tally, counts, instance, attempt):
+    """SIGSTOP of `instance` while a batch of its finishes waits on acme's held balances, for
+    longer than the idempotency lock, while globex charges through the other instances; then
+    SIGCONT. Returns whether a batch was open at the freeze (the instance logs, once let go,
+    that a batch of finishes failed)."""
+    stop_by = time.monotonic() + 120
+    burst_keys = [f"soak-burst-{uuid.uuid4().hex[:8]}-{n}" for n in range(9)]
+    to = ("127.0.0.1", API_PORTS[instance])
+    holder = Holder()
+    burst = []
+
+    def send(key):
+        thread = threading.Thread(target=post, args=("/charges", key, charge_body(key)),
+                                  kwargs={"to": to, "timeout": 60}, daemon=True)
+        thread.start()
+        burst.append(thread)
+
+    # One charge first: its finish waits on the balances and holds the instance's queue of
+    # finishes, and the burst's finishes queue behind it, to be written as one batch.
+    send(burst_keys[0])
+    wait_until("a finish waiting on the held balances", 20,
+               lambda: waiting_on(holder, instance))
+    first = waiting_on(holder, instance)
+    for key in burst_keys[1:]:
+        send(key)
+    wait_until("the burst's finishes waiting on the held balances", 20,
+               lambda: waiting_on(holder, instance) - first)
+    offset = log_size(instance)
+    ha("stop", instance)
+    counts["api_stop"] += 1
+    frozen_at = time.monotonic()
+    holder.let_go()
+    log(f"api_stop: SIGSTOP of {instance} with its finishes waiting on acme's held balances "
+        f"(attempt {attempt}); globex charges through the other instances")
+    others = [("127.0.0.1", port) for name, port in API_PORTS.items() if name != instance]
+    n = 0
+    while time.monotonic() - frozen_at < LOCK_SECS + 3:
+        n += 1
+        key = f"soak-globex-{uuid.uuid4().hex[:8]}-{n}"
+        status, _, data = post("/charges", key, charge_body(key), to=others[n % len(others)],
+                               auth=OTHER_TENANT)
+        tally.saw_other_tenant(status)
+        charge, seconds = (json.loads(data)["id"], 0.0) if status == 201 else \
+            settle(tally, "/charges", key, charge_body(key), stop_by, auth=OTHER_TENANT)
+        if charge is not None:
+            tally.settled(tally.charges, key, charge, seconds)
+            tally.other_tenant.add(key)
+    ha("cont", instance)
+    for thread in burst:
+        thread.join()
+    for key in burst_keys:
+        charge, seconds = settle(tally, "/charges", key, charge_body(key), stop_by)
+        if charge is not None:
+            tally.settled(tally.charges, key, charge, seconds)
+    in_batch = "a batch of finishes failed" in log_since(instance, offset)
+    if in_batch:
+        counts["api_stop_in_batch"] += 1
+    log(f"api_stop: SIGCONT of {instance}; a batch was open at the freeze: "
+        f"{'yes' if in_batch else 'no'}")
+    return in_batch
 
 
 def psql(query):
@@ -286,7 +409,8 @@ def main():
         faults, counts = run_asynchronous_failover, {"pg_kill_async": 0}
     else:
         faults = run_faults
-        counts = {"pg_kill": 0, "pg_stop": 0, "redis_kill": 0, "api_kill": 0, "api_stop": 0}
+        counts = {"pg_kill": 0, "pg_stop": 0, "redis_kill": 0, "api_kill": 0, "api_stop": 0,
+                  "api_stop_in_batch": 0}
     stop = threading.Event()
     stop_by = time.monotonic() + 600
     threads = [threading.Thread(target=client, args=(tally, run, i, stop, stop_by), daemon=True)
@@ -297,7 +421,7 @@ def main():
     time.sleep(3)
     fault_error = None
     try:
-        faults(counts)
+        faults(counts, tally)
     except RuntimeError as error:
         fault_error = error
     stop.set()
@@ -315,11 +439,13 @@ def main():
     doubles = 0
     replayed = set()
     requests = [(key, "/charges", charge_body(key), charge)
-                for key, charge in tally.charges.items()]
+                for key, charge in tally.charges.items() if key not in tally.other_tenant]
+    requests += [(key, "/charges", charge_body(key), charge, OTHER_TENANT)
+                 for key, charge in tally.charges.items() if key in tally.other_tenant]
     requests += [(key, f"/charges/{tally.charges[key.removesuffix('-refund')]}/refunds",
                   {"amount": 100}, refund) for key, refund in tally.refunds.items()]
-    for key, path, body, object_id in requests:
-        status, _, data = post(path, key, body)
+    for key, path, body, object_id, *auth in requests:
+        status, _, data = post(path, key, body, auth=auth[0] if auth else AUTH)
         again = json.loads(data)["id"] if status == 201 else None
         if again == object_id:
             replayed.add(bare(object_id))
@@ -362,6 +488,9 @@ def main():
         problems.append(f"{lost} settled ids are not in the books")
     if missing_from_stream:
         problems.append(f"{missing_from_stream} outbox events are not in the stream")
+    if tally.other_tenant_5xx:
+        problems.append(f"globex got {tally.other_tenant_5xx} 5xx or unanswered charges while "
+                        "an instance was frozen inside a batch")
     missing_faults = [name for name, count in counts.items() if count == 0]
     if missing_faults:
         problems.append(f"faults not run: {', '.join(missing_faults)}")
@@ -374,7 +503,9 @@ def main():
           f"doubles={doubles} lost={lost} (replayed from the cache: {replayed_lost}) "
           f"charged_twice={charged_twice} missing_from_stream={missing_from_stream} "
           f"(stream holds {len(in_stream)}); answers {statuses} connection_errors={tally.errors}"
-          f"; 503s={tally.statuses.get(503, 0)}; longest settle {tally.longest:.1f}s",
+          f"; 503s={tally.statuses.get(503, 0)}; longest settle {tally.longest:.1f}s"
+          f"; other tenant while frozen: {len(tally.other_tenant)} charged, "
+          f"{tally.other_tenant_5xx} 5xx",
           flush=True)
     for problem in problems[:10]:
         print(f"soak: FAILED: {problem}", file=sys.stderr)
