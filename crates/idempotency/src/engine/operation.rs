@@ -268,8 +268,9 @@ pub trait FinishesInBatches: Operation {
         effect_id: String,
     ) -> Result<(Self::Rows, StoredResponse), ProtocolError>;
 
-    /// Writes the rows of several finishes in `transaction`, in which the engine has already
-    /// completed each one's record.
+    /// Writes the rows of several finishes in `transaction`, in which the engine then
+    /// completes each one's record, fenced: if any record is owned by another attempt now, the
+    /// transaction is dropped with these rows, and each finish is written alone.
     async fn write_rows(
         &self,
         transaction: &mut Self::Transaction,
