@@ -3,7 +3,7 @@
 //! charge the processor makes is recorded at once and the retry replays it; and the attempt
 //! keeps its tenant's in-flight slot until then, so leaving is no way around the tenant's share.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -84,11 +84,19 @@ async fn an_attempt_outlives_the_client_that_started_it(backend: Backend, protoc
     assert_eq!(footprint, Footprint::charged(1), "the charge was recorded");
     assert_eq!(record_state(&db, &key).await, "completed");
     assert_eq!(card_sim.charges_created().await, 1);
-    // Its log lines still carry the id of the request that started it.
-    let recorded = service
-        .log_lines()
-        .into_iter()
-        .find(|line| line.contains("effect recorded"));
+    // Its log lines still carry the id of the request that started it (read from the
+    // service's output as it comes, which may be a moment after the commit).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let recorded = loop {
+        let recorded = service
+            .log_lines()
+            .into_iter()
+            .find(|line| line.contains("effect recorded"));
+        if recorded.is_some() || Instant::now() > deadline {
+            break recorded;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(
         recorded
             .as_ref()
@@ -96,8 +104,16 @@ async fn an_attempt_outlives_the_client_that_started_it(backend: Backend, protoc
         "{recorded:?}"
     );
 
-    // The retry replays it; the slot came back.
-    let retry = once_let_in(&service, &key, &visa(700)).await;
+    // The retry replays it once the slot has come back, when the attempt has ended: a moment
+    // after its commit.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let retry = loop {
+        let retry = once_let_in(&service, &key, &visa(700)).await;
+        if retry.status().as_u16() != 429 || Instant::now() > deadline {
+            break retry;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(retry.status().as_u16(), 201);
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
     let replayed: Value = retry.json().await.expect("a charge");
