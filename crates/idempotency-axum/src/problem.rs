@@ -94,7 +94,8 @@ impl IntoResponse for Problem {
 /// The answer to a request the engine refused or could not finish: 422 for a key reused with
 /// another request, 409 with `Retry-After` while another attempt holds the key, 409 for a
 /// request of an incomparable request version, 503 with `Retry-After` when the outcome is
-/// unknown or the store unavailable (the key is kept: a retry resumes it), 500 otherwise. The
+/// unknown, the store unavailable or a row it needed held by another transaction (the key is
+/// kept: a retry resumes it), 500 otherwise. The
 /// cause of a 5xx is logged here, once, and never sent.
 #[derive(Debug)]
 pub struct ProtocolProblem(pub ProtocolError);
@@ -139,6 +140,13 @@ impl ProtocolProblem {
                 "The service is unavailable. Retry with the same Idempotency-Key.",
             )
             .retry_after(1),
+            ProtocolError::Store(failure) if failure.is_busy() => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_busy",
+                "A record this request needs is held by another transaction. Retry with the same \
+                 Idempotency-Key.",
+            )
+            .retry_after(1),
             ProtocolError::Store(_) | ProtocolError::Internal(_) => Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
@@ -161,6 +169,18 @@ impl IntoResponse for ProtocolProblem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A row held past the store's lock timeout is transient, like an unavailable store: 503
+    /// with `Retry-After`, never a 500.
+    #[test]
+    fn a_held_row_is_a_503_to_retry_not_an_internal_error() {
+        use payments_idempotency::engine::StoreFailure;
+        let problem = ProtocolProblem(ProtocolError::Store(StoreFailure::busy("held"))).problem();
+        assert_eq!(
+            (problem.status, problem.code, problem.retry_after_secs),
+            (503, "store_busy", Some(1))
+        );
+    }
 
     #[test]
     fn titles_are_rfc_9110s_reason_phrases() {
