@@ -9,27 +9,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use payments_client::types::ChargeRequest;
 use payments_client::{
     Client, Error, FileJournal, Journal, JournalEntry, Operation, Origin, RetryPolicy,
     api_key_fingerprint,
 };
-use support::serve;
+use support::{charge, serve};
 
 const EXPIRES: &str = "idempotency-key-expires: Tue, 01 Dec 2026 12:00:00 GMT\r\n";
 const CHARGE: &str = r#"{"id":"ch_1","object":"charge","amount":100,"currency":"usd","source":"tok_visa","description":null,"status":"succeeded","processor_charge_id":"sim_1","amount_refunded":0,"created_at":"2026-12-01T12:00:00.000000Z"}"#;
 /// What another request's answer looks like: a charge of one minor unit.
 const ONE_UNIT: &str = r#"{"id":"ch_9","object":"charge","amount":1,"currency":"usd","source":"tok_visa","description":null,"status":"succeeded","processor_charge_id":"sim_9","amount_refunded":0,"created_at":"2026-12-01T12:00:00.000000Z"}"#;
 const NOT_FOUND: &str = r#"{"type":"/problems/not_found","title":"Not Found","status":404,"detail":"No such idempotency key","code":"not_found"}"#;
-
-fn charge() -> ChargeRequest {
-    ChargeRequest {
-        amount: 100,
-        currency: "usd".to_owned(),
-        source: "tok_visa".to_owned(),
-        description: None,
-    }
-}
 
 /// A journal in a directory of its own.
 fn journal() -> (PathBuf, Arc<FileJournal>) {

@@ -6,9 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use payments_client::types::ChargeRequest;
 use payments_client::{Client, Error, Operation, Origin, RetryPolicy};
-use support::serve;
+use support::{charge, serve};
 
 fn policy(deadline: Duration) -> RetryPolicy {
     RetryPolicy {
@@ -17,15 +16,6 @@ fn policy(deadline: Duration) -> RetryPolicy {
         base_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(50),
         prefer_wait_secs: None,
-    }
-}
-
-fn charge() -> ChargeRequest {
-    ChargeRequest {
-        amount: 100,
-        currency: "usd".to_owned(),
-        source: "tok_visa".to_owned(),
-        description: None,
     }
 }
 

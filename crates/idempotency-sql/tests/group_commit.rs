@@ -769,21 +769,25 @@ async fn the_writer_gives_its_connection_back_once_the_process_distrusts_its_con
     );
 }
 
+/// The pool settings of the stores these tests make beside the suite's own.
+fn pool_settings(lock_timeout: Duration) -> PoolSettings {
+    PoolSettings {
+        max_connections: 8,
+        acquire_timeout: Duration::from_secs(10),
+        statement_timeout: Duration::from_secs(30),
+        lock_timeout,
+        idle_in_transaction_timeout: Duration::from_secs(60),
+    }
+}
+
 /// A second instance on the same database: a record store with a claim queue of its own.
 fn another_instance(records: &SqlRecords) -> SqlRecords {
     let SqlRecords::Postgres(records) = records else {
         panic!("PostgreSQL's records");
     };
-    let settings = PoolSettings {
-        max_connections: 8,
-        acquire_timeout: Duration::from_secs(10),
-        statement_timeout: Duration::from_secs(30),
-        lock_timeout: Duration::from_secs(30),
-        idle_in_transaction_timeout: Duration::from_secs(60),
-    };
     SqlRecords::Postgres(PgRecords::new(
         records.pool().clone(),
-        &settings,
+        &pool_settings(Duration::from_secs(30)),
         records.policy(),
     ))
 }
@@ -867,13 +871,7 @@ fn waiting_at_most(records: &SqlRecords, lock_timeout: Duration) -> SqlRecords {
     let SqlRecords::Postgres(records) = records else {
         panic!("PostgreSQL's records");
     };
-    let settings = PoolSettings {
-        max_connections: 8,
-        acquire_timeout: Duration::from_secs(10),
-        statement_timeout: Duration::from_secs(30),
-        lock_timeout,
-        idle_in_transaction_timeout: Duration::from_secs(60),
-    };
+    let settings = pool_settings(lock_timeout);
     let options = records.pool().connect_options().as_ref().clone();
     SqlRecords::Postgres(PgRecords::new(
         payments_idempotency_sql::postgres::connect_lazy(options, &settings),

@@ -16,7 +16,8 @@ use sqlx::{Connection, PgConnection};
 
 use crate::card_sim::CardSim;
 use crate::helpers::{
-    ACME, Backend, Footprint, GLOBEX, Service, TestDatabase, http_client, new_key, visa,
+    ACME, Backend, Footprint, GLOBEX, Service, TestDatabase, assert_ledger_balances_in,
+    http_client, new_key, visa,
 };
 
 /// How long the database lets a session sit inside a transaction without a statement, here.
@@ -290,17 +291,5 @@ async fn a_frozen_instance_mid_transaction_stalls_no_other_tenant_and_its_keys_c
         Footprint::charged(charged),
         "one charge, one ledger transaction and one event per key"
     );
-    assert_ledger_balanced(&db).await;
-}
-
-/// Every currency's ledger entries sum to zero.
-async fn assert_ledger_balanced(db: &TestDatabase) {
-    let unbalanced: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT currency FROM ledger_entries GROUP BY currency
-                              HAVING sum(amount) <> 0) unbalanced",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .expect("ledger sums");
-    assert_eq!(unbalanced, 0, "every currency's entries sum to zero");
+    assert_ledger_balances_in(&db.pool).await;
 }

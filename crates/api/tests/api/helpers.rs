@@ -826,10 +826,15 @@ where
 /// The sum of the ledger's entries in each currency: zero in every one; and the balances the
 /// database keeps as entries are written are the entries' sums, tenant by tenant.
 pub(crate) async fn assert_ledger_balances(app: &TestApp) {
+    assert_ledger_balances_in(app.db()).await;
+}
+
+/// [`assert_ledger_balances`], on the database `db`.
+pub(crate) async fn assert_ledger_balances_in(db: &AnyPool) {
     let sums: Vec<(String, i64)> = sqlx::query_as(
         "SELECT currency, CAST(sum(amount) AS BIGINT) FROM ledger_entries GROUP BY currency",
     )
-    .fetch_all(app.db())
+    .fetch_all(db)
     .await
     .expect("ledger sums");
     assert!(!sums.is_empty());
@@ -837,19 +842,19 @@ pub(crate) async fn assert_ledger_balances(app: &TestApp) {
         assert_eq!(sum, 0, "the ledger balances in {currency}");
     }
     assert_eq!(
-        balances_of(app, "ledger_balances").await,
-        balances_of(app, "ledger_entries").await,
+        balances_of(db, "ledger_balances").await,
+        balances_of(db, "ledger_entries").await,
         "the balances the database keeps (ledger_balances) are the sums of the entries"
     );
 }
 
 /// Every tenant's non-zero balance per account and currency, summed from `table`'s rows.
-async fn balances_of(app: &TestApp, table: &str) -> Vec<(String, String, String, i64)> {
+async fn balances_of(db: &AnyPool, table: &str) -> Vec<(String, String, String, i64)> {
     let sums: Vec<(String, String, String, i64)> = sqlx::query_as(&format!(
         "SELECT tenant_id, account, currency, CAST(sum(amount) AS BIGINT) FROM {table}
          GROUP BY tenant_id, account, currency ORDER BY tenant_id, account, currency"
     ))
-    .fetch_all(app.db())
+    .fetch_all(db)
     .await
     .unwrap_or_else(|e| panic!("sums of {table}: {e}"));
     sums.into_iter().filter(|(.., sum)| *sum != 0).collect()

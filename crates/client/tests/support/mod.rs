@@ -7,8 +7,19 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use payments_client::types::ChargeRequest;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
+
+/// The charge every test sends: 100 minor units in USD, by the test card.
+pub(crate) fn charge() -> ChargeRequest {
+    ChargeRequest {
+        amount: 100,
+        currency: "usd".to_owned(),
+        source: "tok_visa".to_owned(),
+        description: None,
+    }
+}
 
 /// One scripted answer: status, extra headers, body. `None` holds the connection open
 /// without answering.

@@ -298,17 +298,11 @@ impl<T: Send + 'static> Engine<T> {
         queued: &Queued<O>,
     ) -> Result<Ended, ProtocolError> {
         let owner = queued.owner();
-        let transaction = match self.records.begin_batch().await? {
-            Some(transaction) => transaction,
-            None => match Sharing::Shared
-                .begin_ending(self.records.as_ref(), owner)
-                .await?
-            {
-                Some(transaction) => transaction,
-                None => return Ok(Ended::Fenced),
-            },
+        let Some(mut transaction) = self.records.begin_batch().await? else {
+            return Err(ProtocolError::Internal(
+                "the record store began no batch".into(),
+            ));
         };
-        let mut transaction = transaction;
         op.write_rows(&mut transaction, &[&queued.rows]).await?;
         let end = End::Made(&queued.response);
         let completion = self.end_in(transaction, owner, end).await?;
