@@ -20,9 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::auth::Principal;
-use crate::extract::authenticate;
-use crate::state::Limits;
+use crate::auth::{Principal, authenticate};
 use crate::{ApiError, ApiKeys};
 
 /// The in-flight slots of one instance.
@@ -154,6 +152,24 @@ impl Bucket {
     }
 }
 
+/// Request limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub body_limit_bytes: usize,
+    /// How long a client may take to send its body.
+    pub body_timeout: std::time::Duration,
+    /// Requests one instance handles at once, over all routes, before shedding load.
+    pub max_in_flight: usize,
+    /// The most of those one tenant may hold.
+    pub max_in_flight_per_tenant: usize,
+    /// Total bytes of request header names and values accepted.
+    pub header_limit_bytes: usize,
+    /// The longest a whole request may take.
+    pub request_timeout: std::time::Duration,
+    /// Each tenant's token bucket on this instance.
+    pub tenant_rate: TenantRate,
+}
+
 /// What admission needs: the keys to authenticate with, the tenants' buckets and the instance's
 /// slots. Only these (cheap `Arc` clones), not the whole application state, are cloned for
 /// every request.
@@ -190,7 +206,7 @@ impl Admission {
 
 /// A request's slots, held until its response is ready and, through a clone the request
 /// carries in its extensions, until the idempotent attempt it started has ended: a client that
-/// goes away does not end its attempt ([`crate::routes::run_idempotent`]), nor may it free
+/// goes away does not end its attempt ([`crate::handling::run_idempotent`]), nor may it free
 /// the slots of one still running.
 #[derive(Debug, Clone)]
 pub(crate) struct Admitted {

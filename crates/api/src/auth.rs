@@ -7,8 +7,11 @@
 //! without stopping at the first match, so response timing does not tell an attacker how
 //! close a guess was.
 
+use axum::http::{HeaderMap, header};
 use payments_domain::TenantId;
 use sha2::{Digest, Sha256};
+
+use crate::ApiError;
 
 /// An operator, by the name its key is configured with (`auth.operator_keys`): kept with every
 /// resolution it makes.
@@ -143,6 +146,31 @@ pub(crate) fn parse_key_hash(hex_digest: &str) -> Option<[u8; 32]> {
     bytes.try_into().ok()
 }
 
+/// Whom the API key `headers` carry authenticates. Exactly one `Authorization` header: with
+/// two, a proxy in front and this service might each honour a different one.
+pub(crate) fn authenticate(headers: &HeaderMap, keys: &ApiKeys) -> Result<Principal, ApiError> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let value = values.next().ok_or(ApiError::Unauthorized)?;
+    if values.next().is_some() {
+        return Err(ApiError::AuthorizationRepeated);
+    }
+    let presented = value
+        .to_str()
+        .ok()
+        .and_then(bearer_token)
+        .ok_or(ApiError::Unauthorized)?;
+    keys.principal_for(presented)
+        .cloned()
+        .ok_or(ApiError::Unauthorized)
+}
+
+/// The token of a `Bearer` credential; the scheme is case-insensitive (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +235,14 @@ mod tests {
         assert!(constant_time_eq(&a, &b));
         b[31] ^= 1;
         assert!(!constant_time_eq(&a, &b));
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_needs_a_token() {
+        assert_eq!(bearer_token("Bearer sk_1"), Some("sk_1"));
+        assert_eq!(bearer_token("bearer sk_1"), Some("sk_1"));
+        assert_eq!(bearer_token("Basic c2tfMQ=="), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearer"), None);
     }
 }

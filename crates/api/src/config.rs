@@ -11,18 +11,20 @@ use std::time::Duration;
 use chrono::NaiveTime;
 use config::{Config, Environment, File, FileFormat};
 use payments_domain::TenantId;
+use payments_idempotency::engine::CompleterSettings;
 use payments_idempotency::{IdempotencyPolicy, PolicyError};
+use payments_idempotency_sql::UpkeepSettings;
 use payments_redis::CacheSecret;
 use payments_storage::{Database, PoolSettings};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+use crate::admission::Limits;
 use crate::admission::TenantRate;
 use crate::auth::{
     ApiKeys, DEMO_KEY_HASHES, DEMO_OPERATOR, DEMO_OPERATOR_KEY_HASH, OperatorName, parse_key_hash,
 };
 use crate::edge::EdgeLimits;
-use crate::state::Limits;
 use crate::workers::WorkerSettings;
 
 const DEFAULTS: &str = include_str!("defaults.toml");
@@ -518,12 +520,17 @@ impl Settings {
             }
         };
         let workers = WorkerSettings {
-            completer_interval: Duration::from_millis(w.completer_interval_ms),
-            completer_concurrency: w.completer_concurrency,
-            completer_batch: w.completer_batch_size,
-            settle_after,
-            reaper_interval: Duration::from_millis(w.reaper_interval_ms),
-            reaper_batch: i64::from(w.reaper_batch_size),
+            completer: CompleterSettings {
+                interval: Duration::from_millis(w.completer_interval_ms),
+                lanes: w.completer_concurrency,
+                batch: w.completer_batch_size,
+                settle_after,
+            },
+            upkeep: UpkeepSettings {
+                reap_interval: Duration::from_millis(w.reaper_interval_ms),
+                reap_batch: i64::from(w.reaper_batch_size),
+                ..UpkeepSettings::default()
+            },
             relay_interval: Duration::from_millis(w.relay_interval_ms),
             relay_batch: i64::from(w.relay_batch_size),
             outbox_retention: Duration::from_secs(w.outbox_retention_secs),

@@ -5,7 +5,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::uri::PathAndQuery;
-use axum::http::{HeaderMap, header};
 use payments_domain::TenantId;
 use payments_idempotency::IdempotencyKey;
 use payments_idempotency_axum::{
@@ -14,8 +13,8 @@ use payments_idempotency_axum::{
 use serde::de::DeserializeOwned;
 
 use crate::admission::Admitted;
-use crate::auth::{OperatorName, Principal};
-use crate::{ApiError, ApiKeys, AppState};
+use crate::auth::{OperatorName, Principal, authenticate};
+use crate::{ApiError, AppState};
 
 /// The tenant authenticated by `Authorization: Bearer <api key>`; an operator key is refused
 /// (403).
@@ -72,31 +71,6 @@ fn principal(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
     })
 }
 
-/// Whom the API key `headers` carry authenticates. Exactly one `Authorization` header: with
-/// two, a proxy in front and this service might each honour a different one.
-pub(crate) fn authenticate(headers: &HeaderMap, keys: &ApiKeys) -> Result<Principal, ApiError> {
-    let mut values = headers.get_all(header::AUTHORIZATION).iter();
-    let value = values.next().ok_or(ApiError::Unauthorized)?;
-    if values.next().is_some() {
-        return Err(ApiError::AuthorizationRepeated);
-    }
-    let presented = value
-        .to_str()
-        .ok()
-        .and_then(bearer_token)
-        .ok_or(ApiError::Unauthorized)?;
-    keys.principal_for(presented)
-        .cloned()
-        .ok_or(ApiError::Unauthorized)
-}
-
-/// The token of a `Bearer` credential; the scheme is case-insensitive (RFC 9110 §11.1).
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
 /// The validated `Idempotency-Key` header (the adapter's), which may not hold a card number.
 #[derive(Debug, Clone)]
 pub(crate) struct IdempotencyKeyHeader(pub IdempotencyKey);
@@ -138,15 +112,21 @@ impl FromRequest<AppState> for JsonBytes {
         let JsonBody(bytes) =
             JsonBody::from_request(request, state)
                 .await
-                .map_err(|rejection| match rejection {
+                .map_err(|rejection| {
+                    match rejection {
                     BodyRejection::NotJson => ApiError::UnsupportedMediaType,
                     BodyRejection::TooLarge => ApiError::PayloadTooLarge { limit },
                     BodyRejection::Unreadable(rejection) if caused_by_body_timeout(&rejection) => {
                         ApiError::RequestTimeout
                     }
+                    BodyRejection::HoldsNul => ApiError::InvalidRequest(
+                        "The request body holds a NUL character (\\u0000), which no field may hold."
+                            .into(),
+                    ),
                     BodyRejection::Unreadable(_) => {
                         ApiError::InvalidRequest("The request body could not be read.".into())
                     }
+                }
                 })?;
         Ok(Self(bytes))
     }
@@ -289,19 +269,5 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
             .map_err(|e| {
                 ApiError::InvalidRequest(format!("Invalid query string: {}", e.body_text()))
             })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bearer_scheme_is_case_insensitive_and_needs_a_token() {
-        assert_eq!(bearer_token("Bearer sk_1"), Some("sk_1"));
-        assert_eq!(bearer_token("bearer sk_1"), Some("sk_1"));
-        assert_eq!(bearer_token("Basic c2tfMQ=="), None);
-        assert_eq!(bearer_token("Bearer "), None);
-        assert_eq!(bearer_token("Bearer"), None);
     }
 }

@@ -18,6 +18,7 @@ mod error;
 mod events_tail;
 mod extract;
 mod failpoint;
+mod handling;
 mod metrics;
 mod operations;
 mod reconcile;
@@ -185,8 +186,7 @@ pub async fn run() -> Result<(), StartupError> {
         let _ = metrics_server.await;
     }
     // Attempts whose clients went away run to their end, as those of the drained requests did.
-    attempts.close();
-    attempts.wait().await;
+    attempts.wait_for_all().await;
     let _ = stop_workers.send(true);
     for worker in workers {
         let _ = worker.await;

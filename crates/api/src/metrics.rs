@@ -104,6 +104,15 @@ impl Observer for EngineMetrics {
         redis_error(RedisCall::Cache(call));
     }
 
+    /// `completer_settling`: the records the completer is settling now.
+    fn settle_began(&self) {
+        gauge!("completer_settling").increment(1.0);
+    }
+
+    fn settle_ended(&self) {
+        gauge!("completer_settling").decrement(1.0);
+    }
+
     /// How many finishes of an operation were written together: 1 for a finish alone.
     fn finishes_written(&self, operation: &'static str, finishes: usize) {
         histogram!("idempotency_finish_batch_size", "operation" => operation)
@@ -168,23 +177,6 @@ pub(crate) fn record_durability(durability: Durability) {
 pub(crate) fn outbox_backlog(unpublished: i64, oldest_age_secs: f64) {
     gauge!("outbox_backlog").set(unpublished as f64);
     gauge!("outbox_relay_lag_seconds").set(oldest_age_secs);
-}
-
-/// A record the completer is settling, counted in `completer_settling` while it lives (also
-/// when its lane is aborted at shutdown).
-pub(crate) struct Settling;
-
-impl Settling {
-    pub(crate) fn begin() -> Self {
-        gauge!("completer_settling").increment(1.0);
-        Self
-    }
-}
-
-impl Drop for Settling {
-    fn drop(&mut self) {
-        gauge!("completer_settling").decrement(1.0);
-    }
 }
 
 /// A request took an in-flight slot (`http_requests_in_flight`).

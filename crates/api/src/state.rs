@@ -4,34 +4,17 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_idempotency::engine::{Engine, RecentAnswers, ResponseCache};
+use payments_idempotency_axum::Attempts;
 use payments_redis::{EventStream, ReplayCache};
 use payments_storage::{Store, Transaction};
-use tokio_util::task::TaskTracker;
 
 use payments_domain::SettlementReport;
 
+use crate::admission::Limits;
 use crate::auth::ApiKeys;
 use crate::metrics::EngineMetrics;
 use crate::operations::{Operations, Ports, Processor};
 use crate::reconcile::Reconciler;
-
-/// Request limits.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub body_limit_bytes: usize,
-    /// How long a client may take to send its body.
-    pub body_timeout: std::time::Duration,
-    /// Requests one instance handles at once, over all routes, before shedding load.
-    pub max_in_flight: usize,
-    /// The most of those one tenant may hold.
-    pub max_in_flight_per_tenant: usize,
-    /// Total bytes of request header names and values accepted.
-    pub header_limit_bytes: usize,
-    /// The longest a whole request may take.
-    pub request_timeout: std::time::Duration,
-    /// Each tenant's token bucket on this instance.
-    pub tenant_rate: crate::admission::TenantRate,
-}
 
 /// Shared by every request; cheap to clone.
 #[derive(Debug, Clone)]
@@ -57,7 +40,7 @@ pub struct AppState {
     pub(crate) operations: Operations,
     /// The idempotent attempts running, each on a task of its own so that its client going
     /// away does not stop it halfway; the service waits for them when it stops.
-    pub(crate) attempts: TaskTracker,
+    pub(crate) attempts: Attempts,
 }
 
 impl AppState {
@@ -94,7 +77,7 @@ impl AppState {
             engine: Arc::new(engine),
             settlement,
             operations,
-            attempts: TaskTracker::new(),
+            attempts: Attempts::new(),
         }
     }
 

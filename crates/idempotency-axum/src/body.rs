@@ -1,5 +1,10 @@
 //! A JSON request body, as raw bytes after its media type and size are checked: the handler
 //! parses it, since it needs both the typed request and the body as sent.
+//!
+//! A body whose JSON holds a NUL character (`\u0000`) is refused here, before any key is
+//! claimed: a record store's text cannot hold one (PostgreSQL's `text` refuses it), so an
+//! operation that stores what the client sent would make its effect and then fail every finish
+//! for ever.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -19,6 +24,8 @@ pub struct JsonBody(pub Bytes);
 pub enum BodyRejection {
     NotJson,
     TooLarge,
+    /// A string of the JSON holds a NUL character, which no record store can hold as text.
+    HoldsNul,
     Unreadable(BytesRejection),
 }
 
@@ -43,8 +50,25 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
                     BodyRejection::Unreadable(rejection)
                 }
             })?;
+        if holds_nul(&bytes) {
+            return Err(BodyRejection::HoldsNul);
+        }
         Ok(Self(bytes))
     }
+}
+
+/// Whether JSON text holds a NUL: a raw zero byte (never valid JSON), or the escape `\u0000`
+/// itself; not an escaped backslash followed by `u0000` (`\\u0000` is the text `\u0000`).
+fn holds_nul(json: &[u8]) -> bool {
+    if json.contains(&0) {
+        return true;
+    }
+    json.windows(6).enumerate().any(|(at, window)| {
+        window == b"\\u0000" && {
+            let backslashes = json[..at].iter().rev().take_while(|&&b| b == b'\\').count();
+            backslashes % 2 == 0
+        }
+    })
 }
 
 /// `application/json`, with any parameters (`; charset=utf-8`), in any case.
@@ -65,6 +89,11 @@ impl IntoResponse for BodyRejection {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
                 "The request body is larger than this service accepts.",
+            ),
+            Self::HoldsNul => Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "The request body holds a NUL character (\\u0000), which this service cannot store.",
             ),
             Self::Unreadable(_) => Problem::new(
                 StatusCode::BAD_REQUEST,
@@ -87,5 +116,15 @@ mod tests {
         assert!(!is_json_media_type("text/plain"));
         assert!(!is_json_media_type("application/jsonx"));
         assert!(!is_json_media_type("application/x-www-form-urlencoded"));
+    }
+
+    #[test]
+    fn a_nul_is_found_escaped_or_raw_but_not_an_escaped_backslash() {
+        assert!(holds_nul(br#"{"email":"a\u0000b"}"#));
+        assert!(holds_nul(br#"{"email":"\\\u0000"}"#));
+        assert!(holds_nul(b"{\"email\":\"a\0b\"}"));
+        assert!(!holds_nul(br#"{"email":"a\\u0000b"}"#));
+        assert!(!holds_nul(br#"{"email":"a\u0001b"}"#));
+        assert!(!holds_nul(br#"{"email":"u0000"}"#));
     }
 }

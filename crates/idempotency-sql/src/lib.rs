@@ -7,14 +7,17 @@
 //! A service applies the records table (`schema/postgres.sql`, `schema/sqlite.sql`) and opens
 //! a [`SqlRecords`]; the engine claims and ends records through it, and the service's
 //! operations write their own rows in its [`Transaction`], whose [`Connection`] is the
-//! backend's own. This crate knows no operation's tables, no web framework, no cache, and no
-//! crate of the workspace but the engine.
+//! backend's own; beside the server it runs the records' [`Upkeep`] (the reaper, the table's
+//! statistics). This crate knows no operation's tables, no web framework, no cache, and no
+//! crate of the workspace but the engine. A whole service on it is walked through in
+//! `docs/build-a-service.md`, with `examples/orders`.
 
 mod commits;
 mod error;
 pub mod postgres;
 mod row;
 pub mod sqlite;
+mod upkeep;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -37,6 +40,7 @@ pub use error::{Error, distrusts_connections, is_busy, is_unavailable, no_answer
 pub use postgres::PgRecords;
 use sqlite::Sharing;
 pub use sqlite::{SqliteRecords, WriteTx};
+pub use upkeep::{Batches, Upkeep, UpkeepSettings, in_batches};
 
 /// How to reach the database.
 #[derive(Debug, Clone)]

@@ -7,13 +7,16 @@
 //! given the record already stored under it. Records hold plain data (status code, allow-listed
 //! headers, body bytes), so any framework can replay them. The [`engine`] drives an
 //! [`engine::Operation`] through those rules, working only through the ports it defines (a
-//! record store, a response cache, an observer). This crate must not import axum, sqlx, redis
-//! or any other crate of the workspace.
+//! record store, a response cache, an observer), and its [`engine::Completer`] settles the
+//! records whose attempt ended without an answer. A whole service on the engine is walked
+//! through in `docs/build-a-service.md`, with `examples/orders`. This crate must not import
+//! axum, sqlx, redis or any other crate of the workspace.
 
 mod decision;
 pub mod engine;
 mod fingerprint;
 mod key;
+pub mod lifecycle;
 mod policy;
 mod record;
 mod retry_after;

@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
 use crate::failpoint::{self, Failure};
-use crate::routes::{ListParams, run_idempotent, tenants};
+use crate::handling::{ListParams, run_idempotent, tenants};
 use crate::views::{
     List, card_number, description_field, insert_description, invalid_field, json_body,
     money_field, money_json, timestamp,

@@ -34,7 +34,7 @@ use super::charge::tenants_charge;
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
 use crate::failpoint;
-use crate::routes::{ListParams, run_idempotent, tenants};
+use crate::handling::{ListParams, run_idempotent, tenants};
 use crate::views::{List, invalid_field, json_body, split_stored, timestamp};
 use crate::{ApiError, AppState, Decline};
 

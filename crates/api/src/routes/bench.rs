@@ -13,6 +13,7 @@ use chrono::Utc;
 use payments_domain::{Charge, ChargeId, TenantId};
 use payments_idempotency::engine::{self, Completion, End, Owner, RecordStore};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
+use payments_idempotency_sql::in_batches;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -21,7 +22,6 @@ use tokio::sync::watch;
 use crate::extract::{ApiQuery, JsonBytes};
 use crate::operations::charge::CreateChargeBody;
 use crate::operations::charge::{CreateCharge, created_response};
-use crate::workers::reaper;
 use crate::{ApiError, AppState};
 
 /// The tenant every floor writes and reads as (the bench scripts' API key is acme's).
@@ -142,7 +142,7 @@ pub(super) async fn reap(
     let times = Mutex::new(Vec::new());
     let (records, times_ref) = (&state.store.records(), &times);
     let started = Instant::now();
-    let reaped = reaper::in_batches(batch, &mut shutdown, || async move {
+    let reaped = in_batches(batch, &mut shutdown, || async move {
         let statement = Instant::now();
         let deleted = records
             .reap_expired(batch)

@@ -8,8 +8,8 @@ use axum::extract::{Path, State};
 use payments_domain::{EventId, EventType};
 use payments_storage::ListEvents;
 
-use super::{ListParams, tenants};
 use crate::extract::{ApiQuery, Tenant};
+use crate::handling::{ListParams, tenants};
 use crate::views::{EventView, List};
 use crate::{ApiError, AppState};
 

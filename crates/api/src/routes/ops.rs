@@ -12,9 +12,9 @@ use payments_domain::{ExceptionId, ResolutionRequest};
 use payments_storage::{ExceptionStatus, ListExceptions, ReconciliationException};
 use serde_json::Value;
 
-use super::{ListParams, run_idempotent, tenants};
 use crate::auth::OperatorName;
 use crate::extract::{ApiQuery, JsonBytes, Operator, OperatorCall};
+use crate::handling::{ListParams, run_idempotent, tenants};
 use crate::views::{ExceptionView, List, ResolveBody, json_body};
 use crate::{ApiError, AppState};
 

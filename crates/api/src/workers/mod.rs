@@ -1,17 +1,19 @@
-//! Background workers every instance runs: the completer, the reaper (of expired records and
-//! of old outbox rows), the outbox relay, the daily reconciliation, the records table's
-//! statistics, and the metrics recorder's upkeep.
+//! Background work every instance runs: the kit's completer (the engine's, over every
+//! operation) and the records table's upkeep (the SQL record store's reaper and statistics
+//! refresh), and this service's own: the pruning of old outbox rows, the outbox relay, the
+//! daily reconciliation, and the metrics recorder's upkeep.
 //! All are safe to run on any number of instances at once (`FOR UPDATE SKIP LOCKED`, fenced
 //! writes), and all stop at the same shutdown signal as the server.
 
-mod completer;
-pub(crate) mod reaper;
+mod pruning;
 mod reconciler;
 mod relay;
-mod statistics;
 
 use std::time::Duration;
 
+use payments_idempotency::engine::{Completer, CompleterSettings};
+use payments_idempotency::lifecycle::every;
+use payments_idempotency_sql::{Upkeep, UpkeepSettings};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -22,26 +24,16 @@ use crate::AppState;
 /// request, for as long as the instance runs.
 const METRICS_UPKEEP: Duration = Duration::from_secs(1);
 
-/// How often the records table's statistics are checked against its changes (`statistics.rs`):
-/// one read of the statistics system, and an `ANALYZE` once the table has grown.
-const STATISTICS_CHECK: Duration = Duration::from_secs(1);
-
 /// How often each worker runs, and how much it takes per round.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerSettings {
-    pub completer_interval: Duration,
-    /// How many records the completer settles at once, each in a lane of its own.
-    pub completer_concurrency: u32,
-    /// The most records each of the completer's lanes settles in one round, one after the
-    /// other.
-    pub completer_batch: u32,
-    /// How long after a record's lock ended the completer may settle it.
-    pub settle_after: Duration,
-    pub reaper_interval: Duration,
-    pub reaper_batch: i64,
+    pub completer: CompleterSettings,
+    /// The records' reaper (its interval and batch are also the outbox pruning's) and the
+    /// statistics refresh.
+    pub upkeep: UpkeepSettings,
     pub relay_interval: Duration,
     pub relay_batch: i64,
-    /// How long the reaper keeps an outbox row.
+    /// How long an outbox row is kept.
     pub outbox_retention: Duration,
     /// When (UTC) the previous day is reconciled each day; `None` for never.
     pub reconcile_at: Option<chrono::NaiveTime>,
@@ -54,43 +46,33 @@ pub(crate) fn spawn(
     shutdown: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let mut workers = Vec::new();
-    let s = state.clone();
+    let completer = Completer::new(state.engine.clone(), settings.completer);
     let completer_shutdown = shutdown.clone();
-    workers.push(tokio::spawn(every(
-        settings.completer_interval,
-        shutdown.clone(),
-        move || {
-            let state = s.clone();
-            let shutdown = completer_shutdown.clone();
-            async move { completer::run_round(&state, &settings, &shutdown).await }
-        },
-    )));
+    workers.push(tokio::spawn(async move {
+        completer.run(completer_shutdown).await;
+    }));
+    let upkeep = Upkeep::new(state.store.records(), settings.upkeep);
+    let upkeep_shutdown = shutdown.clone();
+    workers.push(tokio::spawn(async move {
+        upkeep.run(upkeep_shutdown).await;
+    }));
     let s = state.clone();
-    let reaper_shutdown = shutdown.clone();
+    let pruning_shutdown = shutdown.clone();
     workers.push(tokio::spawn(every(
-        settings.reaper_interval,
+        settings.upkeep.reap_interval,
         shutdown.clone(),
         move || {
             let state = s.clone();
-            let mut shutdown = reaper_shutdown.clone();
+            let mut shutdown = pruning_shutdown.clone();
             async move {
-                reaper::run_round(
+                pruning::run_round(
                     &state,
-                    settings.reaper_batch,
+                    settings.upkeep.reap_batch,
                     settings.outbox_retention,
                     &mut shutdown,
                 )
                 .await
             }
-        },
-    )));
-    let s = state.clone();
-    workers.push(tokio::spawn(every(
-        STATISTICS_CHECK,
-        shutdown.clone(),
-        move || {
-            let state = s.clone();
-            async move { statistics::run_round(&state).await }
         },
     )));
     if let Some(metrics) = state.metrics.clone() {
@@ -121,29 +103,4 @@ pub(crate) fn spawn(
         )));
     }
     workers
-}
-
-/// Resolves once `shutdown` turns true (or its sender is gone, which also means stop).
-pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
-}
-
-/// Runs `round` every `interval` until shutdown. A round in progress is finished first; the
-/// rounds that could take long (the completer's, the reaper's) watch the signal themselves.
-async fn every<F, Fut>(interval: Duration, mut shutdown: watch::Receiver<bool>, round: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => round().await,
-            _ = shutdown.changed() => return,
-        }
-        if *shutdown.borrow() {
-            return;
-        }
-    }
 }

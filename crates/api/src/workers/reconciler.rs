@@ -8,9 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Days, NaiveTime, Utc};
 use tokio::sync::watch;
 
-use super::stopped;
 use crate::reconcile::yesterday;
 use crate::{AppState, error_chain};
+use payments_idempotency::lifecycle::stopped;
 
 pub(super) async fn run(state: AppState, at: NaiveTime, mut shutdown: watch::Receiver<bool>) {
     loop {

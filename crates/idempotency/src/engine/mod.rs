@@ -26,6 +26,7 @@
 
 mod batch;
 mod cache;
+mod completer;
 mod completions;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -47,6 +48,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use batch::{Batches, FinishQueue};
+pub use completer::{Completer, CompleterSettings};
 pub use completions::Completions;
 pub use error::{CacheFailure, ProtocolError, StoreFailure, error_chain};
 pub use operation::{EffectError, FinishesInBatches, Operation, Prepared, Preparing, Settled};

@@ -514,6 +514,12 @@ pub trait Observer: Send + Sync {
     /// [`FinishesInBatches`]: super::FinishesInBatches
     fn finishes_written(&self, _operation: &'static str, _finishes: usize) {}
 
+    /// The completer took over an abandoned record and began to settle it.
+    fn settle_began(&self) {}
+
+    /// The completer is done with a record it began to settle, however that ended.
+    fn settle_ended(&self) {}
+
     /// What this process's recent answers hold, after one was added.
     fn recent_answers(&self, _held: RecentAnswersHeld) {}
 
