@@ -7,7 +7,11 @@
 //!       cargo run -p orders-example --bin orders
 //!
 //! What it writes itself: its operation (the mail is the effect, sent under the engine's
-//! effect key, so that the mail service sends it at most once), its table and its route.
+//! effect key, so that the mail service sends it at most once), its table and its route. What
+//! it starts from the kit: attempts that outlive their client ([`Attempts`]), the completer
+//! that settles an order whose attempt died ([`Completer`]), and the records' upkeep, which
+//! reaps them past their retention ([`Upkeep`]); at SIGTERM it drains its requests, waits for
+//! the attempts in flight, then stops the rest.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,14 +21,17 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use payments_idempotency::engine::{
-    EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner, Prepared, Preparing,
-    ProtocolError, Settled,
+    Completer, CompleterSettings, EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner,
+    Prepared, Preparing, ProtocolError, Settled,
 };
 use payments_idempotency::{IdempotencyPolicy, SchemaVersion, StoredResponse};
 use payments_idempotency_axum::{
-    IdempotencyKeyHeader, JsonBody, PROBLEM_JSON, PreferWait, Problem, ProtocolProblem, respond,
+    Attempts, IdempotencyKeyHeader, JsonBody, PROBLEM_JSON, PreferWait, Problem, ProtocolProblem,
+    respond,
 };
-use payments_idempotency_sql::{Connection, Database, PoolSettings, Transaction};
+use payments_idempotency_sql::{
+    Connection, Database, PoolSettings, Transaction, Upkeep, UpkeepSettings,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -173,10 +180,15 @@ async fn message_id(answer: reqwest::Response) -> Result<String, EffectError> {
     id.ok_or_else(|| unavailable("no message id"))
 }
 
-type App = (Arc<Engine<Transaction>>, Arc<Idempotent<PlaceOrder>>);
+#[derive(Debug, Clone)]
+struct App {
+    engine: Arc<Engine<Transaction>>,
+    place: Arc<Idempotent<PlaceOrder>>,
+    attempts: Attempts,
+}
 
 async fn place_order(
-    State((engine, place)): State<App>,
+    State(app): State<App>,
     IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     PreferWait(wait): PreferWait,
     JsonBody(body): JsonBody,
@@ -188,9 +200,17 @@ async fn place_order(
     };
     // One tenant: this service's keys are all its own.
     let request = KeyedRequest::of::<PlaceOrder>("orders".into(), key, order, &sent, wait);
-    match engine.run(&place, request).await {
-        Ok(answer) => respond(answer, &STORED_STATUSES),
-        Err(error) => ProtocolProblem(error).into_response(),
+    // On a task of its own: a client that goes away ends only its wait, and the mail it asked
+    // for is still recorded as its order.
+    let (engine, place) = (Arc::clone(&app.engine), Arc::clone(&app.place));
+    let attempt = async move { engine.run(&place, request).await };
+    match app.attempts.run(attempt).await {
+        Ok(Ok(answer)) => respond(answer, &STORED_STATUSES),
+        Ok(Err(error)) => ProtocolProblem(error).into_response(),
+        Err(stopped) => {
+            let status = StatusCode::SERVICE_UNAVAILABLE;
+            Problem::new(status, "shutting_down", stopped.to_string()).into_response()
+        }
     }
 }
 
@@ -204,17 +224,50 @@ fn setting(name: &str, default: Option<&str>) -> Result<String, String> {
     value.ok_or(format!("{name} is not set"))
 }
 
+/// A duration setting, in milliseconds, more than zero.
+fn millis(name: &str, default: u64) -> Result<Duration, String> {
+    let value = setting(name, Some(&default.to_string()))?;
+    match value.parse() {
+        Ok(0) => Err(format!("{name}: must be more than 0")),
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(e) => Err(format!("{name}: {e}")),
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .unwrap_or_else(|e| panic!("cannot listen for SIGTERM: {e}"));
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<(), String> {
     let url = setting("ORDERS_DATABASE_URL", None)?;
     let database = Database::parse(&url).map_err(|e| format!("ORDERS_DATABASE_URL: {e}"))?;
-    let lock = setting("ORDERS_LOCK_TIMEOUT_SECS", Some("30"))?;
-    let lock = lock
-        .parse()
-        .map_err(|e| format!("ORDERS_LOCK_TIMEOUT_SECS: {e}"));
-    let day = Duration::from_secs(86_400);
-    let policy = IdempotencyPolicy::new(day, Duration::from_secs(lock?), 7 * day);
-    let policy = policy.map_err(|e| format!("ORDERS_LOCK_TIMEOUT_SECS: {e}"))?;
+    let lock = millis("ORDERS_LOCK_TIMEOUT_MS", 30_000)?;
+    let retention = millis("ORDERS_RETENTION_MS", 86_400_000)?;
+    let policy = IdempotencyPolicy::new(retention, lock, retention);
+    let policy = policy.map_err(|e| format!("ORDERS_RETENTION_MS: {e}"))?;
+    // The completer asks the mail service about an order only once any send made under the
+    // order's lock has ended: the mail client gives up after `mail_timeout`.
+    let mail_timeout = millis("ORDERS_MAIL_TIMEOUT_MS", 10_000)?;
+    let completer = CompleterSettings {
+        interval: millis("ORDERS_COMPLETER_INTERVAL_MS", 1_000)?,
+        settle_after: millis("ORDERS_SETTLE_AFTER_MS", 15_000)?,
+        ..CompleterSettings::default()
+    };
+    if completer.settle_after <= mail_timeout {
+        let reason = "must be longer than ORDERS_MAIL_TIMEOUT_MS";
+        return Err(format!("ORDERS_SETTLE_AFTER_MS: {reason}"));
+    }
+    let upkeep = UpkeepSettings {
+        reap_interval: millis("ORDERS_REAPER_INTERVAL_MS", 60_000)?,
+        ..UpkeepSettings::default()
+    };
     let settings = PoolSettings {
         max_connections: 16,
         acquire_timeout: Duration::from_secs(5),
@@ -233,19 +286,39 @@ async fn main() -> Result<(), String> {
     created.map_err(|e| format!("the orders table: {e}"))?;
     write.commit().await.map_err(|e| e.to_string())?;
     let mail_url = setting("ORDERS_MAIL_URL", None)?;
-    let place = PlaceOrder {
-        mail: reqwest::Client::new(),
-        mail_url,
+    let mail = reqwest::Client::builder().timeout(mail_timeout).build();
+    let mail = mail.map_err(|e| format!("ORDERS_MAIL_URL: {e}"))?;
+    let place = Arc::new(Idempotent::new(PlaceOrder { mail, mail_url }));
+    let engine = Engine::new(Arc::new(records.clone())).with_operation(Arc::clone(&place));
+    let engine = Arc::new(engine);
+
+    // The kit's background work, until shutdown: the completer and the records' upkeep.
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let completer = Completer::new(Arc::clone(&engine), completer);
+    let upkeep = Upkeep::new(records, upkeep);
+    let background = tokio::spawn(async move {
+        tokio::join!(completer.run(shutdown.clone()), upkeep.run(shutdown));
+    });
+
+    let attempts = Attempts::new();
+    let app = App {
+        engine,
+        place,
+        attempts: attempts.clone(),
     };
-    let place = Arc::new(Idempotent::new(place));
-    let engine = Engine::new(Arc::new(records)).with_operation(Arc::clone(&place));
     let router = axum::Router::new()
         .route("/orders", axum::routing::post(place_order))
-        .with_state((Arc::new(engine), place));
+        .with_state(app);
     let listen = setting("ORDERS_LISTEN", Some("127.0.0.1:8090"))?;
     let listener = tokio::net::TcpListener::bind(&listen).await;
     let listener = listener.map_err(|e| format!("ORDERS_LISTEN {listen}: {e}"))?;
     println!("orders listening on {listen}");
-    let served = axum::serve(listener, router).await;
-    served.map_err(|e| e.to_string())
+    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown_signal());
+    served.await.map_err(|e| e.to_string())?;
+    // The requests are drained; the attempts whose clients left run to their end.
+    attempts.wait_for_all().await;
+    let _ = stop.send(true);
+    background.await.map_err(|e| e.to_string())?;
+    println!("orders stopped");
+    Ok(())
 }

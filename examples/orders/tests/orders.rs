@@ -1,6 +1,7 @@
 //! The order example as a client sees it, over real HTTP, with the mail simulator as a process
 //! of its own, on PostgreSQL and on SQLite: whatever the client's retries and the service's
-//! crashes, one order placed under a key is one mail, one order row and one answer.
+//! crashes, one order placed under a key is one mail, one order row and one answer; and so it
+//! is for a client that never comes back, through the kit's attempts, completer and upkeep.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -38,8 +39,38 @@ async fn answering(base: &str) {
     }
 }
 
+/// The settings a test gives the order service, beyond its addresses.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    /// `ORDERS_SETTLE_AFTER_MS`: how long after an order's lock ended the completer may settle
+    /// it. Longer than the mail client's timeout (6 s: the simulator's slow answer takes 5.3 s).
+    settle_after_ms: u64,
+    /// `ORDERS_RETENTION_MS`: how long a finished order's record is kept.
+    retention_ms: u64,
+}
+
+impl Settings {
+    /// The completer settles an order the moment the mail client's timeout allows; records
+    /// are kept for a day.
+    const PROMPT_COMPLETER: Self = Self {
+        settle_after_ms: 6_500,
+        retention_ms: 86_400_000,
+    };
+    /// The completer would wait a minute: only the attempt itself can record an order sooner.
+    const LATE_COMPLETER: Self = Self {
+        settle_after_ms: 60_000,
+        ..Self::PROMPT_COMPLETER
+    };
+    /// Records kept for two seconds.
+    const SHORT_RETENTION: Self = Self {
+        retention_ms: 2_000,
+        ..Self::PROMPT_COMPLETER
+    };
+}
+
 /// The database, the mail simulator and the order service of one test.
 struct Stack {
+    settings: Settings,
     database_url: String,
     cleanup: Option<String>,
     mail: String,
@@ -56,6 +87,10 @@ fn admin_url() -> String {
 
 impl Stack {
     async fn on(backend: &str) -> Self {
+        Self::with(backend, Settings::PROMPT_COMPLETER).await
+    }
+
+    async fn with(backend: &str, settings: Settings) -> Self {
         let name = format!("orders_test_{}", uuid::Uuid::new_v4().simple());
         let (database_url, cleanup) = if backend == "postgres" {
             let admin = admin_url();
@@ -72,6 +107,7 @@ impl Stack {
             .spawn()
             .unwrap_or_else(|e| panic!("start mail-sim: {e}"));
         let mut stack = Self {
+            settings,
             database_url,
             cleanup,
             mail: format!("http://127.0.0.1:{mail_port}"),
@@ -86,13 +122,23 @@ impl Stack {
     }
 
     /// Starts the order service, with a lock of one second, so that a retry after a crash
-    /// takes the dead attempt's record over promptly.
+    /// takes the dead attempt's record over promptly, and the completer and the reaper
+    /// looking every 200 ms.
     async fn start(&mut self) {
+        let Settings {
+            settle_after_ms,
+            retention_ms,
+        } = self.settings;
         let child = Command::new(env!("CARGO_BIN_EXE_orders"))
             .env("ORDERS_DATABASE_URL", &self.database_url)
             .env("ORDERS_MAIL_URL", &self.mail)
             .env("ORDERS_LISTEN", self.orders.trim_start_matches("http://"))
-            .env("ORDERS_LOCK_TIMEOUT_SECS", "1")
+            .env("ORDERS_LOCK_TIMEOUT_MS", "1000")
+            .env("ORDERS_MAIL_TIMEOUT_MS", "6000")
+            .env("ORDERS_SETTLE_AFTER_MS", settle_after_ms.to_string())
+            .env("ORDERS_RETENTION_MS", retention_ms.to_string())
+            .env("ORDERS_COMPLETER_INTERVAL_MS", "200")
+            .env("ORDERS_REAPER_INTERVAL_MS", "200")
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("start orders: {e}"));
@@ -103,6 +149,69 @@ impl Stack {
     /// SIGKILL: no shutdown, nothing flushed.
     fn kill(&mut self) {
         drop(self.service.take());
+    }
+
+    /// SIGTERM, then the service's own exit (within 30 s): whether it exited successfully.
+    async fn terminate(&mut self) -> bool {
+        let Some(Process(service)) = self.service.as_mut() else {
+            panic!("no service to stop")
+        };
+        let pid = service.id().to_string();
+        let signalled = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(signalled.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match service.try_wait() {
+                Ok(Some(status)) => return status.success(),
+                Ok(None) => assert!(
+                    Instant::now() < deadline,
+                    "still running 30 s after SIGTERM"
+                ),
+                Err(e) => panic!("{e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends a slow order (its mail is sent at once, its answer comes 5 s later) from a client
+    /// that gives up after a second and never retries; returns once the mail went out.
+    async fn send_and_go_away(&self, key: &str, order: &Value) {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(1))
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let request = client
+            .post(format!("{}/orders", self.orders))
+            .header("idempotency-key", key)
+            .json(order);
+        let sent = request.send().await;
+        assert!(
+            sent.as_ref().is_err_and(reqwest::Error::is_timeout),
+            "answered within the client's second: {sent:?}"
+        );
+        self.mails_out(1).await;
+    }
+
+    /// Waits (10 s at most) until `count` mails were sent.
+    async fn mails_out(&self, count: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.mails_sent().await < count {
+            assert!(Instant::now() < deadline, "the mail was never sent");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (`within` at most) until `sql`, a count, gives `expected`; returns what it last
+    /// gave.
+    async fn count_reaches(&self, sql: &str, expected: i64, within: Duration) -> i64 {
+        let deadline = Instant::now() + within;
+        loop {
+            let count = self.count(sql).await;
+            if count == expected || Instant::now() >= deadline {
+                return count;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     async fn place(&self, key: &str, order: &Value) -> reqwest::Result<reqwest::Response> {
@@ -152,13 +261,17 @@ impl Stack {
     }
 
     async fn order_rows(&self) -> i64 {
+        self.count("SELECT count(*) FROM orders").await
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
         sqlx::any::install_default_drivers();
         let pool = AnyPoolOptions::new()
             .max_connections(1)
             .connect(&self.database_url)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM orders")
+        let (rows,): (i64,) = sqlx::query_as(sql)
             .fetch_one(&pool)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
@@ -238,11 +351,7 @@ async fn a_crash_after_the_mail_and_a_retry_place_one_order(backend: &str) {
         }
     });
     // The mail went out; its answer is still on its way when the service dies.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stack.mails_sent().await == 0 {
-        assert!(Instant::now() < deadline, "the mail was never sent");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    stack.mails_out(1).await;
     stack.kill();
     assert!(
         first.await.unwrap_or_else(|e| panic!("{e}")).is_err(),
@@ -257,6 +366,121 @@ async fn a_crash_after_the_mail_and_a_retry_place_one_order(backend: &str) {
     assert_eq!(placed["message_id"], "msg_1", "{placed}");
     assert_eq!(stack.mails_sent().await, 1);
     assert_eq!(stack.order_rows().await, 1);
+}
+
+const COMPLETED_RECORDS: &str =
+    "SELECT count(*) FROM idempotency_records WHERE state = 'completed'";
+
+/// The client gives up a second in, the mail is sent, and no retry ever comes: the attempt,
+/// which outlived its client, records the order when the mail's answer arrives, long before
+/// the completer may (a minute after the lock).
+async fn an_order_whose_client_went_away_is_recorded_by_its_attempt(backend: &str) {
+    let stack = Stack::with(backend, Settings::LATE_COMPLETER).await;
+    stack.send_and_go_away("order-3", &order("slow lamp")).await;
+    let rows = stack
+        .count_reaches("SELECT count(*) FROM orders", 1, Duration::from_secs(15))
+        .await;
+    assert_eq!(rows, 1, "the order was never recorded");
+    assert_eq!(stack.count(COMPLETED_RECORDS).await, 1);
+    assert_eq!(stack.mails_sent().await, 1);
+}
+
+/// The service dies after the mail went out, and comes back; no retry ever comes: the
+/// completer settles the order with the mail service's answer for its effect key.
+async fn an_order_whose_service_died_is_recorded_by_the_completer(backend: &str) {
+    let mut stack = Stack::with(backend, Settings::PROMPT_COMPLETER).await;
+    let client = stack.client.clone();
+    let request = client
+        .post(format!("{}/orders", stack.orders))
+        .header("idempotency-key", "order-4")
+        .json(&order("slow lamp"));
+    let first = tokio::spawn(request.send());
+    stack.mails_out(1).await;
+    stack.kill();
+    let answered = first.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(answered.is_err(), "answered before the kill");
+    assert_eq!(stack.order_rows().await, 0);
+    stack.start().await;
+    // The lock (1 s), the settle grace (6.5 s) and a few of the completer's rounds.
+    let rows = stack
+        .count_reaches("SELECT count(*) FROM orders", 1, Duration::from_secs(20))
+        .await;
+    assert_eq!(rows, 1, "the completer never recorded the order");
+    assert_eq!(stack.count(COMPLETED_RECORDS).await, 1);
+    assert_eq!(stack.mails_sent().await, 1);
+    // The client that comes back after all is answered with the order the completer wrote.
+    let (placed, replayed) = stack.placed("order-4", &order("slow lamp")).await;
+    assert!(replayed);
+    assert_eq!(placed["message_id"], "msg_1", "{placed}");
+}
+
+/// Records past their retention (2 s here) are deleted by the upkeep's reaper; the orders
+/// they made stay.
+async fn records_past_their_retention_are_reaped(backend: &str) {
+    let stack = Stack::with(backend, Settings::SHORT_RETENTION).await;
+    for key in ["order-5", "order-6"] {
+        stack.placed(key, &order("widget")).await;
+    }
+    assert_eq!(stack.count(COMPLETED_RECORDS).await, 2);
+    let left = stack
+        .count_reaches(
+            "SELECT count(*) FROM idempotency_records",
+            0,
+            Duration::from_secs(15),
+        )
+        .await;
+    assert_eq!(left, 0, "expired records were never reaped");
+    assert_eq!(stack.order_rows().await, 2);
+}
+
+/// SIGTERM while an attempt whose client went away waits for its mail's answer: the service
+/// waits for the attempt, which records the order, and only then exits.
+async fn sigterm_waits_for_the_attempts_in_flight(backend: &str) {
+    let mut stack = Stack::with(backend, Settings::LATE_COMPLETER).await;
+    stack.send_and_go_away("order-7", &order("slow lamp")).await;
+    assert_eq!(
+        stack.order_rows().await,
+        0,
+        "recorded before the mail answered"
+    );
+    assert!(
+        stack.terminate().await,
+        "the service failed to stop cleanly"
+    );
+    assert_eq!(
+        stack.order_rows().await,
+        1,
+        "exited before its attempt ended"
+    );
+    assert_eq!(stack.count(COMPLETED_RECORDS).await, 1);
+    assert_eq!(stack.mails_sent().await, 1);
+}
+
+/// A NUL, which PostgreSQL's text cannot hold, is refused before the key is claimed: no mail,
+/// no record, and the key is still free for the order sent right.
+async fn an_order_with_a_nul_is_refused_before_the_claim(backend: &str) {
+    let stack = Stack::on(backend).await;
+    let answer = stack
+        .client
+        .post(format!("{}/orders", stack.orders))
+        .header("idempotency-key", "order-8")
+        .header("content-type", "application/json")
+        .body(r#"{"email":"ada\u0000@example.com","item":"widget","quantity":1}"#)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer.status(), 400);
+    let problem: Value = answer.json().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(problem["code"], "invalid_request", "{problem}");
+    assert_eq!(stack.mails_sent().await, 0);
+    assert_eq!(
+        stack
+            .count("SELECT count(*) FROM idempotency_records")
+            .await,
+        0
+    );
+    stack.placed("order-8", &order("widget")).await;
+    assert_eq!(stack.mails_sent().await, 1);
 }
 
 macro_rules! on_both_backends {
@@ -274,5 +498,10 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     concurrent_duplicates_place_one_order,
-    a_crash_after_the_mail_and_a_retry_place_one_order
+    a_crash_after_the_mail_and_a_retry_place_one_order,
+    an_order_whose_client_went_away_is_recorded_by_its_attempt,
+    an_order_whose_service_died_is_recorded_by_the_completer,
+    records_past_their_retention_are_reaped,
+    sigterm_waits_for_the_attempts_in_flight,
+    an_order_with_a_nul_is_refused_before_the_claim
 );
