@@ -59,7 +59,10 @@ impl AppState {
         let ports = Ports::new(Arc::clone(&store), processor);
         let operations = Operations::new(&ports);
         let cache = cache.map(Arc::new);
-        let engine = Engine::new(Arc::new(store.records())).with_observer(Arc::new(EngineMetrics));
+        let engine = store
+            .records()
+            .engine()
+            .with_observer(Arc::new(EngineMetrics));
         let mut engine = operations.register(engine);
         if recent_answers_bytes > 0 {
             engine = engine.with_recent_answers(RecentAnswers::new(recent_answers_bytes));

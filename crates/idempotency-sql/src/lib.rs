@@ -20,12 +20,14 @@ pub mod sqlite;
 mod upkeep;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_idempotency::engine::{
-    Abandoned, Claim, Completion, End, Finish, Owner, RecordStore, StoreFailure, complete_each,
+    Abandoned, Begin, Claim, Completion, End, Engine, Finish, Owner, RecordBatches, RecordStore,
+    StoreFailure, complete_each,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
@@ -260,6 +262,25 @@ impl SqlRecords {
         }
     }
 
+    /// Whether writing finishes in batches pays on this store, so that a service gives it to
+    /// its engine as such (`Engine::with_batches`): on PostgreSQL, where a batch's records are
+    /// completed by one statement and committed once; not on SQLite, whose writes already
+    /// share their commits, every one of them ([`sqlite`]).
+    pub fn writes_batches(&self) -> bool {
+        self.backend() == Backend::Postgres
+    }
+
+    /// An engine over these records, given them as batches too where batches pay
+    /// ([`writes_batches`](Self::writes_batches)).
+    pub fn engine(&self) -> Engine<Transaction> {
+        let engine = Engine::new(Arc::new(self.clone()));
+        if self.writes_batches() {
+            engine.with_batches(Arc::new(self.clone()))
+        } else {
+            engine
+        }
+    }
+
     pub fn policy(&self) -> IdempotencyPolicy {
         match self {
             Self::Postgres(records) => records.policy(),
@@ -474,23 +495,21 @@ impl RecordStore for SqlRecords {
         })
     }
 
-    async fn begin(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
-        self.begin_sharing(owner, Sharing::Shared).await
-    }
-
-    async fn begin_alone(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
-        self.begin_sharing(owner, Sharing::Alone).await
-    }
-
-    async fn begin_ending(&self, owner: Owner<'_>) -> Result<Option<Transaction>, StoreFailure> {
-        self.begin_ending_sharing(owner, Sharing::Shared).await
-    }
-
-    async fn begin_ending_alone(
+    async fn begin(
         &self,
         owner: Owner<'_>,
+        begin: Begin,
     ) -> Result<Option<Transaction>, StoreFailure> {
-        self.begin_ending_sharing(owner, Sharing::Alone).await
+        let sharing = if begin.alone {
+            Sharing::Alone
+        } else {
+            Sharing::Shared
+        };
+        if begin.ending {
+            self.begin_ending_sharing(owner, sharing).await
+        } else {
+            self.begin_sharing(owner, sharing).await
+        }
     }
 
     async fn end(
@@ -514,16 +533,26 @@ impl RecordStore for SqlRecords {
         Ok(transaction.commit().await?)
     }
 
-    /// On PostgreSQL only: SQLite's writes already share their commits, every one of them
-    /// ([`sqlite`]).
-    fn writes_batches(&self) -> bool {
-        self.backend() == Backend::Postgres
-    }
-
-    async fn begin_batch(&self) -> Result<Option<Transaction>, StoreFailure> {
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreFailure> {
         Ok(match self {
-            Self::Postgres(records) => Some(Transaction::Postgres(records.begin_batch().await?)),
-            Self::Sqlite(_) => None,
+            Self::Postgres(records) => records.take_over_abandoned(settle_after).await?,
+            Self::Sqlite(records) => records.take_over_abandoned(settle_after).await?,
+        })
+    }
+}
+
+/// On PostgreSQL one statement completes a batch's records (`COMPLETE_MANY`), in a
+/// transaction that waits only briefly for a held row; on SQLite a batch is one write of the
+/// process's writer, its records completed one after another.
+#[async_trait]
+impl RecordBatches for SqlRecords {
+    async fn begin_batch(&self) -> Result<Transaction, StoreFailure> {
+        Ok(match self {
+            Self::Postgres(records) => Transaction::Postgres(records.begin_batch().await?),
+            Self::Sqlite(records) => Transaction::Sqlite(records.begin_write().await?),
         })
     }
 
@@ -536,15 +565,5 @@ impl RecordStore for SqlRecords {
             return Ok(store.complete_many(tx, records).await?);
         }
         complete_each(self, transaction, records).await
-    }
-
-    async fn take_over_abandoned(
-        &self,
-        settle_after: Duration,
-    ) -> Result<Option<Abandoned>, StoreFailure> {
-        Ok(match self {
-            Self::Postgres(records) => records.take_over_abandoned(settle_after).await?,
-            Self::Sqlite(records) => records.take_over_abandoned(settle_after).await?,
-        })
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use payments_idempotency::engine::{
-    Answer, Engine, Idempotent, KeyedRequest, Observer, ProtocolError, RecordStore,
+    Answer, Idempotent, KeyedRequest, Observer, ProtocolError, RecordStore,
 };
 use payments_idempotency::{IdempotencyKey, RecordState, Scope};
 use payments_idempotency_sql::{Backend, SqlRecords};
@@ -93,8 +93,7 @@ async fn stage(parents: &[&'static str], meanwhile: &str) -> Staged {
     let (go, waiting_to_go) = watch::channel(false);
     let op = Arc::new(Idempotent::finishing_in_batches(Check::new(waiting_to_go)));
     let batches = Arc::new(Batches::default());
-    let engine =
-        Arc::new(Engine::new(Arc::new(records.clone())).with_observer(Arc::clone(&batches) as _));
+    let engine = Arc::new(records.engine().with_observer(Arc::clone(&batches) as _));
     let spawn = |n: usize, parent: &'static str| {
         let (engine, op) = (Arc::clone(&engine), Arc::clone(&op));
         tokio::spawn(async move {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::on;
 use futures::future::join_all;
-use payments_idempotency::engine::{Claim, End, Owner, RecordStore, StoreFailure};
+use payments_idempotency::engine::{Begin, Claim, End, Owner, RecordStore, StoreFailure};
 use payments_idempotency::{Fingerprint, IdempotencyKey, SchemaVersion, Scope, StoredResponse};
 use payments_idempotency_sql::{Backend, SqlRecords, Transaction};
 use sqlx::Connection as _;
@@ -40,10 +40,10 @@ async fn claim_and_end(records: &SqlRecords, name: &str) {
     // set its savepoint, and its SQLite batch is then given up: the others' commits fail with
     // `BatchFailed`, having written nothing, and each does its transaction again alone, as the
     // engine does.
-    let shared = records.begin(owner).await;
+    let shared = records.begin(owner, Begin::HOLDING).await;
     if let Err(failure) = end_record(records, owner, shared).await {
         assert!(failure.is_batch_failed(), "{name}: {failure}");
-        let alone = records.begin_alone(owner).await;
+        let alone = records.begin(owner, Begin::HOLDING.alone()).await;
         end_record(records, owner, alone)
             .await
             .unwrap_or_else(|e| panic!("{name}, alone: {e}"));

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use payments_idempotency::engine::{
-    Claim, Completion, End, Engine, Fence, Idempotent, KeyedRequest, Owner, ProtocolError,
+    Begin, Claim, Completion, End, Engine, Fence, Idempotent, KeyedRequest, Owner, ProtocolError,
     RecordStore,
 };
 use payments_idempotency::{Fingerprint, IdempotencyKey, RecordState, Scope};
@@ -86,7 +86,7 @@ async fn end_record(records: &SqlRecords, name: &str, fence: Fence) -> Option<Co
     let (scope, key) = (scope(), key(name));
     let owner = Owner::new(&scope, &key, fence);
     let mut transaction = records
-        .begin(owner)
+        .begin(owner, Begin::HOLDING)
         .await
         .unwrap_or_else(|e| panic!("begin {name}: {e}"))?;
     let stored = response(&json!({ "ended": name }));

@@ -42,10 +42,16 @@ async fn in_memory() -> InMemory {
 
 mod locking_first {
     payments_idempotency::record_store_conformance!(super::in_memory());
+    payments_idempotency::record_batches_conformance!(super::in_memory());
 }
 
 mod fencing_at_the_end {
     payments_idempotency::record_store_conformance!(async {
+        super::InMemory(
+            super::MemoryRecords::new(super::POLICY, super::Utc::now()).fencing_at_the_end(),
+        )
+    });
+    payments_idempotency::record_batches_conformance!(async {
         super::InMemory(
             super::MemoryRecords::new(super::POLICY, super::Utc::now()).fencing_at_the_end(),
         )

@@ -33,10 +33,10 @@ use payments_idempotency::engine::memory::{
     EffectRow, MemoryCache, MemoryRecords, MemoryTransaction, yield_once,
 };
 use payments_idempotency::engine::{
-    Abandoned, Answer, CacheFailure, CacheRead, Claim, Completion, EffectError, End, Engine,
+    Abandoned, Answer, Begin, CacheFailure, CacheRead, Claim, Completion, EffectError, End, Engine,
     Finish, FinishesInBatches, Idempotent, KeyedRequest, Observer, Operation, Owner, Prepared,
-    Preparing, ProtocolError, RecentAnswers, RecordStore, ResponseCache, Settled, StoreFailure,
-    fingerprint_of, scope_of,
+    Preparing, ProtocolError, RecentAnswers, RecordBatches, RecordStore, ResponseCache, Settled,
+    StoreFailure, fingerprint_of, scope_of,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState, SchemaVersion,
@@ -401,19 +401,13 @@ impl RecordStore for FlakyRecords {
             .await
     }
 
-    async fn begin(&self, owner: Owner<'_>) -> Result<Option<MemoryTransaction>, StoreFailure> {
-        self.faults
-            .around(store_down, self.records.begin(owner))
-            .await
-    }
-
-    async fn begin_ending(
+    async fn begin(
         &self,
         owner: Owner<'_>,
+        begin: Begin,
     ) -> Result<Option<MemoryTransaction>, StoreFailure> {
-        self.faults
-            .around(store_down, self.records.begin_ending(owner))
-            .await
+        let call = self.records.begin(owner, begin);
+        self.faults.around(store_down, call).await
     }
 
     async fn end(
@@ -431,11 +425,18 @@ impl RecordStore for FlakyRecords {
         self.faults.around(store_down, call).await
     }
 
-    fn writes_batches(&self) -> bool {
-        self.records.writes_batches()
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreFailure> {
+        let call = self.records.take_over_abandoned(settle_after);
+        self.faults.around(store_down, call).await
     }
+}
 
-    async fn begin_batch(&self) -> Result<Option<MemoryTransaction>, StoreFailure> {
+#[async_trait]
+impl RecordBatches for FlakyRecords {
+    async fn begin_batch(&self) -> Result<MemoryTransaction, StoreFailure> {
         let call = self.records.begin_batch();
         self.faults.around(store_down, call).await
     }
@@ -446,14 +447,6 @@ impl RecordStore for FlakyRecords {
         records: &[(Owner<'_>, &StoredResponse)],
     ) -> Result<Vec<Completion>, StoreFailure> {
         let call = self.records.complete_many(transaction, records);
-        self.faults.around(store_down, call).await
-    }
-
-    async fn take_over_abandoned(
-        &self,
-        settle_after: Duration,
-    ) -> Result<Option<Abandoned>, StoreFailure> {
-        let call = self.records.take_over_abandoned(settle_after);
         self.faults.around(store_down, call).await
     }
 }
@@ -685,9 +678,7 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(
     // Half the schedules write the finishes of concurrent attempts in batches, as the
     // PostgreSQL store does (drawn apart from the schedule's own draws, which stay as they
     // were).
-    if Rng(seed ^ 0x0ba7_c4e5).chance(50) {
-        records = records.writing_batches();
-    }
+    let batches = Rng(seed ^ 0x0ba7_c4e5).chance(50);
     if breakage.store_without_fence {
         records = records.without_fence();
     }
@@ -714,10 +705,18 @@ fn schedule_of<const SCOPED_BY_VERSION: bool>(
         processor: Arc::clone(&processor),
     }));
     let several = Arc::new(SeveralFinishes::default());
-    let mut engine_v1 = Engine::new(Arc::clone(&flaky) as _)
+    let over_the_store = || {
+        let engine = Engine::new(Arc::clone(&flaky) as _);
+        if batches {
+            engine.with_batches(Arc::clone(&flaky) as _)
+        } else {
+            engine
+        }
+    };
+    let mut engine_v1 = over_the_store()
         .with_operation(Arc::clone(&pay_v1))
         .with_observer(Arc::clone(&several) as _);
-    let mut engine_v2 = Engine::new(Arc::clone(&flaky) as _)
+    let mut engine_v2 = over_the_store()
         .with_operation(Arc::clone(&pay_v2))
         .with_observer(Arc::clone(&several) as _);
     let cache = Arc::new(FlakyCache {
@@ -980,7 +979,7 @@ fn schedule_of_several_keys(seed: u64) -> Result<usize, String> {
         ttl: Duration::from_secs(24 * 60 * 60),
         lock_timeout: LOCK,
     };
-    let mut records = MemoryRecords::new(policy, Utc::now()).writing_batches();
+    let mut records = MemoryRecords::new(policy, Utc::now());
     if rng.next().is_multiple_of(2) {
         records = records.fencing_at_the_end();
     }
@@ -995,6 +994,7 @@ fn schedule_of_several_keys(seed: u64) -> Result<usize, String> {
     }));
     let several = Arc::new(SeveralFinishes::default());
     let engine = Engine::new(Arc::clone(&flaky) as _)
+        .with_batches(Arc::clone(&flaky) as _)
         .with_operation(Arc::clone(&pay))
         .with_observer(Arc::clone(&several) as _);
     let body = json!({ "amount": 500 });

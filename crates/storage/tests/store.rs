@@ -11,7 +11,7 @@ use payments_domain::{
     Amount, Charge, ChargeId, Currency, EventId, Money, PaymentSource, RefundRequest, TenantId,
 };
 use payments_idempotency::engine::{
-    Claim, Claimed, Completion, End, Fence, Finish, Owner, RecordStore, Unmade,
+    Begin, Claim, Claimed, Completion, End, Fence, Finish, Owner, RecordStore, Unmade,
 };
 use payments_idempotency::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, RecoveryPoint, SchemaVersion, Scope,
@@ -123,7 +123,7 @@ impl AsTheEngineWrites for Arc<dyn Store> {
         request: &RefundRequest,
         created_at: chrono::DateTime<Utc>,
     ) -> Result<Option<Reservation>, Failure> {
-        let Some(mut transaction) = self.records().begin(owner).await? else {
+        let Some(mut transaction) = self.records().begin(owner, Begin::HOLDING).await? else {
             return Ok(None);
         };
         let reservation = RefundRepository::reserve_refund(
@@ -158,7 +158,7 @@ impl AsTheEngineWrites for Arc<dyn Store> {
 }
 
 /// `write`, then the record's `end`, in one transaction begun to end the record, as the
-/// engine begins it (`begin_ending`).
+/// engine begins it (`Begin::ENDING`).
 async fn end_in_transaction(
     store: &dyn Store,
     owner: Owner<'_>,
@@ -166,7 +166,7 @@ async fn end_in_transaction(
     write: impl AsyncFnOnce(&mut Transaction) -> Result<(), StoreError>,
 ) -> Result<Completion, Failure> {
     let records = store.records();
-    let Some(mut transaction) = records.begin_ending(owner).await? else {
+    let Some(mut transaction) = records.begin(owner, Begin::ENDING).await? else {
         return Ok(Completion::Fenced);
     };
     write(&mut transaction).await?;
@@ -1786,7 +1786,12 @@ mod postgres_lock_order {
             destination: Destination::new("ba_lock_order").expect("destination"),
             description: None,
         };
-        let mut transaction = db.records.begin(owner).await.expect("begin").expect("own");
+        let mut transaction = db
+            .records
+            .begin(owner, Begin::HOLDING)
+            .await
+            .expect("begin")
+            .expect("own");
         let reservation = db
             .store
             .reserve_payout(&mut transaction, owner, &request, created_at())
@@ -1809,7 +1814,7 @@ mod postgres_lock_order {
     /// A transaction begun to end `member`'s record, as a batch of finishes begins, and the part
     /// of the ledger's balances it writes to (its id modulo 64).
     async fn begun_over<R>(db: &TestDb, member: &Member<R>) -> (Transaction, i64) {
-        let begun = db.records.begin_ending(member.owner()).await;
+        let begun = db.records.begin(member.owner(), Begin::ENDING).await;
         let mut transaction = begun.expect("begin").expect("own");
         let payments_idempotency_sql::Connection::Postgres(connection) = transaction.connection()
         else {

@@ -289,7 +289,7 @@ async fn main() -> Result<(), String> {
     let mail = reqwest::Client::builder().timeout(mail_timeout).build();
     let mail = mail.map_err(|e| format!("ORDERS_MAIL_URL: {e}"))?;
     let place = Arc::new(Idempotent::new(PlaceOrder { mail, mail_url }));
-    let engine = Engine::new(Arc::new(records.clone())).with_operation(Arc::clone(&place));
+    let engine = records.engine().with_operation(Arc::clone(&place));
     let engine = Arc::new(engine);
 
     // The kit's background work, until shutdown: the completer and the records' upkeep.

@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use chrono::Utc;
 use payments_domain::{Charge, ChargeId, TenantId};
-use payments_idempotency::engine::{self, Completion, End, Owner, RecordStore};
+use payments_idempotency::engine::{self, Begin, Completion, End, Owner, RecordStore};
 use payments_idempotency::{Fingerprint, IdempotencyKey, Scope};
 use payments_idempotency_sql::in_batches;
 use serde::Deserialize;
@@ -104,7 +104,10 @@ pub(super) async fn charge_in_two_commits(
     let owner = Owner::new(&scope, &key, fence);
     let taken = || ApiError::Internal("the record inserted a statement ago is not its own".into());
     let records = state.store.records();
-    let mut transaction = records.begin_ending(owner).await?.ok_or_else(taken)?;
+    let mut transaction = records
+        .begin(owner, Begin::ENDING)
+        .await?
+        .ok_or_else(taken)?;
     state.store.insert_charge(&mut transaction, &charge).await?;
     let end = End::Made(&response);
     match records.end(&mut transaction, owner, end).await? {

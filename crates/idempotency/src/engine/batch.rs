@@ -1,7 +1,7 @@
-//! Finishes in batches: on a store that writes batches ([`RecordStore::begin_batch`]), the
+//! Finishes in batches: on a store that writes batches ([`RecordBatches::begin_batch`]), the
 //! finishes of an operation's concurrent requests share one transaction and one commit. The
 //! operation writes the rows of every finish of the batch first ([`FinishesInBatches::write_rows`]);
-//! then the records are completed, in one call for the batch ([`RecordStore::complete_many`]),
+//! then the records are completed, in one call for the batch ([`RecordBatches::complete_many`]),
 //! each fenced on its own; then the batch commits. The records are held only from their
 //! completion to the commit, as a lone finish holds its record: a claim of one of their keys
 //! elsewhere never waits out the rows' writing. A record another attempt owns now fails the
@@ -16,7 +16,7 @@
 //!
 //! Every finish of every tenant of the operation waits behind the queue's writer, so the
 //! queue's transactions wait only briefly for a row another transaction holds (the store's
-//! [`begin_batch`](RecordStore::begin_batch)): a row held by another request of a tenant, or
+//! [`begin_batch`](RecordBatches::begin_batch)): a row held by another request of a tenant, or
 //! by an instance frozen mid-transaction, fails the batch as busy. So does any other failure:
 //! a batch that fails wrote nothing (or, if its commit went unanswered, perhaps everything),
 //! and each of its requests then finishes once more alone, in its own transaction, fenced as
@@ -298,11 +298,7 @@ impl<T: Send + 'static> Engine<T> {
         queued: &Queued<O>,
     ) -> Result<Ended, ProtocolError> {
         let owner = queued.owner();
-        let Some(mut transaction) = self.records.begin_batch().await? else {
-            return Err(ProtocolError::Internal(
-                "the record store began no batch".into(),
-            ));
-        };
+        let mut transaction = self.batch_store()?.begin_batch().await?;
         op.write_rows(&mut transaction, &[&queued.rows]).await?;
         let end = End::Made(&queued.response);
         let completion = self.end_in(transaction, owner, end).await?;
@@ -317,21 +313,15 @@ impl<T: Send + 'static> Engine<T> {
         op: &O,
         batch: &[Queued<O>],
     ) -> Result<Vec<Ended>, ProtocolError> {
-        let Some(mut transaction) = self.records.begin_batch().await? else {
-            return Err(ProtocolError::Internal(
-                "the record store began no batch".into(),
-            ));
-        };
+        let batches = self.batch_store()?;
+        let mut transaction = batches.begin_batch().await?;
         let rows: Vec<&O::Rows> = batch.iter().map(|queued| &queued.rows).collect();
         op.write_rows(&mut transaction, &rows).await?;
         let records: Vec<_> = batch
             .iter()
             .map(|queued| (queued.owner(), &queued.response))
             .collect();
-        let completions = self
-            .records
-            .complete_many(&mut transaction, &records)
-            .await?;
+        let completions = batches.complete_many(&mut transaction, &records).await?;
         let fenced = completions
             .iter()
             .filter(|completion| matches!(completion, Completion::Fenced))

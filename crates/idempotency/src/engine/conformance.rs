@@ -19,7 +19,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::ports::{Claim, Claimed, Completion, End, Finish, Owner, RecordStore, Unmade};
+use super::ports::{
+    Begin, Claim, Claimed, Completion, End, Finish, Owner, RecordBatches, RecordStore, Unmade,
+};
 use crate::{Fingerprint, IdempotencyKey, IdempotencyPolicy, RecordState, Scope, StoredResponse};
 
 /// A record store under test.
@@ -82,7 +84,8 @@ async fn claim_owned<S: Subject>(subject: &S, amount: u64) -> Claimed {
 /// Ends the record `owner` holds as `end` in a transaction of its own, committed if it took.
 async fn end_alone<S: Subject>(subject: &S, owner: Owner<'_>, end: End<'_>) -> Completion {
     let store = subject.store();
-    let Some(mut transaction) = begin(store, owner).await else {
+    let begun = store.begin(owner, Begin::ENDING.alone()).await;
+    let Some(mut transaction) = begun.unwrap_or_else(|e| panic!("begin: {e}")) else {
         return Completion::Fenced;
     };
     let completion = store
@@ -98,9 +101,10 @@ async fn end_alone<S: Subject>(subject: &S, owner: Owner<'_>, end: End<'_>) -> C
     completion
 }
 
+/// A transaction over the record `owner` holds, from its beginning ([`Begin::HOLDING`]).
 async fn begin<R: RecordStore>(store: &R, owner: Owner<'_>) -> Option<R::Transaction> {
     store
-        .begin(owner)
+        .begin(owner, Begin::HOLDING)
         .await
         .unwrap_or_else(|e| panic!("begin: {e}"))
 }
@@ -227,8 +231,8 @@ pub async fn a_stale_record_is_taken_over_and_its_old_attempt_writes_nothing<S: 
         "a transaction over a record another attempt owns"
     );
     // A transaction begun to end the record is refused at once, or fenced at its end.
-    let ending = store.begin_ending(old).await;
-    if let Some(mut transaction) = ending.unwrap_or_else(|e| panic!("begin_ending: {e}")) {
+    let ending = store.begin(old, Begin::ENDING).await;
+    if let Some(mut transaction) = ending.unwrap_or_else(|e| panic!("begin ending: {e}")) {
         let ended = store
             .end(&mut transaction, old, End::Made(&response("old")))
             .await;
@@ -329,15 +333,15 @@ pub async fn a_transaction_holds_its_record_until_it_ends<S: Subject>(subject: &
 }
 
 /// A transaction begun to end a record holds it from its end on at the latest
-/// ([`RecordStore::begin_ending`]): once the record is ended in it, no retry takes the record
+/// ([`Begin::ENDING`]): once the record is ended in it, no retry takes the record
 /// over and the completer passes it by until the commit, after which the retry replays.
 pub async fn a_transaction_ending_its_record_holds_it_from_its_end_on<S: Subject>(subject: &S) {
     let claimed = claimed_past_its_lock_and_grace(subject).await;
     let (scope, key) = (scope(), key());
     let owner = Owner::new(&scope, &key, claimed.fence());
     let store = subject.store();
-    let begun = store.begin_ending(owner).await;
-    let Some(mut transaction) = begun.unwrap_or_else(|e| panic!("begin_ending: {e}")) else {
+    let begun = store.begin(owner, Begin::ENDING).await;
+    let Some(mut transaction) = begun.unwrap_or_else(|e| panic!("begin ending: {e}")) else {
         panic!("no transaction to end the owner's own record");
     };
     let stored = response("ending");
@@ -508,6 +512,167 @@ pub async fn the_completer_takes_over_a_released_record_only_after_the_settle_gr
         again.unwrap_or_else(|e| panic!("{e}")).is_none(),
         "one record taken over twice"
     );
+}
+
+/// The conformance checks of [`RecordBatches`], for a store that writes the finishes of
+/// several records together: [`record_batches_conformance!`](crate::record_batches_conformance)
+/// writes one test per check.
+pub mod batches {
+    use super::*;
+
+    /// Claims the key named `name` for the request of `amount`, which must win it.
+    async fn claim_named<S: Subject>(subject: &S, name: &str) -> (IdempotencyKey, Claimed) {
+        let key = IdempotencyKey::parse(name).unwrap_or_else(|e| panic!("{e}"));
+        let claim = subject
+            .store()
+            .claim(&scope(), &key, &fingerprint(100), b"{}")
+            .await
+            .unwrap_or_else(|e| panic!("claim: {e}"));
+        match claim {
+            Claim::Owned(claimed) => (key, claimed),
+            other => panic!("the claim of {name} should own the record, got {other:?}"),
+        }
+    }
+
+    /// Begins a batch and completes `records` in it, uncommitted.
+    async fn complete_in_batch<R: RecordBatches>(
+        store: &R,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> (R::Transaction, Vec<Completion>) {
+        let begun = store.begin_batch().await;
+        let mut transaction = begun.unwrap_or_else(|e| panic!("begin_batch: {e}"));
+        let completed = store.complete_many(&mut transaction, records).await;
+        let completed = completed.unwrap_or_else(|e| panic!("complete_many: {e}"));
+        (transaction, completed)
+    }
+
+    async fn state_of<S: Subject>(subject: &S, key: &IdempotencyKey) -> crate::IdempotencyRecord {
+        let found = subject.store().find_record(&scope(), key).await;
+        let found = found.unwrap_or_else(|e| panic!("find: {e}"));
+        found.unwrap_or_else(|| panic!("no record under {key}")).0
+    }
+
+    /// One transaction completes several records, each with its own response, and they are
+    /// completed only once it commits.
+    pub async fn a_batch_completes_its_records_at_its_commit<S>(subject: &S)
+    where
+        S: Subject,
+        S::Store: RecordBatches,
+    {
+        let scope = scope();
+        let (one, first) = claim_named(subject, "batch-one").await;
+        let (two, second) = claim_named(subject, "batch-two").await;
+        let (answer_one, answer_two) = (response("one"), response("two"));
+        let store = subject.store();
+        let records = [
+            (Owner::new(&scope, &one, first.fence()), &answer_one),
+            (Owner::new(&scope, &two, second.fence()), &answer_two),
+        ];
+        let (transaction, completed) = complete_in_batch(store, &records).await;
+        assert!(
+            completed
+                .iter()
+                .all(|c| matches!(c, Completion::Stored { .. })),
+            "{completed:?}"
+        );
+        assert_eq!(
+            state_of(subject, &one).await.state,
+            RecordState::Pending,
+            "completed before the batch committed"
+        );
+        let committed = store.commit(transaction).await;
+        committed.unwrap_or_else(|e| panic!("commit: {e}"));
+        for (key, answer) in [(&one, &answer_one), (&two, &answer_two)] {
+            let record = state_of(subject, key).await;
+            assert_eq!(record.state, RecordState::Completed, "{key}");
+            assert_eq!(record.response.as_ref(), Some(answer), "{key}");
+        }
+    }
+
+    /// A record of the batch that another attempt took over is fenced: it is not written, and
+    /// the batch's other records are completed all the same.
+    pub async fn a_record_taken_over_is_fenced_alone_in_its_batch<S>(subject: &S)
+    where
+        S: Subject,
+        S::Store: RecordBatches,
+    {
+        let scope = scope();
+        let (one, first) = claim_named(subject, "batch-one").await;
+        subject
+            .advance(subject.policy().lock_timeout + Duration::from_secs(1))
+            .await;
+        let (_, retry) = claim_named(subject, "batch-one").await;
+        assert!(retry.took_over, "{retry:?}");
+        let (two, second) = claim_named(subject, "batch-two").await;
+        let answer = response("batch");
+        let store = subject.store();
+        let records = [
+            (Owner::new(&scope, &one, first.fence()), &answer),
+            (Owner::new(&scope, &two, second.fence()), &answer),
+        ];
+        let (transaction, completed) = complete_in_batch(store, &records).await;
+        assert!(
+            matches!(
+                completed.as_slice(),
+                [Completion::Fenced, Completion::Stored { .. }]
+            ),
+            "{completed:?}"
+        );
+        let committed = store.commit(transaction).await;
+        committed.unwrap_or_else(|e| panic!("commit: {e}"));
+        let taken = state_of(subject, &one).await;
+        assert_eq!(
+            (taken.state, taken.attempts),
+            (RecordState::Pending, retry.attempt)
+        );
+        assert_eq!(state_of(subject, &two).await.state, RecordState::Completed);
+    }
+
+    /// A batch dropped before its commit writes nothing.
+    pub async fn a_dropped_batch_writes_nothing<S>(subject: &S)
+    where
+        S: Subject,
+        S::Store: RecordBatches,
+    {
+        let scope = scope();
+        let (one, first) = claim_named(subject, "batch-one").await;
+        let answer = response("dropped");
+        let store = subject.store();
+        let records = [(Owner::new(&scope, &one, first.fence()), &answer)];
+        let (transaction, _) = complete_in_batch(store, &records).await;
+        drop(transaction);
+        let record = state_of(subject, &one).await;
+        assert_eq!(
+            (record.state, record.response),
+            (RecordState::Pending, None)
+        );
+        // And the record is still its attempt's to end.
+        let owner = Owner::new(&scope, &one, first.fence());
+        let ended = end_alone(subject, owner, End::Made(&answer)).await;
+        assert!(matches!(ended, Completion::Stored { .. }), "{ended:?}");
+    }
+}
+
+/// Writes one test of each check of [`batches`] for the subject `$subject`, whose store
+/// writes batches, in the module where it is called.
+#[macro_export]
+macro_rules! record_batches_conformance {
+    ($subject:expr) => {
+        $crate::record_batches_conformance!(@checks $subject;
+            a_batch_completes_its_records_at_its_commit,
+            a_record_taken_over_is_fenced_alone_in_its_batch,
+            a_dropped_batch_writes_nothing,
+        );
+    };
+    (@checks $subject:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $check() {
+                let subject = $subject.await;
+                $crate::engine::conformance::batches::$check(&subject).await;
+            }
+        )*
+    };
 }
 
 /// Writes one test of each check for the subject `$subject` (an expression, awaited, that

@@ -44,7 +44,7 @@ impl StoreFailure {
     }
 
     /// A commit shared with other records' transactions failed, having written nothing of
-    /// this one ([`RecordStore::begin_alone`](super::RecordStore::begin_alone)).
+    /// this one ([`Begin::alone`](super::Begin::alone)).
     pub fn batch_failed(source: impl Into<Source>) -> Self {
         Self {
             batch_failed: true,

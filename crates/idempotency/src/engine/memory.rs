@@ -24,8 +24,8 @@ use uuid::Uuid;
 
 use super::error::{CacheFailure, StoreFailure};
 use super::ports::{
-    Abandoned, CacheRead, CachedReplay, Claim, Claimed, Completion, End, Finish, Owner,
-    RecordStore, ResponseCache, Unmade, Verdict,
+    Abandoned, Begin, CacheRead, CachedReplay, Claim, Claimed, Completion, End, Finish, Owner,
+    RecordBatches, RecordStore, ResponseCache, Unmade, Verdict,
 };
 use crate::{
     Attempt, Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, RecordState,
@@ -101,8 +101,6 @@ struct Inner {
     /// Whether a transaction begun to end a record takes the record's lock and checks the
     /// fence only at its end, as the PostgreSQL store does.
     fence_at_the_end: bool,
-    /// Whether the finishes of several records may share a transaction, as on PostgreSQL.
-    batches: bool,
 }
 
 type RecordId = (Scope, IdempotencyKey);
@@ -127,7 +125,6 @@ impl MemoryRecords {
                 held: HashSet::new(),
                 fenced: true,
                 fence_at_the_end: false,
-                batches: false,
             })),
         }
     }
@@ -166,19 +163,11 @@ impl MemoryRecords {
     }
 
     /// Begins the transactions that end records without the record's lock, which their end
-    /// takes with the fence, as the PostgreSQL store does ([`RecordStore::begin_ending`]):
+    /// takes with the fence, as the PostgreSQL store does ([`Begin::ENDING`]):
     /// the operation's rows are written first, and dropped with the transaction if the
     /// fence fails.
     pub fn fencing_at_the_end(self) -> Self {
         self.lock().fence_at_the_end = true;
-        self
-    }
-
-    /// Writes the finishes of several records in one transaction, as the PostgreSQL store
-    /// does ([`RecordStore::begin_batch`]): each record is taken and fenced where it ends in
-    /// it, and the operation's rows of those completed are written after.
-    pub fn writing_batches(self) -> Self {
-        self.lock().batches = true;
         self
     }
 
@@ -503,7 +492,16 @@ impl RecordStore for MemoryRecords {
         Ok(Finish::Written)
     }
 
-    async fn begin(&self, owner: Owner<'_>) -> Result<Option<MemoryTransaction>, StoreFailure> {
+    /// Alone or not, the same: this store has no group commit.
+    async fn begin(
+        &self,
+        owner: Owner<'_>,
+        begin: Begin,
+    ) -> Result<Option<MemoryTransaction>, StoreFailure> {
+        if begin.ending && self.lock().fence_at_the_end {
+            yield_once().await;
+            return Ok(Some(self.transaction(record_of(owner), owner, false)));
+        }
         let id = record_of(owner);
         let mut inner = self.lock_unheld(&id).await;
         if inner.owned(owner).is_none() {
@@ -511,17 +509,6 @@ impl RecordStore for MemoryRecords {
         }
         inner.held.insert(id.clone());
         Ok(Some(self.transaction(id, owner, true)))
-    }
-
-    async fn begin_ending(
-        &self,
-        owner: Owner<'_>,
-    ) -> Result<Option<MemoryTransaction>, StoreFailure> {
-        if !self.lock().fence_at_the_end {
-            return self.begin(owner).await;
-        }
-        yield_once().await;
-        Ok(Some(self.transaction(record_of(owner), owner, false)))
     }
 
     async fn end(
@@ -572,44 +559,6 @@ impl RecordStore for MemoryRecords {
         Ok(())
     }
 
-    fn writes_batches(&self) -> bool {
-        self.lock().batches
-    }
-
-    async fn begin_batch(&self) -> Result<Option<MemoryTransaction>, StoreFailure> {
-        yield_once().await;
-        Ok(self.writes_batches().then(|| self.batch()))
-    }
-
-    /// Each record ended in a transaction of its own inside the batch, which takes the record
-    /// and checks the fence at once. A record the batch has already completed is fenced, as a
-    /// second update of a row the statement already updated matches nothing.
-    async fn complete_many(
-        &self,
-        transaction: &mut MemoryTransaction,
-        records: &[(Owner<'_>, &StoredResponse)],
-    ) -> Result<Vec<Completion>, StoreFailure> {
-        let mut completions = Vec::with_capacity(records.len());
-        for &(owner, response) in records {
-            let id = record_of(owner);
-            if transaction
-                .members
-                .iter()
-                .any(|member| member.record.as_ref() == Some(&id))
-            {
-                completions.push(Completion::Fenced);
-                continue;
-            }
-            let mut member = self.transaction(id, owner, false);
-            let completion = self.end(&mut member, owner, End::Made(response)).await?;
-            if completion != Completion::Fenced {
-                transaction.members.push(member);
-            }
-            completions.push(completion);
-        }
-        Ok(completions)
-    }
-
     async fn take_over_abandoned(
         &self,
         settle_after: Duration,
@@ -648,6 +597,47 @@ impl RecordStore for MemoryRecords {
             request_body: Some(stored.request_body.clone()),
             request_version: record.fingerprint.request_version(),
         }))
+    }
+}
+
+/// Writes the finishes of several records in one transaction, as the PostgreSQL store does
+/// (given to the engine with [`Engine::with_batches`](super::Engine::with_batches)): each
+/// record is taken and fenced where it ends in it, and the operation's rows of those completed
+/// are written after.
+#[async_trait]
+impl RecordBatches for MemoryRecords {
+    async fn begin_batch(&self) -> Result<MemoryTransaction, StoreFailure> {
+        yield_once().await;
+        Ok(self.batch())
+    }
+
+    /// Each record ended in a transaction of its own inside the batch, which takes the record
+    /// and checks the fence at once. A record the batch has already completed is fenced, as a
+    /// second update of a row the statement already updated matches nothing.
+    async fn complete_many(
+        &self,
+        transaction: &mut MemoryTransaction,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, StoreFailure> {
+        let mut completions = Vec::with_capacity(records.len());
+        for &(owner, response) in records {
+            let id = record_of(owner);
+            if transaction
+                .members
+                .iter()
+                .any(|member| member.record.as_ref() == Some(&id))
+            {
+                completions.push(Completion::Fenced);
+                continue;
+            }
+            let mut member = self.transaction(id, owner, false);
+            let completion = self.end(&mut member, owner, End::Made(response)).await?;
+            if completion != Completion::Fenced {
+                transaction.members.push(member);
+            }
+            completions.push(completion);
+        }
+        Ok(completions)
     }
 }
 

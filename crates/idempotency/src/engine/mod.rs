@@ -53,9 +53,9 @@ pub use completions::Completions;
 pub use error::{CacheFailure, ProtocolError, StoreFailure, error_chain};
 pub use operation::{EffectError, FinishesInBatches, Operation, Prepared, Preparing, Settled};
 pub use ports::{
-    Abandoned, CacheCall, CacheRead, CachedReplay, Checkpoint, Claim, Claimed, Completion, End,
-    Fence, Finish, Observer, Outcome, Owner, RecordStore, ResponseCache, Unmade, Unobserved,
-    Verdict, complete_each,
+    Abandoned, Begin, CacheCall, CacheRead, CachedReplay, Checkpoint, Claim, Claimed, Completion,
+    End, Fence, Finish, Observer, Outcome, Owner, RecordBatches, RecordStore, ResponseCache,
+    Unmade, Unobserved, Verdict, complete_each,
 };
 pub use recent::{RecentAnswers, RecentAnswersHeld};
 pub use settle::SettleOutcome;
@@ -132,7 +132,7 @@ where
     O::Transaction: 'static,
 {
     /// `operation`, whose concurrent finishes share one transaction and one commit on a store
-    /// that writes batches ([`RecordStore::writes_batches`]); on any other, the same as
+    /// that writes batches ([`Engine::with_batches`]); on any other, the same as
     /// [`new`](Self::new).
     pub fn finishing_in_batches(operation: O) -> Self {
         Self {
@@ -234,6 +234,8 @@ impl<O: Operation> Settles<O::Transaction> for Idempotent<O> {
 /// observer, the in-process completion channel, and the operations it settles, by family.
 pub struct Engine<T> {
     records: Arc<dyn RecordStore<Transaction = T>>,
+    /// The same store, when it writes the finishes of several records together.
+    batches: Option<Arc<dyn RecordBatches<Transaction = T>>>,
     recent: Option<RecentAnswers>,
     cache: Option<Arc<dyn ResponseCache>>,
     observer: Arc<dyn Observer>,
@@ -274,6 +276,7 @@ impl<T: Send + 'static> Engine<T> {
     pub fn new(records: Arc<dyn RecordStore<Transaction = T>>) -> Self {
         Self {
             records,
+            batches: None,
             recent: None,
             cache: None,
             observer: Arc::new(Unobserved),
@@ -294,6 +297,21 @@ impl<T: Send + 'static> Engine<T> {
     pub fn with_cache(mut self, cache: Arc<dyn ResponseCache>) -> Self {
         self.cache = Some(cache);
         self
+    }
+
+    /// Ends records in `records`, which also writes the finishes of several records in one
+    /// transaction: the finishes of an operation that [`FinishesInBatches`] are queued and
+    /// written together ([`Idempotent::finishing_in_batches`]).
+    pub fn with_batches(mut self, records: Arc<dyn RecordBatches<Transaction = T>>) -> Self {
+        self.records = Arc::clone(&records) as Arc<dyn RecordStore<Transaction = T>>;
+        self.batches = Some(records);
+        self
+    }
+
+    /// The store that writes batches, for a finish the queue holds.
+    fn batch_store(&self) -> Result<&dyn RecordBatches<Transaction = T>, ProtocolError> {
+        let store = self.batches.as_deref();
+        store.ok_or_else(|| ProtocolError::Internal("the engine has no store of batches".into()))
     }
 
     pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
@@ -489,7 +507,7 @@ impl<T: Send + 'static> Engine<T> {
         };
         let id = effect_id.clone();
         let finished = match &op.batches {
-            Some(batches) if self.records.writes_batches() => {
+            Some(batches) if self.batches.is_some() => {
                 batches.finish(self, &op.operation, owner, &plan, id).await
             }
             _ => self.finish(&op.operation, owner, &plan, id).await,

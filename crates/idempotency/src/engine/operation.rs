@@ -8,7 +8,7 @@ use std::fmt;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use super::ports::{Owner, RecordStore, Unmade};
+use super::ports::{Begin, Owner, RecordStore, Unmade};
 use super::transaction::Sharing;
 use super::{ProtocolError, StoreFailure};
 use crate::{SchemaVersion, StoredResponse};
@@ -95,7 +95,10 @@ impl<'a, T: Send + 'static> Preparing<'a, T> {
     /// or generation owns the record now (answer [`Prepared::Fenced`]).
     pub async fn transaction(&mut self) -> Result<Option<&mut T>, StoreFailure> {
         if self.transaction.is_none() {
-            self.transaction = self.sharing.begin(self.records, self.owner).await?;
+            self.transaction = self
+                .sharing
+                .begin(self.records, self.owner, Begin::HOLDING)
+                .await?;
         }
         Ok(self.transaction.as_mut())
     }
@@ -218,7 +221,7 @@ pub trait Operation: Send + Sync + 'static {
     /// in the same transaction and commits.
     ///
     /// The store may check the fence only when the record ends
-    /// ([`RecordStore::begin_ending`]): the rows of an attempt that lost its record are then
+    /// ([`Begin::ENDING`](super::Begin::ENDING)): the rows of an attempt that lost its record are then
     /// written first and dropped with the transaction. They may also be refused first (the
     /// attempt that owns the record now wrote the same resource): the engine then finds the
     /// record lost (its fenced `record_effect` or `release` writes nothing) and answers from
@@ -246,7 +249,7 @@ pub trait Operation: Send + Sync + 'static {
 }
 
 /// An operation whose finish can share its transaction and its commit with other requests'
-/// finishes (a batch), on a store that writes batches ([`RecordStore::begin_batch`]): its
+/// finishes (a batch), on a store that writes batches ([`RecordBatches`](super::RecordBatches)): its
 /// finish is split into [`rows`](Self::rows), what it creates as a value, made without a
 /// round trip, and [`write_rows`](Self::write_rows), which writes the rows of a whole batch,
 /// so that a batch costs one statement per kind of row instead of one per request.

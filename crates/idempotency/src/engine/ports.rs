@@ -228,7 +228,7 @@ pub enum End<'a> {
 /// that owns a record, the takeover of abandoned ones, and the transaction a record ends in.
 ///
 /// The engine ends every record in a [`Transaction`](Self::Transaction) of the store: it
-/// begins one to end the record ([`begin_ending`](Self::begin_ending)), the operation writes
+/// begins one to end the record ([`Begin::ENDING`]), the operation writes
 /// its own rows in it, and the engine ends the record in it ([`end`](Self::end)) and commits.
 /// So an operation's rows exist exactly when its record is completed, and no operation writes
 /// the record itself. A preparation (a reservation) is written in a transaction begun over
@@ -240,7 +240,7 @@ pub enum End<'a> {
 ///   another attempt or generation owns the record;
 /// - a transaction begun over a record holds it: no claim, takeover or fenced write changes
 ///   the record until the transaction ends, and a dropped transaction writes nothing; a
-///   transaction begun to end a record ([`begin_ending`](Self::begin_ending)) may instead
+///   transaction begun to end a record ([`Begin::ENDING`]) may instead
 ///   hold it from its end on, which writes nothing for an owner that lost the record;
 /// - a record that holds an effect id is never ended without an effect;
 /// - lock expiry is judged by the store's clock, never by an instance's.
@@ -278,43 +278,24 @@ pub trait RecordStore: Send + Sync + 'static {
     /// at once, so the next retry resumes it and, if nobody retries, the completer settles it.
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure>;
 
-    /// Begins a transaction over the record `owner` holds, which holds the record until it
-    /// ends; `None`, with nothing begun, when another attempt or generation owns the record.
-    async fn begin(&self, owner: Owner<'_>) -> Result<Option<Self::Transaction>, StoreFailure>;
-
-    /// [`begin`](Self::begin), for a transaction that shares its commit with no other. A store
-    /// that commits several records' transactions together (a group commit) fails them all
-    /// with [`StoreFailure::is_batch_failed`] when that commit fails, having written nothing;
-    /// the engine then does each one again alone, so that one bad row fails one request.
-    async fn begin_alone(
+    /// Begins a transaction over the record `owner` holds, for what `begin` says; `None`,
+    /// with nothing begun, when another attempt or generation owns the record.
+    ///
+    /// For a preparation ([`Begin::HOLDING`]) the transaction holds the record until it ends.
+    /// For a transaction the engine ends the record in, after the operation wrote its rows
+    /// ([`Begin::ENDING`]), a store may instead leave the fence to [`end`](Self::end), where a
+    /// lock costs a round trip of its own: the transaction then holds nothing until `end`,
+    /// which takes the record's lock and checks the fence at once and, for an owner that lost
+    /// the record, writes nothing; the engine then drops the transaction with the operation's
+    /// rows. A store that commits several records' transactions together (a group commit)
+    /// fails them all with [`StoreFailure::is_batch_failed`] when that commit fails, having
+    /// written nothing; the engine then begins each one again [`Begin::alone`], with a commit
+    /// it shares with no other, so that one bad row fails one request.
+    async fn begin(
         &self,
         owner: Owner<'_>,
-    ) -> Result<Option<Self::Transaction>, StoreFailure> {
-        self.begin(owner).await
-    }
-
-    /// Begins a transaction that the engine ends the record `owner` holds in, after the
-    /// operation wrote its rows in it ([`end`](Self::end)). The default is
-    /// [`begin`](Self::begin). A store may instead leave the fence to the end, where a lock
-    /// costs a round trip of its own: the transaction then holds nothing until `end`, which
-    /// takes the record's lock and checks the fence at once and, for an owner that lost the
-    /// record, writes nothing; the engine then drops the transaction with the operation's
-    /// rows.
-    async fn begin_ending(
-        &self,
-        owner: Owner<'_>,
-    ) -> Result<Option<Self::Transaction>, StoreFailure> {
-        self.begin(owner).await
-    }
-
-    /// [`begin_ending`](Self::begin_ending), for a transaction that shares its commit with no
-    /// other ([`begin_alone`](Self::begin_alone)).
-    async fn begin_ending_alone(
-        &self,
-        owner: Owner<'_>,
-    ) -> Result<Option<Self::Transaction>, StoreFailure> {
-        self.begin_alone(owner).await
-    }
+        begin: Begin,
+    ) -> Result<Option<Self::Transaction>, StoreFailure>;
 
     /// Ends the record `owner` holds as `end` says, in `transaction` (begun over it). Its
     /// retention, counted from now, ends at the returned expiry. [`Completion::Fenced`] when
@@ -330,44 +311,72 @@ pub trait RecordStore: Send + Sync + 'static {
     /// Commits `transaction`: the operation's rows and the record's end, all or nothing.
     async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreFailure>;
 
-    /// Whether the store writes the finishes of several records in one transaction
-    /// ([`begin_batch`](Self::begin_batch)): the engine then queues the finishes of an
-    /// operation that [`FinishesInBatches`](super::FinishesInBatches).
-    fn writes_batches(&self) -> bool {
-        false
-    }
-
-    /// Begins a transaction over no record yet, in which the finishes of one or several
-    /// records are written together (their operation's rows, then the records ended with
-    /// [`end`](Self::end) for one, [`complete_many`](Self::complete_many) for several) and
-    /// committed once; `None` for a store that ends each record in a transaction of its own
-    /// (the default), or that already shares its commits another way. Every finish of the
-    /// operation waits behind this transaction, so a store should have it wait only briefly
-    /// for anything another transaction holds, and fail as [`StoreFailure::busy`] past that:
-    /// the engine then writes each of its finishes alone.
-    async fn begin_batch(&self) -> Result<Option<Self::Transaction>, StoreFailure> {
-        Ok(None)
-    }
-
-    /// Completes each of `records` with its response in `transaction` (begun by
-    /// [`begin_batch`](Self::begin_batch)), each fenced on its own as [`end`](Self::end)
-    /// fences one: one [`Completion`] per record, in their order, [`Completion::Fenced`] for
-    /// one that another attempt or generation owns now, which writes nothing and fails none
-    /// of the others. The default ends them one after another.
-    async fn complete_many(
-        &self,
-        transaction: &mut Self::Transaction,
-        records: &[(Owner<'_>, &StoredResponse)],
-    ) -> Result<Vec<Completion>, StoreFailure> {
-        complete_each(self, transaction, records).await
-    }
-
     /// Takes over one pending record whose lock ended at least `settle_after` ago, oldest
     /// first, fencing off its last attempt.
     async fn take_over_abandoned(
         &self,
         settle_after: Duration,
     ) -> Result<Option<Abandoned>, StoreFailure>;
+}
+
+/// What a transaction over a record is begun for ([`RecordStore::begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Begin {
+    /// To end the record in: the store may leave the fence to the end.
+    pub ending: bool,
+    /// With a commit of its own, shared with no other record's transaction.
+    pub alone: bool,
+}
+
+impl Begin {
+    /// For a preparation: the transaction holds the record from its beginning.
+    pub const HOLDING: Self = Self {
+        ending: false,
+        alone: false,
+    };
+    /// For a finish, or an end without an effect: the record is ended in it.
+    pub const ENDING: Self = Self {
+        ending: true,
+        alone: false,
+    };
+
+    /// The same, with a commit shared with no other: the second try after a shared commit
+    /// failed.
+    pub const fn alone(self) -> Self {
+        Self {
+            alone: true,
+            ..self
+        }
+    }
+}
+
+/// A record store that writes the finishes of several records in one transaction and one
+/// commit: the engine, given one ([`Engine::with_batches`](super::Engine::with_batches)),
+/// queues the concurrent finishes of an operation that
+/// [`FinishesInBatches`](super::FinishesInBatches). Its own conformance checks are
+/// `conformance::batches`.
+#[async_trait]
+pub trait RecordBatches: RecordStore {
+    /// Begins a transaction over no record yet, in which the finishes of one or several
+    /// records are written together (their operation's rows, then the records ended with
+    /// [`end`](RecordStore::end) for one, [`complete_many`](Self::complete_many) for several)
+    /// and committed once. Every finish of the operation waits behind this transaction, so a
+    /// store should have it wait only briefly for anything another transaction holds, and
+    /// fail as [`StoreFailure::busy`] past that: the engine then writes each of its finishes
+    /// alone.
+    async fn begin_batch(&self) -> Result<Self::Transaction, StoreFailure>;
+
+    /// Completes each of `records` with its response in `transaction` (begun by
+    /// [`begin_batch`](Self::begin_batch)), each fenced on its own as
+    /// [`end`](RecordStore::end) fences one: one [`Completion`] per record, in their order,
+    /// [`Completion::Fenced`] for one that another attempt or generation owns now, which
+    /// writes nothing and fails none of the others. [`complete_each`] does it one record
+    /// after another, for a store with no statement of its own for a batch.
+    async fn complete_many(
+        &self,
+        transaction: &mut Self::Transaction,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, StoreFailure>;
 }
 
 /// A cached response and the fingerprint of the request that produced it: a hit for another
@@ -570,7 +579,7 @@ impl Verdict {
 }
 
 /// Completes each of `records` in `transaction` with [`RecordStore::end`], one after another:
-/// [`RecordStore::complete_many`] for a store with no statement for a batch.
+/// [`RecordBatches::complete_many`] for a store with no statement for a batch.
 pub async fn complete_each<S: RecordStore + ?Sized>(
     store: &S,
     transaction: &mut S::Transaction,

@@ -2,16 +2,16 @@
 //! operation writes its own rows in it, and the engine ends the record in it and commits. So
 //! an operation's rows exist exactly when its record says they do, fenced once, here, for
 //! every operation: where the transaction begins, or, for a store that fences the
-//! transactions that end records at their end ([`RecordStore::begin_ending`]), where the
+//! transactions that end records at their end ([`Begin::ENDING`]), where the
 //! record ends, and then the operation's rows are dropped with the transaction.
 //!
 //! A store may commit several records' transactions together (a group commit). When such a
 //! commit fails, nothing of any of them was written, and each is done once more alone
-//! ([`RecordStore::begin_alone`]): one bad row fails its own request, not its batch.
+//! ([`Begin::alone`]): one bad row fails its own request, not its batch.
 
 use chrono::{DateTime, Utc};
 
-use super::ports::{Completion, End, Owner, RecordStore, Unmade};
+use super::ports::{Begin, Completion, End, Owner, RecordStore, Unmade};
 use super::{Engine, Operation, Prepared, Preparing, ProtocolError, StoreFailure};
 use crate::StoredResponse;
 
@@ -25,29 +25,19 @@ pub(super) enum Sharing {
 }
 
 impl Sharing {
-    /// Begins the transaction over `owner`'s record in `records`, shared or alone.
+    /// Begins the transaction over `owner`'s record in `records`, for `begin`, shared or
+    /// alone.
     pub(super) async fn begin<T: Send + 'static>(
         self,
         records: &dyn RecordStore<Transaction = T>,
         owner: Owner<'_>,
+        begin: Begin,
     ) -> Result<Option<T>, StoreFailure> {
-        match self {
-            Self::Shared => records.begin(owner).await,
-            Self::Alone => records.begin_alone(owner).await,
-        }
-    }
-
-    /// Begins a transaction that ends `owner`'s record ([`RecordStore::begin_ending`]),
-    /// shared or alone.
-    pub(super) async fn begin_ending<T: Send + 'static>(
-        self,
-        records: &dyn RecordStore<Transaction = T>,
-        owner: Owner<'_>,
-    ) -> Result<Option<T>, StoreFailure> {
-        match self {
-            Self::Shared => records.begin_ending(owner).await,
-            Self::Alone => records.begin_ending_alone(owner).await,
-        }
+        let begin = match self {
+            Self::Shared => begin,
+            Self::Alone => begin.alone(),
+        };
+        records.begin(owner, begin).await
     }
 }
 
@@ -135,7 +125,9 @@ impl<T: Send + 'static> Engine<T> {
         effect_id: String,
         sharing: Sharing,
     ) -> Result<Ended, ProtocolError> {
-        let Some(mut transaction) = sharing.begin_ending(self.records.as_ref(), owner).await?
+        let Some(mut transaction) = sharing
+            .begin(self.records.as_ref(), owner, Begin::ENDING)
+            .await?
         else {
             return Ok(Ended::Fenced);
         };
@@ -169,7 +161,9 @@ impl<T: Send + 'static> Engine<T> {
         end: Unmade<'_>,
         sharing: Sharing,
     ) -> Result<Completion, ProtocolError> {
-        let Some(mut transaction) = sharing.begin_ending(self.records.as_ref(), owner).await?
+        let Some(mut transaction) = sharing
+            .begin(self.records.as_ref(), owner, Begin::ENDING)
+            .await?
         else {
             return Ok(Completion::Fenced);
         };
