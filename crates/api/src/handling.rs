@@ -55,7 +55,7 @@ where
         return Ok(respond(answer?));
     }
     let (request, as_sent) = validate().await?;
-    let request = KeyedRequest::of::<O>(owner, key, request, &as_sent, wait).sent_as(verbatim);
+    let request = KeyedRequest::of_sent::<O>(owner, key, request, &as_sent, wait).sent_as(verbatim);
     // A replay from the caches writes no record: it needs no task of its own.
     if let Some(answer) = state.engine.replay_cached(op, &request).await {
         return Ok(respond(answer?));

@@ -22,7 +22,6 @@ use payments_idempotency::engine::{
 };
 use payments_idempotency::{IdempotencyKey, RecordState, Scope};
 use payments_idempotency_sql::{Backend, SqlRecords};
-use serde_json::json;
 use sqlx::PgConnection;
 use tokio::sync::watch;
 
@@ -97,14 +96,8 @@ async fn stage(parents: &[&'static str], meanwhile: &str) -> Staged {
     let spawn = |n: usize, parent: &'static str| {
         let (engine, op) = (Arc::clone(&engine), Arc::clone(&op));
         tokio::spawn(async move {
-            let body = json!({ "parent": parent });
-            let request = KeyedRequest::of::<Check>(
-                "acme".to_owned(),
-                key(n),
-                parent.to_owned(),
-                &body,
-                None,
-            );
+            let request =
+                KeyedRequest::of::<Check>("acme".to_owned(), key(n), parent.to_owned(), None);
             engine.run(&op, request).await
         })
     };

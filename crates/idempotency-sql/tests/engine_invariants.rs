@@ -241,10 +241,6 @@ impl Operation for Hold {
         id.clone()
     }
 
-    fn confirms(_: &String, _: &String) -> Result<(), String> {
-        Ok(())
-    }
-
     fn declined(&self, code: String, _: String) -> StoredResponse {
         json_response(402, &json!({ "declined": code }))
     }
@@ -405,16 +401,8 @@ async fn run_schedule(fresh: &common::Fresh, rng: &mut Rng, tenant: &str) -> Res
             .with_operation(Arc::clone(&hold)),
     );
     let key = IdempotencyKey::parse("the-request").map_err(|e| e.to_string())?;
-    let request = || {
-        let sent = json!({ "tenant": tenant });
-        KeyedRequest::of::<Hold>(
-            tenant.to_owned(),
-            key.clone(),
-            tenant.to_owned(),
-            &sent,
-            None,
-        )
-    };
+    let request =
+        || KeyedRequest::of::<Hold>(tenant.to_owned(), key.clone(), tenant.to_owned(), None);
     let answers = Arc::new(Mutex::new(Vec::<Answer>::new()));
     let keep = |answer: Result<Answer, ProtocolError>| {
         if let Ok(answer) = answer {

@@ -241,14 +241,9 @@ async fn a_failed_group_commit_is_written_again_one_writer_at_a_time() {
     for (n, parent) in parents.into_iter().enumerate() {
         let (engine, op) = (Arc::clone(&engine), Arc::clone(&op));
         requests.push(tokio::spawn(async move {
-            let body = json!({ "parent": parent });
-            let request = KeyedRequest::of::<Check>(
-                "acme".to_owned(),
-                key(&format!("check-{n}")),
-                parent.to_owned(),
-                &body,
-                None,
-            );
+            let key = key(&format!("check-{n}"));
+            let request =
+                KeyedRequest::of::<Check>("acme".to_owned(), key, parent.to_owned(), None);
             engine.run(&op, request).await
         }));
     }

@@ -86,10 +86,6 @@ impl Operation for SendMessage {
         id.clone()
     }
 
-    fn confirms(_: &String, _: &String) -> Result<(), String> {
-        Ok(())
-    }
-
     fn declined(&self, code: String, _: String) -> StoredResponse {
         StoredResponse::new(Self::VERSION, 402, [], code.into_bytes())
     }
@@ -124,8 +120,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let request = |text: &str| {
         let key = IdempotencyKey::parse("welcome-42").expect("a valid key");
-        let sent = json!({ "text": text });
-        KeyedRequest::of::<SendMessage>("acme".to_owned(), key, text.to_owned(), &sent, None)
+        KeyedRequest::of::<SendMessage>("acme".to_owned(), key, text.to_owned(), None)
     };
 
     for attempt in 1..=3 {

@@ -108,6 +108,17 @@ impl Fingerprint {
         }
     }
 
+    /// Fingerprints a request of request version `request_version` (at least 1) by its
+    /// validated form alone, for a service with no records from before request versions: it
+    /// is [`Comparison::Incomparable`] with one of those.
+    pub fn of_validated(request_version: u32, method: &str, route: &str, request: &Value) -> Self {
+        Self {
+            request_version: request_version.max(1),
+            digest: digest(method, route, request),
+            as_sent: None,
+        }
+    }
+
     /// Fingerprints a JSON body as it was sent, as records were before request versions
     /// ([`AS_SENT`]).
     pub fn of_json_request(method: &str, route: &str, body: &Value) -> Self {
@@ -342,6 +353,22 @@ mod tests {
         let without_sent = judged.to_stored();
         assert_eq!(
             without_sent.compare(&before_versions),
+            Comparison::Incomparable
+        );
+    }
+
+    /// A request fingerprinted by its validated form alone is the same request as one
+    /// fingerprinted with its body as sent, and cannot be compared with a record from before
+    /// request versions.
+    #[test]
+    fn a_validated_fingerprint_compares_by_its_version_alone() {
+        let request = json!({"amount": 100, "currency": "usd"});
+        let validated = Fingerprint::of_validated(1, "POST", "/charges", &request);
+        let sent = Fingerprint::of_request(1, "POST", "/charges", &request, &json!({}));
+        assert_eq!(validated.compare(&sent.to_stored()), Comparison::Same);
+        let before_versions = Fingerprint::of_json_request("POST", "/charges", &request);
+        assert_eq!(
+            validated.compare(&before_versions.to_stored()),
             Comparison::Incomparable
         );
     }

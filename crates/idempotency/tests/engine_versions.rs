@@ -122,10 +122,6 @@ impl<const V: u32, const R: u32> Operation for SendMessage<V, R> {
         id.clone()
     }
 
-    fn confirms(_: &String, _: &String) -> Result<(), String> {
-        Ok(())
-    }
-
     fn declined(&self, code: String, _: String) -> StoredResponse {
         StoredResponse::new(Self::VERSION, 402, [], code.into_bytes())
     }
@@ -184,7 +180,7 @@ impl<const V: u32, const R: u32> Instance<V, R> {
     }
 
     async fn send(&self, text: &str) -> Result<Answer, ProtocolError> {
-        let request = KeyedRequest::of::<SendMessage<V, R>>(
+        let request = KeyedRequest::of_sent::<SendMessage<V, R>>(
             "acme".to_owned(),
             IdempotencyKey::parse("welcome-42").unwrap_or_else(|e| panic!("{e}")),
             text.to_owned(),
@@ -447,10 +443,6 @@ impl Operation for RendersInItsOwnShape {
         id.clone()
     }
 
-    fn confirms(_: &String, _: &String) -> Result<(), String> {
-        Ok(())
-    }
-
     fn declined(&self, code: String, message: String) -> StoredResponse {
         self.0.declined(code, message)
     }
@@ -489,7 +481,7 @@ async fn an_operation_may_render_another_versions_record_in_its_own_shape() {
         gateway: Arc::clone(&fleet.gateway),
     })));
     let engine = Engine::new(Arc::clone(&fleet.records) as _).with_operation(Arc::clone(&renders));
-    let request = KeyedRequest::of::<RendersInItsOwnShape>(
+    let request = KeyedRequest::of_sent::<RendersInItsOwnShape>(
         "acme".to_owned(),
         IdempotencyKey::parse("welcome-42").unwrap_or_else(|e| panic!("{e}")),
         "Welcome!".to_owned(),

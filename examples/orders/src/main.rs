@@ -139,10 +139,6 @@ impl Operation for PlaceOrder {
         message_id.clone()
     }
 
-    fn confirms(_: &String, _: &Order) -> Result<(), String> {
-        Ok(())
-    }
-
     fn declined(&self, _: String, message: String) -> StoredResponse {
         let problem = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "mail_refused", message);
         let body = serde_json::to_vec(&problem).unwrap_or_default();
@@ -193,13 +189,13 @@ async fn place_order(
     PreferWait(wait): PreferWait,
     JsonBody(body): JsonBody,
 ) -> Response {
-    let (sent, order) = match (serde_json::from_slice(&body), serde_json::from_slice(&body)) {
-        (Ok(sent), Ok(order @ Order { quantity: 1.., .. })) => (sent, order),
-        (_, Err(e)) => return invalid(e.to_string()),
-        _ => return invalid("the quantity must be at least 1".to_owned()),
+    let order = match serde_json::from_slice(&body) {
+        Ok(order @ Order { quantity: 1.., .. }) => order,
+        Ok(_) => return invalid("the quantity must be at least 1".to_owned()),
+        Err(e) => return invalid(e.to_string()),
     };
     // One tenant: this service's keys are all its own.
-    let request = KeyedRequest::of::<PlaceOrder>("orders".into(), key, order, &sent, wait);
+    let request = KeyedRequest::of::<PlaceOrder>("orders".into(), key, order, wait);
     // On a task of its own: a client that goes away ends only its wait, and the mail it asked
     // for is still recorded as its order.
     let (engine, place) = (Arc::clone(&app.engine), Arc::clone(&app.place));

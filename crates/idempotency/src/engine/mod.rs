@@ -179,9 +179,31 @@ fn fingerprint_of_canonical<O: Operation>(
 }
 
 impl<R> KeyedRequest<R> {
-    /// `tenant`'s `request` to `O` under `key`, the client having sent `as_sent`: its
-    /// fingerprint and the canonical body to store, from `O`'s canonical form of the request.
+    /// `tenant`'s `request` to `O` under `key`: its fingerprint and the canonical body to
+    /// store, from `O`'s canonical form of the request.
     pub fn of<O: Operation<Request = R>>(
+        tenant: String,
+        key: IdempotencyKey,
+        request: R,
+        wait: Option<Duration>,
+    ) -> Self {
+        let canonical = O::canonical_request(&request);
+        let (method, route) = O::ROUTE;
+        Self {
+            tenant,
+            key,
+            fingerprint: Fingerprint::of_validated(O::REQUEST_VERSION, method, route, &canonical),
+            canonical_body: crate::canonical_json(&canonical).into_bytes(),
+            request,
+            wait,
+            verbatim: None,
+        }
+    }
+
+    /// [`of`](Self::of), the client having sent `as_sent`: for a service that holds records
+    /// from before request versions, which were fingerprinted over the body as sent
+    /// ([`AS_SENT`](crate::AS_SENT)), so that a retry of one is still compared with it.
+    pub fn of_sent<O: Operation<Request = R>>(
         tenant: String,
         key: IdempotencyKey,
         request: R,

@@ -196,8 +196,12 @@ pub trait Operation: Send + Sync + 'static {
     fn effect_id(effect: &Self::Effect) -> String;
 
     /// Whether the effect port's effect is the one `plan` asked for; a mismatch is never
-    /// recorded. The reason goes to the log.
-    fn confirms(effect: &Self::Effect, plan: &Self::Plan) -> Result<(), String>;
+    /// recorded. The reason goes to the log. By default every effect confirms its plan: an
+    /// operation whose effect port may answer a key with an effect other than the one asked
+    /// for (another amount, a failed payment) must check it here.
+    fn confirms(_effect: &Self::Effect, _plan: &Self::Plan) -> Result<(), String> {
+        Ok(())
+    }
 
     /// The stored answer to a definitive refusal by the effect port (a decline).
     fn declined(&self, code: String, message: String) -> StoredResponse;
