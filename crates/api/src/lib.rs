@@ -166,7 +166,7 @@ pub async fn run() -> Result<(), StartupError> {
         let _ = stop.send(true);
     });
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
+        payments_idempotency::lifecycle::stopped(&mut stopped).await;
     };
     let (stop_workers, workers_stopped) = tokio::sync::watch::channel(false);
     let workers = workers::spawn(state.clone(), settings.workers, workers_stopped);

@@ -273,11 +273,11 @@ impl SqlRecords {
     /// An engine over these records, given them as batches too where batches pay
     /// ([`writes_batches`](Self::writes_batches)).
     pub fn engine(&self) -> Engine<Transaction> {
-        let engine = Engine::new(Arc::new(self.clone()));
+        let records = Arc::new(self.clone());
         if self.writes_batches() {
-            engine.with_batches(Arc::new(self.clone()))
+            Engine::new(Arc::clone(&records) as _).with_batches(records)
         } else {
-            engine
+            Engine::new(records)
         }
     }
 
