@@ -48,6 +48,11 @@ end_step() {
 }
 fail() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
 
+# The builds and the compose images need disk: a run that fills it fails at a link with "No
+# space left on device", minutes in. Said first, so that such a failure reads as what it is.
+mkdir -p target
+printf 'Disk free for target/: %s\n' "$(df -h --output=avail target | tail -n 1 | tr -d ' ')"
+
 # host:port out of a URL, for a dependency-free reachability check.
 host_port() { sed -E 's#^[a-z]+://([^@/]*@)?([^/?]+).*#\2#' <<<"$1"; }
 answers() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
