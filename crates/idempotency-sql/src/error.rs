@@ -1,7 +1,8 @@
 //! The record store's one error type, and how a database error is judged: unavailable (the
 //! database could not be reached or did not answer: a retry later may succeed, and nothing was
 //! written), busy (the database answered, but a row the statement needed stayed held by another
-//! transaction for longer than the connection's `lock_timeout`: nothing was written either) or
+//! transaction for longer than the connection's `lock_timeout`: nothing was written either),
+//! refused (a constraint, a value the column cannot hold: refused again on every retry) or
 //! anything else.
 
 use payments_idempotency::engine::StoreFailure;
@@ -18,6 +19,11 @@ pub enum Error {
     /// Not unavailability: the database answered, and every other row is free.
     #[error("a row the statement needed is held by another transaction")]
     Busy(#[source] sqlx::Error),
+    /// The database refused the write for a reason no retry changes: a row that breaks a
+    /// constraint, a value its column cannot hold (a NUL in PostgreSQL's `text`, a number out
+    /// of range). The same statement is refused every time ([`is_refused`]).
+    #[error("the database refused the write")]
+    Refused(#[source] sqlx::Error),
     /// Any other database error.
     #[error("database error")]
     Database(#[source] sqlx::Error),
@@ -45,17 +51,22 @@ impl From<sqlx::Error> for Error {
         if is_busy(&error) {
             return Self::Busy(error);
         }
+        if is_refused(&error) {
+            return Self::Refused(error);
+        }
         Self::Database(error)
     }
 }
 
-/// What the engine sees: unavailability (503, retry later) or anything else.
+/// What the engine sees: unavailability (503, retry later), a held row (503), a refusal no
+/// retry changes, or anything else.
 impl From<Error> for StoreFailure {
     fn from(error: Error) -> Self {
         match error {
             Error::Unavailable(_) => Self::unavailable(error),
             Error::Busy(_) => Self::busy(error),
             Error::BatchFailed(_) => Self::batch_failed(error),
+            Error::Refused(_) => Self::refused(error),
             other => Self::other(other),
         }
     }
@@ -77,6 +88,36 @@ const READ_ONLY_SQL_TRANSACTION: &str = "25006";
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 const SQLITE_BUSY: i32 = 5;
 const SQLITE_LOCKED: i32 = 6;
+
+const SQLITE_TOOBIG: i32 = 18;
+const SQLITE_CONSTRAINT: i32 = 19;
+const SQLITE_MISMATCH: i32 = 20;
+const SQLITE_CONSTRAINT_FOREIGNKEY: i32 = SQLITE_CONSTRAINT | (3 << 8);
+/// A row that refers to one that does not exist (yet): not a refusal for good.
+const FOREIGN_KEY_VIOLATION: &str = "23503";
+
+/// Whether the database refused the statement for a reason no retry changes: on PostgreSQL a
+/// data exception (class 22: a value the column cannot hold, such as a NUL in `text`) or an
+/// integrity constraint violation (class 23, a trigger's refusal raised as one too); on SQLite
+/// a constraint (a trigger's `RAISE(ABORT, ...)` too), a value too big or of the wrong type.
+/// A foreign key is the exception on both: the row it refers to may be written later, and a
+/// retry then succeeds.
+pub fn is_refused(error: &sqlx::Error) -> bool {
+    let Some(db) = error.as_database_error() else {
+        return false;
+    };
+    match sqlite_code(db) {
+        Some(SQLITE_CONSTRAINT_FOREIGNKEY) => false,
+        // Extended result codes keep the primary code in the low byte.
+        Some(code) => matches!(
+            code & 0xff,
+            SQLITE_TOOBIG | SQLITE_CONSTRAINT | SQLITE_MISMATCH
+        ),
+        None => db.code().is_some_and(|code| {
+            (code.starts_with("22") || code.starts_with("23")) && code != FOREIGN_KEY_VIOLATION
+        }),
+    }
+}
 
 /// Whether PostgreSQL refused a write because the node is (now) a standby.
 fn is_read_only(error: &sqlx::Error) -> bool {

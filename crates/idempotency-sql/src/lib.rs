@@ -1,16 +1,19 @@
 //! The idempotency engine's record store on PostgreSQL and SQLite, for any service that keeps
 //! its records in one of them: the claim, the takeover of a stale record, the fence on every
 //! later write, the completion in the transaction the engine ends a record in, the release,
-//! the completer's takeover, the reaper and the table's statistics, as whole SQL statements (each backend's module has
-//! its own text, under the same names, in the same order).
+//! the completer's takeover, the reaper and the table's statistics, as whole SQL statements
+//! (each backend's module has its own text, under the same names, in the same order).
 //!
 //! A service applies the records table (`schema/postgres.sql`, `schema/sqlite.sql`) and opens
-//! a [`SqlRecords`]; the engine claims and ends records through it, and the service's
-//! operations write their own rows in its [`Transaction`], whose [`Connection`] is the
-//! backend's own; beside the server it runs the records' [`Upkeep`] (the reaper, the table's
-//! statistics). This crate knows no operation's tables, no web framework, no cache, and no
-//! crate of the workspace but the engine. A whole service on it is walked through in
-//! `docs/build-a-service.md`, with `examples/orders`.
+//! its backend's store: [`PgRecords`] or [`SqliteRecords`], each the port with its own
+//! transaction (`sqlx::Transaction<'static, Postgres>`, [`WriteTx`]), on which its operations
+//! write their rows with plain sqlx; or [`SqlRecords`], either of them, for a service that
+//! runs on both with the same SQL ([`Transaction::execute`]). Beside the server it runs the
+//! records' [`Upkeep`] (the reaper, the table's statistics). A write the database refuses for
+//! good (a constraint, a value its column cannot hold) is [`Error::Refused`], which the engine
+//! ends a finish on rather than failing every retry. This crate knows no operation's tables,
+//! no web framework, no cache, and no crate of the workspace but the engine. A whole service
+//! on it is walked through in `docs/build-a-service.md`, with `examples/orders`.
 
 mod commits;
 mod error;
@@ -27,20 +30,20 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_idempotency::engine::{
     Abandoned, Begin, Claim, Completion, End, Engine, Finish, Owner, RecordBatches, RecordStore,
-    StoreFailure, complete_each,
+    StoreFailure,
 };
 use payments_idempotency::{
     Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
-use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{PgConnection, Postgres, SqliteConnection};
 
 pub use commits::{CommitObserver, GroupCommit, GroupCommits};
-pub use error::{Error, distrusts_connections, is_busy, is_unavailable, no_answer, sqlite_code};
+pub use error::{
+    Error, distrusts_connections, is_busy, is_refused, is_unavailable, no_answer, sqlite_code,
+};
 pub use postgres::PgRecords;
-use sqlite::Sharing;
 pub use sqlite::{SqliteRecords, WriteTx};
 pub use upkeep::{Batches, Upkeep, UpkeepSettings, in_batches};
 
@@ -161,16 +164,10 @@ impl Database {
         policy: IdempotencyPolicy,
     ) -> Result<SqlRecords, Error> {
         Ok(match self {
-            Self::Postgres { url, options } => {
-                if !Postgres::database_exists(url).await? {
-                    Postgres::create_database(url).await?;
-                }
-                let pool = postgres::connect_lazy(options.clone(), settings);
-                SqlRecords::Postgres(PgRecords::new(pool, settings, policy))
-            }
-            Self::Sqlite(options) => {
-                SqlRecords::Sqlite(SqliteRecords::open(options.clone(), settings, policy).await?)
-            }
+            Self::Postgres { url, .. } => PgRecords::open(url, settings, policy).await?.into(),
+            Self::Sqlite(options) => SqliteRecords::open(options.clone(), settings, policy)
+                .await?
+                .into(),
         })
     }
 }
@@ -182,11 +179,25 @@ fn is_in_memory(options: &SqliteConnectOptions) -> bool {
         .starts_with("file:sqlx-in-memory")
 }
 
-/// The idempotency records of a database, on either backend. Cheap to clone.
+/// The idempotency records of a database, on either backend: for a service that runs on
+/// both with the same SQL ([`Transaction::execute`]). A service on one backend takes that
+/// backend's store ([`PgRecords`], [`SqliteRecords`]) and its own transaction. Cheap to clone.
 #[derive(Debug, Clone)]
 pub enum SqlRecords {
     Postgres(PgRecords),
     Sqlite(SqliteRecords),
+}
+
+impl From<PgRecords> for SqlRecords {
+    fn from(records: PgRecords) -> Self {
+        Self::Postgres(records)
+    }
+}
+
+impl From<SqliteRecords> for SqlRecords {
+    fn from(records: SqliteRecords) -> Self {
+        Self::Sqlite(records)
+    }
 }
 
 /// A write transaction begun over one idempotency record, which it holds until it ends: the
@@ -231,6 +242,45 @@ impl Transaction {
             Self::Postgres(_) => Backend::Postgres,
             Self::Sqlite(_) => Backend::Sqlite,
         }
+    }
+
+    /// Runs one statement written once for both backends, with its values bound through
+    /// sqlx's `Any` driver and handed to this transaction's backend as its own:
+    ///
+    /// ```ignore
+    /// transaction.execute(sqlx::query(INSERT_ORDER).bind(&id).bind(quantity)).await?;
+    /// ```
+    ///
+    /// The values may be text, bytes, integers, floats and booleans (what `Any` binds).
+    /// Returns how many rows the statement changed; an error is judged as the store's own
+    /// ([`Error`]: unavailable, busy, refused for good).
+    pub async fn execute<'q>(
+        &mut self,
+        mut query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> Result<u64, Error> {
+        use sqlx::Execute;
+        let unencodable = |e| Error::Database(sqlx::Error::Encode(e));
+        let sql = query.sql();
+        let values = query.take_arguments().map_err(unencodable)?;
+        let values = values.unwrap_or_default();
+        let done = match self {
+            Self::Postgres(tx) => {
+                let values: sqlx::postgres::PgArguments =
+                    values.convert_to().map_err(unencodable)?;
+                postgres::answered(sqlx::query_with(sql, values).execute(&mut **tx))
+                    .await?
+                    .rows_affected()
+            }
+            Self::Sqlite(write) => {
+                let values: sqlx::sqlite::SqliteArguments<'_> =
+                    values.convert_to().map_err(unencodable)?;
+                sqlx::query_with(sql, values)
+                    .execute(&mut **write)
+                    .await?
+                    .rows_affected()
+            }
+        };
+        Ok(done)
     }
 
     /// Commits (the engine commits the transactions it begins through `RecordStore::commit`;
@@ -384,42 +434,6 @@ impl SqlRecords {
     }
 }
 
-impl SqlRecords {
-    /// Begins the transaction over `owner`'s record: on SQLite shared with concurrent
-    /// writers' or alone, as `sharing` says; on PostgreSQL always its own.
-    async fn begin_sharing(
-        &self,
-        owner: Owner<'_>,
-        sharing: Sharing,
-    ) -> Result<Option<Transaction>, StoreFailure> {
-        Ok(match self {
-            Self::Postgres(records) => records.begin(owner).await?.map(Transaction::Postgres),
-            Self::Sqlite(records) => records
-                .begin(owner, sharing)
-                .await?
-                .map(Transaction::Sqlite),
-        })
-    }
-
-    /// Begins the transaction `owner`'s record ends in: on PostgreSQL without the record's
-    /// lock, which its end takes with the fence; on SQLite as [`begin_sharing`] does, the
-    /// fence checked first (a read within the process's one writer's transaction).
-    ///
-    /// [`begin_sharing`]: Self::begin_sharing
-    async fn begin_ending_sharing(
-        &self,
-        owner: Owner<'_>,
-        sharing: Sharing,
-    ) -> Result<Option<Transaction>, StoreFailure> {
-        match self {
-            Self::Postgres(records) => {
-                Ok(Some(Transaction::Postgres(records.begin_ending().await?)))
-            }
-            Self::Sqlite(_) => self.begin_sharing(owner, sharing).await,
-        }
-    }
-}
-
 /// What a reconciler finds of the pending record an effect key belongs to.
 #[derive(Debug, Clone)]
 pub enum PendingEffect {
@@ -443,6 +457,8 @@ fn of_another_backend() -> Error {
     Error::Corrupt("a transaction of another backend's store".to_owned())
 }
 
+/// The port on either backend: each call is the backend's store's own
+/// ([`PgRecords`], [`SqliteRecords`]), its transaction wrapped as this one.
 #[async_trait]
 impl RecordStore for SqlRecords {
     type Transaction = Transaction;
@@ -454,16 +470,14 @@ impl RecordStore for SqlRecords {
         fingerprint: &Fingerprint,
         request_body: &[u8],
     ) -> Result<Claim, StoreFailure> {
-        let claim = NewClaim {
-            scope,
-            key,
-            fingerprint,
-            request_body,
-        };
-        Ok(match self {
-            Self::Postgres(records) => records.claim(claim).await?,
-            Self::Sqlite(records) => records.claim(claim).await?,
-        })
+        match self {
+            Self::Postgres(records) => {
+                RecordStore::claim(records, scope, key, fingerprint, request_body).await
+            }
+            Self::Sqlite(records) => {
+                RecordStore::claim(records, scope, key, fingerprint, request_body).await
+            }
+        }
     }
 
     async fn find_record(
@@ -471,10 +485,10 @@ impl RecordStore for SqlRecords {
         scope: &Scope,
         key: &IdempotencyKey,
     ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure> {
-        Ok(match self {
-            Self::Postgres(records) => records.find_record(scope, key).await?,
-            Self::Sqlite(records) => records.find_record(scope, key).await?,
-        })
+        match self {
+            Self::Postgres(records) => RecordStore::find_record(records, scope, key).await,
+            Self::Sqlite(records) => RecordStore::find_record(records, scope, key).await,
+        }
     }
 
     async fn record_effect(
@@ -482,17 +496,17 @@ impl RecordStore for SqlRecords {
         owner: Owner<'_>,
         effect_id: &str,
     ) -> Result<Finish, StoreFailure> {
-        Ok(match self {
-            Self::Postgres(records) => records.record_effect(owner, effect_id).await?,
-            Self::Sqlite(records) => records.record_effect(owner, effect_id).await?,
-        })
+        match self {
+            Self::Postgres(records) => RecordStore::record_effect(records, owner, effect_id).await,
+            Self::Sqlite(records) => RecordStore::record_effect(records, owner, effect_id).await,
+        }
     }
 
     async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
-        Ok(match self {
-            Self::Postgres(records) => records.release(owner).await?,
-            Self::Sqlite(records) => records.release(owner).await?,
-        })
+        match self {
+            Self::Postgres(records) => RecordStore::release(records, owner).await,
+            Self::Sqlite(records) => RecordStore::release(records, owner).await,
+        }
     }
 
     async fn begin(
@@ -500,16 +514,14 @@ impl RecordStore for SqlRecords {
         owner: Owner<'_>,
         begin: Begin,
     ) -> Result<Option<Transaction>, StoreFailure> {
-        let sharing = if begin.alone {
-            Sharing::Alone
-        } else {
-            Sharing::Shared
-        };
-        if begin.ending {
-            self.begin_ending_sharing(owner, sharing).await
-        } else {
-            self.begin_sharing(owner, sharing).await
-        }
+        Ok(match self {
+            Self::Postgres(records) => RecordStore::begin(records, owner, begin)
+                .await?
+                .map(Transaction::Postgres),
+            Self::Sqlite(records) => RecordStore::begin(records, owner, begin)
+                .await?
+                .map(Transaction::Sqlite),
+        })
     }
 
     async fn end(
@@ -518,15 +530,15 @@ impl RecordStore for SqlRecords {
         owner: Owner<'_>,
         end: End<'_>,
     ) -> Result<Completion, StoreFailure> {
-        Ok(match (self, transaction) {
+        match (self, transaction) {
             (Self::Postgres(records), Transaction::Postgres(tx)) => {
-                records.end(tx, owner, end).await?
+                RecordStore::end(records, tx, owner, end).await
             }
             (Self::Sqlite(records), Transaction::Sqlite(write)) => {
-                records.end(write, owner, end).await?
+                RecordStore::end(records, write, owner, end).await
             }
-            _ => return Err(of_another_backend().into()),
-        })
+            _ => Err(of_another_backend().into()),
+        }
     }
 
     async fn commit(&self, transaction: Transaction) -> Result<(), StoreFailure> {
@@ -537,16 +549,17 @@ impl RecordStore for SqlRecords {
         &self,
         settle_after: Duration,
     ) -> Result<Option<Abandoned>, StoreFailure> {
-        Ok(match self {
-            Self::Postgres(records) => records.take_over_abandoned(settle_after).await?,
-            Self::Sqlite(records) => records.take_over_abandoned(settle_after).await?,
-        })
+        match self {
+            Self::Postgres(records) => {
+                RecordStore::take_over_abandoned(records, settle_after).await
+            }
+            Self::Sqlite(records) => RecordStore::take_over_abandoned(records, settle_after).await,
+        }
     }
 }
 
-/// On PostgreSQL one statement completes a batch's records (`COMPLETE_MANY`), in a
-/// transaction that waits only briefly for a held row; on SQLite a batch is one write of the
-/// process's writer, its records completed one after another.
+/// Each backend's batches ([`PgRecords`]: one statement completes a batch's records;
+/// [`SqliteRecords`]: one write of the process's writer).
 #[async_trait]
 impl RecordBatches for SqlRecords {
     async fn begin_batch(&self) -> Result<Transaction, StoreFailure> {
@@ -561,9 +574,14 @@ impl RecordBatches for SqlRecords {
         transaction: &mut Transaction,
         records: &[(Owner<'_>, &StoredResponse)],
     ) -> Result<Vec<Completion>, StoreFailure> {
-        if let (Self::Postgres(store), Transaction::Postgres(tx)) = (self, &mut *transaction) {
-            return Ok(store.complete_many(tx, records).await?);
+        match (self, transaction) {
+            (Self::Postgres(store), Transaction::Postgres(tx)) => {
+                RecordBatches::complete_many(store, tx, records).await
+            }
+            (Self::Sqlite(store), Transaction::Sqlite(write)) => {
+                RecordBatches::complete_many(store, write, records).await
+            }
+            _ => Err(of_another_backend().into()),
         }
-        complete_each(self, transaction, records).await
     }
 }

@@ -49,7 +49,10 @@ pub struct Upkeep {
 }
 
 impl Upkeep {
-    pub fn new(records: SqlRecords, settings: UpkeepSettings) -> Self {
+    /// The upkeep of `records`: a store of either backend ([`PgRecords`](crate::PgRecords),
+    /// [`SqliteRecords`](crate::SqliteRecords)) or both ([`SqlRecords`]).
+    pub fn new(records: impl Into<SqlRecords>, settings: UpkeepSettings) -> Self {
+        let records = records.into();
         Self { records, settings }
     }
 

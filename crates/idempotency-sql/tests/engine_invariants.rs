@@ -31,7 +31,7 @@ use payments_idempotency::engine::{
     ProtocolError, RecordStore, Settled, Unmade,
 };
 use payments_idempotency::{IdempotencyKey, SchemaVersion, StoredResponse};
-use payments_idempotency_sql::{Backend, Connection, SqlRecords, Transaction};
+use payments_idempotency_sql::{Backend, SqlRecords, Transaction};
 use serde_json::{Value, json};
 
 const SCHEDULES: u64 = 64;
@@ -43,20 +43,6 @@ const TABLES: [&str; 2] = [
     "CREATE TABLE effects (effect_id text PRIMARY KEY, effect_key text NOT NULL UNIQUE,
                            tenant text NOT NULL)",
 ];
-
-/// Runs a statement with its values on either backend's connection.
-macro_rules! on_either {
-    ($connection:expr, $sql:expr $(, $value:expr)*) => {
-        match $connection {
-            Connection::Postgres(c) => {
-                sqlx::query($sql)$(.bind($value))*.execute(c).await.map(|d| d.rows_affected())
-            }
-            Connection::Sqlite(c) => {
-                sqlx::query($sql)$(.bind($value))*.execute(c).await.map(|d| d.rows_affected())
-            }
-        }
-    };
-}
 
 /// SplitMix64.
 #[derive(Debug)]
@@ -187,7 +173,7 @@ fn json_response(status: u16, body: &Value) -> StoredResponse {
     )
 }
 
-fn internal(error: sqlx::Error) -> ProtocolError {
+fn internal(error: impl std::error::Error + Send + Sync + 'static) -> ProtocolError {
     ProtocolError::Internal(error.into())
 }
 
@@ -225,7 +211,8 @@ impl Operation for Hold {
         let generation = owner.fence.generation.to_string();
         let sql = "INSERT INTO holds (generation, tenant) VALUES ($1, $2)
                    ON CONFLICT (generation) DO NOTHING";
-        on_either!(transaction.connection(), sql, &generation, tenant).map_err(internal)?;
+        let hold = sqlx::query(sql).bind(&generation).bind(tenant);
+        transaction.execute(hold).await.map_err(internal)?;
         Ok(Prepared::Ready(tenant.clone()))
     }
 
@@ -257,18 +244,15 @@ impl Operation for Hold {
                    SELECT $1, processor_key, $2 FROM idempotency_records \
                    WHERE tenant_id = $3 AND operation = $4 AND idempotency_key = $5";
         let (scope, key) = (owner.scope, owner.key.as_str());
-        let insert = on_either!(
-            transaction.connection(),
-            sql,
-            &effect_id,
-            tenant,
-            &scope.tenant,
-            &scope.operation,
-            key
-        );
-        insert.map_err(internal)?;
+        let insert = sqlx::query(sql)
+            .bind(&effect_id)
+            .bind(tenant)
+            .bind(&scope.tenant);
+        let insert = insert.bind(&scope.operation).bind(key);
+        transaction.execute(insert).await.map_err(internal)?;
         let release = "DELETE FROM holds WHERE generation = $1";
-        on_either!(transaction.connection(), release, &generation).map_err(internal)?;
+        let release = sqlx::query(release).bind(&generation);
+        transaction.execute(release).await.map_err(internal)?;
         Ok(json_response(201, &json!({ "effect_id": effect_id })))
     }
 
@@ -280,7 +264,8 @@ impl Operation for Hold {
     ) -> Result<(), ProtocolError> {
         let generation = owner.fence.generation.to_string();
         let release = "DELETE FROM holds WHERE generation = $1";
-        on_either!(transaction.connection(), release, &generation).map_err(internal)?;
+        let release = sqlx::query(release).bind(&generation);
+        transaction.execute(release).await.map_err(internal)?;
         Ok(())
     }
 }
@@ -304,7 +289,8 @@ async fn explore(backend: Backend) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     for table in TABLES {
-        on_either!(write.connection(), table).unwrap_or_else(|e| panic!("{table}: {e}"));
+        let created = write.execute(sqlx::query(table)).await;
+        created.unwrap_or_else(|e| panic!("{table}: {e}"));
     }
     write.commit().await.unwrap_or_else(|e| panic!("{e}"));
     let seed = std::env::var("SQL_ENGINE_SEED")

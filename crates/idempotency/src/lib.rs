@@ -28,7 +28,7 @@ pub use fingerprint::{
 pub use key::{IdempotencyKey, KeyError};
 pub use policy::{IdempotencyPolicy, PolicyError};
 pub use record::{
-    Attempt, IdempotencyRecord, REPLAYED_HEADERS, RecordState, RecoveryPoint, SchemaVersion, Scope,
-    StoredResponse, UnknownValue,
+    Attempt, IdempotencyRecord, PROBLEM_JSON, REPLAYED_HEADERS, RecordState, RecoveryPoint,
+    SchemaVersion, Scope, StoredResponse, UnknownValue,
 };
 pub use retry_after::RecentDurations;

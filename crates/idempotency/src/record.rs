@@ -157,7 +157,32 @@ impl StoredResponse {
             body,
         }
     }
+
+    /// An RFC 9457 problem document of schema version `schema_version`: `status` with its
+    /// reason phrase `title`, a stable snake_case `code` a client can branch on, and a
+    /// `detail` a person can read. The answers the engine stores of its own making are these.
+    pub fn problem(
+        schema_version: SchemaVersion,
+        (status, title): (u16, &str),
+        code: &str,
+        detail: &str,
+    ) -> Self {
+        let problem = serde_json::json!({
+            "type": "about:blank", "title": title, "status": status,
+            "detail": detail, "code": code,
+        });
+        let headers = [("content-type", PROBLEM_JSON)];
+        Self::new(
+            schema_version,
+            status,
+            headers,
+            problem.to_string().into_bytes(),
+        )
+    }
 }
+
+/// The media type of an RFC 9457 problem document.
+pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// The stored record, as the decision function sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,10 +222,19 @@ impl IdempotencyRecord {
         finished && !self.holds_unrecorded_effect() && self.expires_at <= now
     }
 
-    /// A failed record holding an effect id: written by no current version (the store
-    /// refuses to fail such a record), and finished from its effect if ever found.
+    /// A finished record holding an effect id that never reached the operation's rows: one
+    /// completed with them refused for good ([`End::Unrecorded`]: its answer replayed, the
+    /// record kept for an operator), or a failed one, written by no current version (the
+    /// store refuses to fail such a record) and finished from its effect if ever found.
+    ///
+    /// [`End::Unrecorded`]: crate::engine::End::Unrecorded
     pub fn holds_unrecorded_effect(&self) -> bool {
-        self.state == RecordState::Failed && self.effect_id.is_some()
+        let unrecorded = match self.state {
+            RecordState::Failed => true,
+            RecordState::Completed => self.recovery_point == RecoveryPoint::EffectMade,
+            RecordState::Pending => false,
+        };
+        unrecorded && self.effect_id.is_some()
     }
 }
 

@@ -67,7 +67,8 @@ impl From<payments_idempotency_sql::Error> for StoreError {
         match error {
             Error::Unavailable(error) => Self::Unavailable(error),
             Error::Busy(error) => Self::Busy(error),
-            Error::Database(error) => Self::from(error),
+            // Payments' own judgement of a refusal: by the constraint's name.
+            Error::Database(error) | Error::Refused(error) => Self::from(error),
             Error::Corrupt(what) => Self::Corrupt(what),
             Error::Unusable(what) => Self::Unusable(what),
             Error::BatchFailed(why) => Self::BatchFailed(why),

@@ -22,16 +22,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use payments_idempotency::engine::{
     Completer, CompleterSettings, EffectError, Engine, Idempotent, KeyedRequest, Operation, Owner,
-    Prepared, Preparing, ProtocolError, Settled,
+    Prepared, Preparing, ProtocolError, Settled, StoreFailure,
 };
 use payments_idempotency::{IdempotencyPolicy, SchemaVersion, StoredResponse};
 use payments_idempotency_axum::{
-    Attempts, IdempotencyKeyHeader, JsonBody, PROBLEM_JSON, PreferWait, Problem, ProtocolProblem,
-    respond,
+    Attempts, IdempotencyKeyHeader, JsonBody, PreferWait, Problem, ProtocolProblem, respond,
 };
-use payments_idempotency_sql::{
-    Connection, Database, PoolSettings, Transaction, Upkeep, UpkeepSettings,
-};
+use payments_idempotency_sql::{Database, PoolSettings, Transaction, Upkeep, UpkeepSettings};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -48,18 +45,9 @@ CREATE TABLE IF NOT EXISTS orders (
 const INSERT_ORDER: &str =
     "INSERT INTO orders (id, email, item, quantity, message_id) VALUES ($1, $2, $3, $4, $5)";
 
-/// Runs a statement with its values on either backend's connection: the SQL is the same.
-macro_rules! on_either {
-    ($connection:expr, $sql:expr $(, $value:expr)*) => {
-        match $connection {
-            Connection::Postgres(c) => sqlx::query($sql)$(.bind($value))*.execute(c).await.map(drop),
-            Connection::Sqlite(c) => sqlx::query($sql)$(.bind($value))*.execute(c).await.map(drop),
-        }
-    };
-}
-
-/// The statuses this service stores as final answers: an order placed, a mail refused.
-const STORED_STATUSES: [u16; 2] = [201, 422];
+/// The statuses this service stores as final answers: an order placed, a mail refused, and a
+/// mail sent whose order the database refused for good (kept for an operator).
+const STORED_STATUSES: [u16; 3] = [201, 422, 500];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,12 +127,6 @@ impl Operation for PlaceOrder {
         message_id.clone()
     }
 
-    fn declined(&self, _: String, message: String) -> StoredResponse {
-        let problem = Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "mail_refused", message);
-        let body = serde_json::to_vec(&problem).unwrap_or_default();
-        StoredResponse::new(Self::VERSION, 422, [("content-type", PROBLEM_JSON)], body)
-    }
-
     async fn finish(
         &self,
         transaction: &mut Transaction,
@@ -154,9 +136,14 @@ impl Operation for PlaceOrder {
     ) -> Result<StoredResponse, ProtocolError> {
         let id = format!("ord_{}", owner.fence.generation.simple());
         let (email, item, quantity) = (&order.email, &order.item, i64::from(order.quantity));
-        let tx = transaction.connection();
-        let inserted = on_either!(tx, INSERT_ORDER, &id, email, item, quantity, &message_id);
-        inserted.map_err(|e| ProtocolError::Internal(e.into()))?;
+        let insert = sqlx::query(INSERT_ORDER).bind(&id).bind(email).bind(item);
+        let insert = insert.bind(quantity).bind(&message_id);
+        // A row the database refuses for good (a constraint) is a store failure the engine
+        // ends the record on, with its `unrecorded` answer: no retry could write it.
+        transaction
+            .execute(insert)
+            .await
+            .map_err(StoreFailure::from)?;
         let body = json!({ "id": id, "status": "confirmed", "email": order.email,
             "item": order.item, "quantity": order.quantity, "message_id": message_id });
         let (json, body) = ([("content-type", "application/json")], body.to_string());
@@ -278,7 +265,7 @@ async fn main() -> Result<(), String> {
         .await
         .map_err(|e| format!("the records table: {e}"))?;
     let mut write = records.begin_write().await.map_err(|e| e.to_string())?;
-    let created = on_either!(write.connection(), ORDERS_TABLE);
+    let created = write.execute(sqlx::query(ORDERS_TABLE)).await;
     created.map_err(|e| format!("the orders table: {e}"))?;
     write.commit().await.map_err(|e| e.to_string())?;
     let mail_url = setting("ORDERS_MAIL_URL", None)?;

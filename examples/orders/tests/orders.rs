@@ -264,6 +264,18 @@ impl Stack {
         self.count("SELECT count(*) FROM orders").await
     }
 
+    /// Runs `sql` on the service's database, as an operator would.
+    async fn execute(&self, sql: &str) {
+        sqlx::any::install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.database_url)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let done = sqlx::query(sql).execute(&pool).await;
+        done.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     async fn count(&self, sql: &str) -> i64 {
         sqlx::any::install_default_drivers();
         let pool = AnyPoolOptions::new()
@@ -483,6 +495,71 @@ async fn an_order_with_a_nul_is_refused_before_the_claim(backend: &str) {
     assert_eq!(stack.mails_sent().await, 1);
 }
 
+/// A store that refuses, for good, the row of an order of an `unrecordable` item: a trigger,
+/// as a constraint added by a later migration would.
+const REFUSE_UNRECORDABLE: [(&str, &[&str]); 2] = [
+    (
+        "postgres",
+        &[
+            "CREATE FUNCTION refuse_order() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'this order is refused' USING ERRCODE = 'check_violation'; END $$",
+            "CREATE TRIGGER refuse_unrecordable BEFORE INSERT ON orders FOR EACH ROW
+             WHEN (NEW.item = 'unrecordable') EXECUTE FUNCTION refuse_order()",
+        ],
+    ),
+    (
+        "sqlite",
+        &["CREATE TRIGGER refuse_unrecordable BEFORE INSERT ON orders
+           WHEN NEW.item = 'unrecordable' BEGIN SELECT RAISE(ABORT, 'this order is refused'); END"],
+    ),
+];
+
+/// The records completed with their order's row refused for good: kept, with the mail's id.
+const UNRECORDED_RECORDS: &str = "SELECT count(*) FROM idempotency_records
+     WHERE state = 'completed' AND recovery_point = 'charged' AND effect_id IS NOT NULL";
+
+/// The mail went out, then the database refused the order's row for good: the record ends with
+/// a stable 500 (`effect_unrecorded`) and the mail's id, kept past its retention for an
+/// operator while the reaper deletes the records around it, and every retry gets the same
+/// answer: one mail, no second send, no row.
+async fn an_order_refused_for_good_after_its_mail_is_kept_for_an_operator(backend: &str) {
+    let stack = Stack::with(backend, Settings::SHORT_RETENTION).await;
+    let refusing = REFUSE_UNRECORDABLE.iter().find(|(b, _)| *b == backend);
+    let (_, statements) = refusing.unwrap_or_else(|| panic!("no refusal on {backend}"));
+    for sql in *statements {
+        stack.execute(sql).await;
+    }
+
+    let unrecordable = order("unrecordable");
+    let answer = stack.place("order-9", &unrecordable).await;
+    let answer = answer.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer.status(), 500);
+    let first: Value = answer.json().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first["code"], "effect_unrecorded", "{first}");
+    assert_eq!((stack.mails_sent().await, stack.order_rows().await), (1, 0));
+    assert_eq!(stack.count(UNRECORDED_RECORDS).await, 1);
+
+    // Past its retention: an order placed beside it is reaped, the unrecorded one is kept.
+    stack.placed("order-10", &order("widget")).await;
+    let all = "SELECT count(*) FROM idempotency_records";
+    let left = stack.count_reaches(all, 1, Duration::from_secs(15)).await;
+    assert_eq!(
+        left, 1,
+        "the reaper deleted the unrecorded record or nothing at all"
+    );
+    assert_eq!(stack.count(UNRECORDED_RECORDS).await, 1);
+
+    for _ in 0..3 {
+        let retry = stack.place("order-9", &unrecordable).await;
+        let retry = retry.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(retry.status(), 500);
+        assert!(retry.headers().contains_key("idempotent-replayed"));
+        let again: Value = retry.json().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again, first);
+    }
+    assert_eq!((stack.mails_sent().await, stack.order_rows().await), (2, 1));
+}
+
 macro_rules! on_both_backends {
     ($($test:ident),*) => {
         mod postgres { $(
@@ -503,5 +580,6 @@ on_both_backends!(
     an_order_whose_service_died_is_recorded_by_the_completer,
     records_past_their_retention_are_reaped,
     sigterm_waits_for_the_attempts_in_flight,
-    an_order_with_a_nul_is_refused_before_the_claim
+    an_order_with_a_nul_is_refused_before_the_claim,
+    an_order_refused_for_good_after_its_mail_is_kept_for_an_operator
 );

@@ -16,15 +16,21 @@ mod claims;
 mod pool;
 mod statements;
 
+use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_idempotency::engine::{
-    Abandoned, Claim, Completion, End, Finish, Owner, Unmade, Verdict,
+    Abandoned, Begin, Claim, Completion, End, Engine, Finish, Owner, RecordBatches, RecordStore,
+    StoreFailure, Unmade, Verdict,
 };
 use payments_idempotency::{
-    IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{PgConnection, PgPool, Postgres};
 
 use claims::ClaimQueue;
@@ -74,6 +80,29 @@ impl PgRecords {
                 BATCH_LOCK_WAIT.min(settings.lock_timeout).as_millis()
             ),
         }
+    }
+
+    /// Opens the records of the database at `url` (`postgres://...`), creating the database
+    /// if it is missing; the pool connects lazily afterwards. The schema is the service's to
+    /// apply (its migrations, or [`create_schema`](Self::create_schema)).
+    pub async fn open(
+        url: &str,
+        settings: &PoolSettings,
+        policy: IdempotencyPolicy,
+    ) -> Result<Self, Error> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| Error::Unusable(format!("not a valid PostgreSQL URL ({e})")))?;
+        if !Postgres::database_exists(url).await? {
+            Postgres::create_database(url).await?;
+        }
+        Ok(Self::new(connect_lazy(options, settings), settings, policy))
+    }
+
+    /// An engine over these records, given them as batches too: one statement completes a
+    /// batch's records ([`RecordBatches`]).
+    pub fn engine(&self) -> Engine<sqlx::Transaction<'static, Postgres>> {
+        let records = Arc::new(self.clone());
+        Engine::new(Arc::clone(&records) as _).with_batches(records)
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -291,6 +320,23 @@ impl PgRecords {
             End::Unmade(Unmade::Tombstoned) => {
                 answered(fenced_as(FAIL, owner).bind(ttl).fetch_optional(&mut *tx)).await?
             }
+            End::Unrecorded {
+                effect_id,
+                response,
+            } => {
+                let columns = ResponseColumns::of(response)?;
+                answered(
+                    fenced_as(COMPLETE_UNRECORDED, owner)
+                        .bind(columns.status)
+                        .bind(columns.headers)
+                        .bind(columns.body)
+                        .bind(columns.schema_version)
+                        .bind(ttl)
+                        .bind(effect_id)
+                        .fetch_optional(&mut *tx),
+                )
+                .await?
+            }
         };
         Ok(Completion::from_expiry(expires_at.map(|(at,)| at)))
     }
@@ -416,7 +462,7 @@ impl PgRecords {
         Ok(done.rows_affected())
     }
 
-    pub(crate) async fn reap_expired(&self, batch: i64) -> Result<u64, Error> {
+    pub async fn reap_expired(&self, batch: i64) -> Result<u64, Error> {
         let mut connection = self.pool.acquire().await?;
         let done = answered(
             sqlx::query(REAP_EXPIRED)
@@ -481,7 +527,7 @@ impl PgRecords {
     }
 
     /// Creates the records table and its indexes if they are missing (`schema/postgres.sql`).
-    pub(crate) async fn create_schema(&self) -> Result<(), Error> {
+    pub async fn create_schema(&self) -> Result<(), Error> {
         sqlx::raw_sql(SCHEMA).execute(&self.pool).await?;
         Ok(())
     }
@@ -551,4 +597,98 @@ where
         .bind(owner.key.as_str())
         .bind(owner.fence.attempt.0)
         .bind(owner.fence.generation)
+}
+
+/// The port on PostgreSQL, in PostgreSQL's own transaction: a service on this store alone
+/// writes its rows in its `finish` with plain sqlx (`query.execute(&mut **transaction)`).
+/// Each method is the store's own (inherent, with its [`Error`]), seen through the port.
+#[async_trait]
+impl RecordStore for PgRecords {
+    type Transaction = sqlx::Transaction<'static, Postgres>;
+
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreFailure> {
+        let claim = NewClaim {
+            scope,
+            key,
+            fingerprint,
+            request_body,
+        };
+        Ok(PgRecords::claim(self, claim).await?)
+    }
+
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure> {
+        Ok(PgRecords::find_record(self, scope, key).await?)
+    }
+
+    async fn record_effect(
+        &self,
+        owner: Owner<'_>,
+        effect_id: &str,
+    ) -> Result<Finish, StoreFailure> {
+        Ok(PgRecords::record_effect(self, owner, effect_id).await?)
+    }
+
+    async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        Ok(PgRecords::release(self, owner).await?)
+    }
+
+    /// Every transaction is its own (PostgreSQL shares no commits): one that ends a record is
+    /// begun without the record's lock, which its end takes with the fence.
+    async fn begin(
+        &self,
+        owner: Owner<'_>,
+        begin: Begin,
+    ) -> Result<Option<Self::Transaction>, StoreFailure> {
+        Ok(match begin.ending {
+            true => Some(self.begin_ending().await?),
+            false => PgRecords::begin(self, owner).await?,
+        })
+    }
+
+    async fn end(
+        &self,
+        transaction: &mut Self::Transaction,
+        owner: Owner<'_>,
+        end: End<'_>,
+    ) -> Result<Completion, StoreFailure> {
+        Ok(PgRecords::end(self, transaction, owner, end).await?)
+    }
+
+    async fn commit(&self, transaction: Self::Transaction) -> Result<(), StoreFailure> {
+        Ok(answered(transaction.commit()).await.map_err(Error::from)?)
+    }
+
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreFailure> {
+        Ok(PgRecords::take_over_abandoned(self, settle_after).await?)
+    }
+}
+
+/// One statement completes a batch's records (`COMPLETE_MANY`), in a transaction that waits
+/// only briefly for a held row.
+#[async_trait]
+impl RecordBatches for PgRecords {
+    async fn begin_batch(&self) -> Result<Self::Transaction, StoreFailure> {
+        Ok(PgRecords::begin_batch(self).await?)
+    }
+
+    async fn complete_many(
+        &self,
+        transaction: &mut Self::Transaction,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, StoreFailure> {
+        Ok(PgRecords::complete_many(self, transaction, records).await?)
+    }
 }

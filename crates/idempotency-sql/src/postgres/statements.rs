@@ -178,6 +178,18 @@ WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
   AND attempts = $4 AND resource_id = $5 AND state = 'pending' AND effect_id IS NULL
 RETURNING expires_at";
 
+/// Completes the record with its answer, its effect (`$11`) made but its rows refused for good:
+/// it keeps the effect id and the effect-made recovery point, so that an operator finds it and
+/// the reaper never deletes it.
+pub(super) const COMPLETE_UNRECORDED: &str = "
+UPDATE idempotency_records
+SET state = 'completed', recovery_point = 'charged', effect_id = $11, locked_until = NULL,
+    response_status = $6, response_headers = $7, response_body = $8, response_schema_version = $9,
+    expires_at = now() + make_interval(secs => $10), updated_at = now()
+WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+  AND attempts = $4 AND resource_id = $5 AND state = 'pending'
+RETURNING expires_at";
+
 /// Fails the record once its effect key is tombstoned: the next claim starts a new generation.
 /// A record holding an effect id is never failed.
 pub(super) const FAIL: &str = "
@@ -209,7 +221,7 @@ DELETE FROM idempotency_records
 WHERE (tenant_id, operation, idempotency_key) IN (
     SELECT tenant_id, operation, idempotency_key FROM idempotency_records
     WHERE state <> 'pending' AND expires_at <= now()
-      AND (effect_id IS NULL OR state = 'completed')
+      AND (effect_id IS NULL OR (state = 'completed' AND recovery_point = 'finished'))
     ORDER BY expires_at
     LIMIT $1 FOR UPDATE SKIP LOCKED)";
 

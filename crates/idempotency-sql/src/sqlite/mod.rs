@@ -24,12 +24,14 @@ mod statements;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use payments_idempotency::engine::{
-    Abandoned, Claim, Claimed, Completion, End, Finish, Owner, Unmade, Verdict,
+    Abandoned, Begin, Claim, Claimed, Completion, End, Engine, Finish, Owner, RecordBatches,
+    RecordStore, StoreFailure, Unmade, Verdict, complete_each,
 };
 use payments_idempotency::{
-    IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
+    Fingerprint, IdempotencyKey, IdempotencyPolicy, IdempotencyRecord, Scope, StoredResponse,
 };
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -102,6 +104,12 @@ impl SqliteRecords {
             pool,
             policy,
         })
+    }
+
+    /// An engine over these records, without batches: SQLite's writes already share their
+    /// commits, every one of them.
+    pub fn engine(&self) -> Engine<WriteTx> {
+        Engine::new(Arc::new(self.clone()))
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -291,6 +299,21 @@ impl SqliteRecords {
                     .fetch_optional(&mut *write)
                     .await?
             }
+            End::Unrecorded {
+                effect_id,
+                response,
+            } => {
+                let columns = ResponseColumns::of(response)?;
+                fenced_as(COMPLETE_UNRECORDED, owner)
+                    .bind(columns.status)
+                    .bind(columns.headers)
+                    .bind(columns.body)
+                    .bind(columns.schema_version)
+                    .bind(ttl)
+                    .bind(effect_id)
+                    .fetch_optional(&mut *write)
+                    .await?
+            }
         };
         Ok(Completion::from_expiry(expires_at.map(|(at,)| at)))
     }
@@ -353,7 +376,7 @@ impl SqliteRecords {
     }
 
     /// One batch per write transaction keeps a request waiting for one batch at most.
-    pub(crate) async fn reap_expired(&self, batch: i64) -> Result<u64, Error> {
+    pub async fn reap_expired(&self, batch: i64) -> Result<u64, Error> {
         let mut write = self.begin_write().await?;
         let done = sqlx::query(REAP_EXPIRED)
             .bind(batch)
@@ -364,7 +387,7 @@ impl SqliteRecords {
     }
 
     /// Creates the records table and its indexes if they are missing (`schema/sqlite.sql`).
-    pub(crate) async fn create_schema(&self) -> Result<(), Error> {
+    pub async fn create_schema(&self) -> Result<(), Error> {
         let _gate = self.writes.lock().await;
         sqlx::raw_sql(SCHEMA).execute(&self.pool).await?;
         Ok(())
@@ -439,4 +462,98 @@ fn after(duration: Duration) -> String {
 /// The modifier for a time `duration` before now.
 fn ago(duration: Duration) -> String {
     format!("-{:.3} seconds", duration.as_secs_f64())
+}
+
+/// The port on SQLite, in its own transaction ([`WriteTx`], a connection of the process's one
+/// writer): a service on this store alone writes its rows in its `finish` with plain sqlx
+/// (`query.execute(&mut **transaction)`). A transaction shares its commit with the concurrent
+/// writers' unless begun [`alone`](Begin::alone); one that ends a record locks it first, as
+/// any other. Each method is the store's own (inherent, with its [`Error`]), seen through the
+/// port.
+#[async_trait]
+impl RecordStore for SqliteRecords {
+    type Transaction = WriteTx;
+
+    async fn claim(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        request_body: &[u8],
+    ) -> Result<Claim, StoreFailure> {
+        let claim = NewClaim {
+            scope,
+            key,
+            fingerprint,
+            request_body,
+        };
+        Ok(SqliteRecords::claim(self, claim).await?)
+    }
+
+    async fn find_record(
+        &self,
+        scope: &Scope,
+        key: &IdempotencyKey,
+    ) -> Result<Option<(IdempotencyRecord, DateTime<Utc>)>, StoreFailure> {
+        Ok(SqliteRecords::find_record(self, scope, key).await?)
+    }
+
+    async fn record_effect(
+        &self,
+        owner: Owner<'_>,
+        effect_id: &str,
+    ) -> Result<Finish, StoreFailure> {
+        Ok(SqliteRecords::record_effect(self, owner, effect_id).await?)
+    }
+
+    async fn release(&self, owner: Owner<'_>) -> Result<Finish, StoreFailure> {
+        Ok(SqliteRecords::release(self, owner).await?)
+    }
+
+    async fn begin(&self, owner: Owner<'_>, begin: Begin) -> Result<Option<WriteTx>, StoreFailure> {
+        let sharing = match begin.alone {
+            true => Sharing::Alone,
+            false => Sharing::Shared,
+        };
+        Ok(SqliteRecords::begin(self, owner, sharing).await?)
+    }
+
+    async fn end(
+        &self,
+        transaction: &mut WriteTx,
+        owner: Owner<'_>,
+        end: End<'_>,
+    ) -> Result<Completion, StoreFailure> {
+        Ok(SqliteRecords::end(self, transaction, owner, end).await?)
+    }
+
+    async fn commit(&self, transaction: WriteTx) -> Result<(), StoreFailure> {
+        Ok(transaction.commit().await?)
+    }
+
+    async fn take_over_abandoned(
+        &self,
+        settle_after: Duration,
+    ) -> Result<Option<Abandoned>, StoreFailure> {
+        Ok(SqliteRecords::take_over_abandoned(self, settle_after).await?)
+    }
+}
+
+/// A batch is one write of the process's writer, its records completed one after another:
+/// SQLite's writes already share their commits, so an engine on SQLite needs no batches
+/// ([`SqliteRecords::engine`]); this is for the conformance suite and a service that wants one
+/// engine setup for both backends.
+#[async_trait]
+impl RecordBatches for SqliteRecords {
+    async fn begin_batch(&self) -> Result<WriteTx, StoreFailure> {
+        Ok(self.begin_write().await?)
+    }
+
+    async fn complete_many(
+        &self,
+        transaction: &mut WriteTx,
+        records: &[(Owner<'_>, &StoredResponse)],
+    ) -> Result<Vec<Completion>, StoreFailure> {
+        complete_each(self, transaction, records).await
+    }
 }

@@ -77,6 +77,16 @@ WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
   AND attempts = ?4 AND resource_id = ?5 AND state = 'pending' AND effect_id IS NULL
 RETURNING expires_at";
 
+pub(super) const COMPLETE_UNRECORDED: &str = "
+UPDATE idempotency_records
+SET state = 'completed', recovery_point = 'charged', effect_id = ?11, locked_until = NULL,
+    response_status = ?6, response_headers = ?7, response_body = ?8, response_schema_version = ?9,
+    expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?10),
+    updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+WHERE tenant_id = ?1 AND operation = ?2 AND idempotency_key = ?3
+  AND attempts = ?4 AND resource_id = ?5 AND state = 'pending'
+RETURNING expires_at";
+
 pub(super) const FAIL: &str = "
 UPDATE idempotency_records
 SET state = 'failed', locked_until = NULL, expires_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?6),
@@ -103,7 +113,7 @@ DELETE FROM idempotency_records
 WHERE (tenant_id, operation, idempotency_key) IN (
     SELECT tenant_id, operation, idempotency_key FROM idempotency_records
     WHERE state <> 'pending' AND expires_at <= strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
-      AND (effect_id IS NULL OR state = 'completed')
+      AND (effect_id IS NULL OR (state = 'completed' AND recovery_point = 'finished'))
     ORDER BY expires_at
     LIMIT ?1)";
 

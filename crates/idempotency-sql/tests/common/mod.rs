@@ -1,13 +1,17 @@
 //! What the record store's tests share: `SqlRecords` on a fresh database of either backend,
-//! with the records table of `schema/`, and a way to move its clock.
+//! or that backend's own store, with the records table of `schema/`, and a way to move its
+//! clock.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use payments_idempotency::IdempotencyPolicy;
+use payments_idempotency::engine::RecordStore;
 use payments_idempotency::engine::conformance::Subject;
-use payments_idempotency_sql::{Backend, Database, PoolSettings, SqlRecords};
+use payments_idempotency_sql::{
+    Backend, Database, PgRecords, PoolSettings, SqlRecords, SqliteRecords,
+};
 use sqlx::{Connection, PgConnection};
 
 /// `SqlRecords` on a fresh database, removed when it is dropped.
@@ -120,5 +124,54 @@ impl Subject for Fresh {
             }
         }
         .unwrap_or_else(|e| panic!("move the records' times: {e}"));
+    }
+}
+
+/// A backend's own store on a fresh database ([`PgRecords`], [`SqliteRecords`]), as a
+/// service on that backend alone holds it.
+pub(crate) struct Own<S: 'static> {
+    fresh: Fresh,
+    store: fn(&SqlRecords) -> Option<&S>,
+}
+
+#[allow(dead_code)]
+pub(crate) async fn postgres_store() -> Own<PgRecords> {
+    fn store(records: &SqlRecords) -> Option<&PgRecords> {
+        match records {
+            SqlRecords::Postgres(records) => Some(records),
+            SqlRecords::Sqlite(_) => None,
+        }
+    }
+    let fresh = on(Backend::Postgres).await;
+    Own { fresh, store }
+}
+
+#[allow(dead_code)]
+pub(crate) async fn sqlite_store() -> Own<SqliteRecords> {
+    fn store(records: &SqlRecords) -> Option<&SqliteRecords> {
+        match records {
+            SqlRecords::Sqlite(records) => Some(records),
+            SqlRecords::Postgres(_) => None,
+        }
+    }
+    let fresh = on(Backend::Sqlite).await;
+    Own { fresh, store }
+}
+
+#[async_trait]
+impl<S: RecordStore> Subject for Own<S> {
+    type Store = S;
+
+    fn store(&self) -> &S {
+        let store = (self.store)(&self.fresh.records);
+        store.unwrap_or_else(|| panic!("a store of another backend"))
+    }
+
+    fn policy(&self) -> IdempotencyPolicy {
+        self.fresh.policy()
+    }
+
+    async fn advance(&self, by: Duration) {
+        self.fresh.advance(by).await;
     }
 }

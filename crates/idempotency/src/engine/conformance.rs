@@ -442,6 +442,41 @@ pub async fn a_record_holding_an_effect_id_never_ends_without_it<S: Subject>(sub
     assert!(matches!(made, Completion::Stored { .. }), "{made:?}");
 }
 
+/// A record whose effect's rows were refused for good ends completed with its answer, keeping
+/// its effect id at the effect-made recovery point; every later claim replays that answer, even
+/// past the record's retention, and never starts a new generation (which would make the effect
+/// again under a new effect key).
+pub async fn an_unrecorded_effect_is_replayed_and_kept_past_its_retention<S: Subject>(subject: &S) {
+    let claimed = claim_owned(subject, 100).await;
+    let (scope, key) = (scope(), key());
+    let owner = Owner::new(&scope, &key, claimed.fence());
+    let answer = response("unrecorded");
+    let end = End::Unrecorded {
+        effect_id: "effect_1",
+        response: &answer,
+    };
+    let ended = end_alone(subject, owner, end).await;
+    assert!(matches!(ended, Completion::Stored { .. }), "{ended:?}");
+    let (kept, _) = record(subject).await;
+    let kept = (kept.state, kept.recovery_point, kept.effect_id.as_deref());
+    let effect_made = (RecordState::Completed, crate::RecoveryPoint::EffectMade);
+    assert_eq!(kept, (effect_made.0, effect_made.1, Some("effect_1")));
+
+    subject
+        .advance(subject.policy().ttl + Duration::from_secs(60))
+        .await;
+    let claim = subject
+        .store()
+        .claim(&scope, &key, &fingerprint(100), b"{}")
+        .await
+        .unwrap_or_else(|e| panic!("claim: {e}"));
+    match claim {
+        Claim::Replay { response, .. } => assert_eq!(response, answer),
+        other => panic!("a claim past the retention should replay the answer, got {other:?}"),
+    }
+    assert_eq!(record(subject).await.0.generation, claimed.generation);
+}
+
 /// A failed record is retried as a new generation, under a new effect key, in the same row.
 pub async fn a_failed_record_starts_a_new_generation_under_a_new_effect_key<S: Subject>(
     subject: &S,
@@ -690,6 +725,7 @@ macro_rules! record_store_conformance {
             a_transaction_ending_its_record_holds_it_from_its_end_on,
             a_dropped_transaction_writes_nothing,
             a_record_holding_an_effect_id_never_ends_without_it,
+            an_unrecorded_effect_is_replayed_and_kept_past_its_retention,
             a_failed_record_starts_a_new_generation_under_a_new_effect_key,
             the_completer_takes_over_a_released_record_only_after_the_settle_grace,
         );

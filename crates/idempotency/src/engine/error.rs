@@ -7,71 +7,87 @@ type Source = Box<dyn Error + Send + Sync>;
 
 /// A record store call that failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", if *.unavailable { "the record store is unavailable" } else if *.busy { "a row the record store needed was held by another transaction" } else { "the record store failed" })]
+#[error("{}", match .kind {
+    Kind::Unavailable => "the record store is unavailable",
+    Kind::Busy => "a row the record store needed was held by another transaction",
+    Kind::Refused => "the record store refused the write for good",
+    Kind::BatchFailed | Kind::Other => "the record store failed",
+})]
 pub struct StoreFailure {
-    /// Whether the store could not be reached or did not answer in time (a retry later may
-    /// succeed), rather than refusing or failing the call.
-    unavailable: bool,
-    /// Whether a row the call needed was held by another transaction for longer than the
-    /// store waits for one: the store answered, nothing of the call was written, and a retry
-    /// later may succeed.
-    busy: bool,
-    /// Whether a commit the store shared among several records' transactions failed: nothing
-    /// of this one was written, and it may be done again alone.
-    batch_failed: bool,
+    kind: Kind,
     #[source]
     source: Source,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// The store could not be reached or did not answer in time (a retry later may succeed),
+    /// rather than refusing or failing the call.
+    Unavailable,
+    /// A row the call needed was held by another transaction for longer than the store waits
+    /// for one: the store answered, nothing of the call was written, and a retry later may
+    /// succeed.
+    Busy,
+    /// A commit the store shared among several records' transactions failed: nothing of this
+    /// one was written, and it may be done again alone.
+    BatchFailed,
+    /// The store refused what the call wrote for a reason no retry changes: a row that breaks
+    /// a constraint, a value its column cannot hold. The same write is refused every time.
+    Refused,
+    Other,
 }
 
 impl StoreFailure {
     /// The store could not be reached or did not answer in time.
     pub fn unavailable(source: impl Into<Source>) -> Self {
-        Self {
-            unavailable: true,
-            busy: false,
-            batch_failed: false,
-            source: source.into(),
-        }
+        Self::of(Kind::Unavailable, source)
     }
 
     /// A row the call needed was held by another transaction for longer than the store waits
     /// for one; nothing of the call was written.
     pub fn busy(source: impl Into<Source>) -> Self {
-        Self {
-            busy: true,
-            ..Self::other(source)
-        }
+        Self::of(Kind::Busy, source)
     }
 
     /// A commit shared with other records' transactions failed, having written nothing of
     /// this one ([`Begin::alone`](super::Begin::alone)).
     pub fn batch_failed(source: impl Into<Source>) -> Self {
-        Self {
-            batch_failed: true,
-            ..Self::other(source)
-        }
+        Self::of(Kind::BatchFailed, source)
+    }
+
+    /// What the call wrote was refused for a reason no retry changes (a constraint it breaks,
+    /// a value its column cannot hold). From an operation's `finish`, after its effect was
+    /// made, it ends the record for good ([`Operation::unrecorded`](super::Operation::unrecorded)).
+    pub fn refused(source: impl Into<Source>) -> Self {
+        Self::of(Kind::Refused, source)
     }
 
     /// Any other failure.
     pub fn other(source: impl Into<Source>) -> Self {
+        Self::of(Kind::Other, source)
+    }
+
+    fn of(kind: Kind, source: impl Into<Source>) -> Self {
         Self {
-            unavailable: false,
-            busy: false,
-            batch_failed: false,
+            kind,
             source: source.into(),
         }
     }
 
     pub fn is_batch_failed(&self) -> bool {
-        self.batch_failed
+        self.kind == Kind::BatchFailed
     }
 
     pub fn is_unavailable(&self) -> bool {
-        self.unavailable
+        self.kind == Kind::Unavailable
     }
 
     pub fn is_busy(&self) -> bool {
-        self.busy
+        self.kind == Kind::Busy
+    }
+
+    pub fn is_refused(&self) -> bool {
+        self.kind == Kind::Refused
     }
 
     /// The store's own error.

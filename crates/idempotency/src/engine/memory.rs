@@ -260,6 +260,9 @@ enum Ending {
     Completed {
         response: StoredResponse,
         expires_at: DateTime<Utc>,
+        /// The effect whose rows were refused for good ([`End::Unrecorded`]): the record keeps
+        /// its id at the effect-made recovery point.
+        unrecorded: Option<String>,
     },
     Failed {
         expires_at: DateTime<Utc>,
@@ -290,6 +293,7 @@ impl MemoryTransaction {
             Some(Ending::Completed {
                 response,
                 expires_at,
+                unrecorded,
             }) => {
                 if let Some(stored) = self
                     .record
@@ -298,7 +302,13 @@ impl MemoryTransaction {
                 {
                     let record = &mut stored.record;
                     record.state = RecordState::Completed;
-                    record.recovery_point = RecoveryPoint::Finished;
+                    record.recovery_point = match unrecorded {
+                        Some(effect_id) => {
+                            record.effect_id = Some(effect_id);
+                            RecoveryPoint::EffectMade
+                        }
+                        None => RecoveryPoint::Finished,
+                    };
                     record.locked_until = None;
                     record.response = Some(response);
                     record.expires_at = expires_at;
@@ -533,14 +543,24 @@ impl RecordStore for MemoryRecords {
             End::Made(response) => Ending::Completed {
                 response: response.clone(),
                 expires_at,
+                unrecorded: None,
             },
             // A record holding an effect id never ends without its effect.
             End::Unmade(_) if record.effect_id.is_some() => return Ok(Completion::Fenced),
             End::Unmade(Unmade::Answered(response)) => Ending::Completed {
                 response: response.clone(),
                 expires_at,
+                unrecorded: None,
             },
             End::Unmade(Unmade::Tombstoned) => Ending::Failed { expires_at },
+            End::Unrecorded {
+                effect_id,
+                response,
+            } => Ending::Completed {
+                response: response.clone(),
+                expires_at,
+                unrecorded: Some(effect_id.to_owned()),
+            },
         };
         if !transaction.holding {
             inner.held.insert(id.clone());

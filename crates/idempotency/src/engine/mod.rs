@@ -534,6 +534,9 @@ impl<T: Send + 'static> Engine<T> {
             }
             _ => self.finish(&op.operation, owner, &plan, id).await,
         };
+        let finished = self
+            .unless_refused(&op.operation, owner, &effect_id, finished)
+            .await;
         match finished {
             Ok(ended) => {
                 if let Ended::Stored { .. } = ended {

@@ -203,8 +203,29 @@ pub trait Operation: Send + Sync + 'static {
         Ok(())
     }
 
-    /// The stored answer to a definitive refusal by the effect port (a decline).
-    fn declined(&self, code: String, message: String) -> StoredResponse;
+    /// The stored answer to a definitive refusal by the effect port (a decline). By default
+    /// a 422 problem document whose `code` is the decline's code and whose `detail` is its
+    /// message.
+    fn declined(&self, code: String, message: String) -> StoredResponse {
+        let status = (422, "Unprocessable Content");
+        StoredResponse::problem(Self::VERSION, status, &code, &message)
+    }
+
+    /// The stored answer when the effect `effect_id` was made but its rows can never be
+    /// written: [`finish`](Self::finish) failed with a [`StoreFailure::refused`] (a row that
+    /// breaks a constraint, a value its column cannot hold). The record is completed with this
+    /// answer, keeps the effect id for an operator and is never reaped, so every retry gets
+    /// this answer instead of a new attempt that fails the same way. By default a 500 problem
+    /// document with the code `effect_unrecorded`.
+    fn unrecorded(&self, effect_id: &str) -> StoredResponse {
+        let detail = format!(
+            "The {} was made ({effect_id}), but what it created could not be recorded; it is \
+             kept for an operator. A retry with this key gets this answer again.",
+            Self::EFFECT
+        );
+        let status = (500, "Internal Server Error");
+        StoredResponse::problem(Self::VERSION, status, "effect_unrecorded", &detail)
+    }
 
     /// The answer to a retry that meets a final response stored by another schema version
     /// of this operation (older during a deploy, newer during a rollback): never a second

@@ -222,6 +222,14 @@ pub enum End<'a> {
     /// Ended without an effect. A record that holds an effect id never ends this way: its
     /// effect must reach the operation's rows.
     Unmade(Unmade<'a>),
+    /// Completed with `response`, the effect `effect_id` made but its rows refused for good
+    /// by the store (a finish no retry can change): the record keeps the effect's id and its
+    /// effect-made recovery point for an operator, replays `response` to every retry, and is
+    /// never reaped.
+    Unrecorded {
+        effect_id: &'a str,
+        response: &'a StoredResponse,
+    },
 }
 
 /// The idempotency records: the claim, the lock-free read, the fenced writes of the attempt
@@ -522,6 +530,10 @@ pub trait Observer: Send + Sync {
     /// [`Operation::FAMILY`]: super::Operation::FAMILY
     /// [`FinishesInBatches`]: super::FinishesInBatches
     fn finishes_written(&self, _operation: &'static str, _finishes: usize) {}
+
+    /// An effect of `operation` was made but its rows were refused for good: its record was
+    /// completed with the operation's `unrecorded` answer and kept for an operator.
+    fn effect_unrecorded(&self, _operation: &'static str) {}
 
     /// The completer took over an abandoned record and began to settle it.
     fn settle_began(&self) {}

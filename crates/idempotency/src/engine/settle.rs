@@ -114,7 +114,12 @@ impl<T: Send + 'static> Engine<T> {
                 O::effect_id(&effect)
             }
         };
-        let ended = self.finish(&op.operation, owner, &plan, effect_id).await?;
+        let finished = self
+            .finish(&op.operation, owner, &plan, effect_id.clone())
+            .await;
+        let ended = self
+            .unless_refused(&op.operation, owner, &effect_id, finished)
+            .await?;
         if let Ended::Stored { .. } = ended {
             self.completions.announce(owner.scope, key);
             self.observer.outcome(Outcome::CompletedByCompleter);

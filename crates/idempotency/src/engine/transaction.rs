@@ -12,7 +12,7 @@
 use chrono::{DateTime, Utc};
 
 use super::ports::{Begin, Completion, End, Owner, RecordStore, Unmade};
-use super::{Engine, Operation, Prepared, Preparing, ProtocolError, StoreFailure};
+use super::{Engine, Operation, Prepared, Preparing, ProtocolError, StoreFailure, error_chain};
 use crate::StoredResponse;
 
 /// Whether a record's transaction may share its commit with other records' transactions.
@@ -140,6 +140,50 @@ impl<T: Send + 'static> Engine<T> {
         Ok(Ended::Stored {
             response,
             expires_at,
+        })
+    }
+
+    /// What came of a finish, unless the store refused its rows for good after the effect
+    /// `effect_id` was made ([`StoreFailure::refused`]): then no retry can ever finish it, so
+    /// the record is completed with the operation's [`unrecorded`](Operation::unrecorded)
+    /// answer instead, keeping the effect id for an operator, and every retry gets that answer
+    /// rather than failing the same way again.
+    pub(super) async fn unless_refused<O: Operation<Transaction = T>>(
+        &self,
+        op: &O,
+        owner: Owner<'_>,
+        effect_id: &str,
+        finished: Result<Ended, ProtocolError>,
+    ) -> Result<Ended, ProtocolError> {
+        let refusal = match finished {
+            Err(ProtocolError::Store(failure)) if failure.is_refused() => failure,
+            finished => return finished,
+        };
+        tracing::error!(
+            idempotency.operation = O::FAMILY,
+            idempotency.key = %owner.key,
+            effect.id = effect_id,
+            error = %error_chain(&refusal),
+            "the effect was made but the store refused its rows for good; the record is kept \
+             for an operator"
+        );
+        self.observer.effect_unrecorded(O::FAMILY);
+        let response = op.unrecorded(effect_id);
+        let end = End::Unrecorded {
+            effect_id,
+            response: &response,
+        };
+        let records = self.records.as_ref();
+        let begun = Sharing::Alone.begin(records, owner, Begin::ENDING).await?;
+        let Some(transaction) = begun else {
+            return Ok(Ended::Fenced);
+        };
+        Ok(match self.end_in(transaction, owner, end).await? {
+            Completion::Stored { expires_at } => Ended::Stored {
+                response,
+                expires_at,
+            },
+            Completion::Fenced => Ended::Fenced,
         })
     }
 
