@@ -159,15 +159,6 @@ impl<T: Send + 'static> Engine<T> {
             Err(ProtocolError::Store(failure)) if failure.is_refused() => failure,
             finished => return finished,
         };
-        tracing::error!(
-            idempotency.operation = O::FAMILY,
-            idempotency.key = %owner.key,
-            effect.id = effect_id,
-            error = %error_chain(&refusal),
-            "the effect was made but the store refused its rows for good; the record is kept \
-             for an operator"
-        );
-        self.observer.effect_unrecorded(O::FAMILY);
         let response = op.unrecorded(effect_id);
         let end = End::Unrecorded {
             effect_id,
@@ -178,12 +169,23 @@ impl<T: Send + 'static> Engine<T> {
         let Some(transaction) = begun else {
             return Ok(Ended::Fenced);
         };
-        Ok(match self.end_in(transaction, owner, end).await? {
-            Completion::Stored { expires_at } => Ended::Stored {
-                response,
-                expires_at,
-            },
-            Completion::Fenced => Ended::Fenced,
+        // Fenced, the refusal was the rows of the attempt that owns the record now, which
+        // answers: nothing is kept, and nothing is for an operator.
+        let Completion::Stored { expires_at } = self.end_in(transaction, owner, end).await? else {
+            return Ok(Ended::Fenced);
+        };
+        tracing::error!(
+            idempotency.operation = O::FAMILY,
+            idempotency.key = %owner.key,
+            effect.id = effect_id,
+            error = %error_chain(&refusal),
+            "the effect was made but the store refused its rows for good; the record is kept \
+             for an operator"
+        );
+        self.observer.effect_unrecorded(O::FAMILY);
+        Ok(Ended::Stored {
+            response,
+            expires_at,
         })
     }
 
