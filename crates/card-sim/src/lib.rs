@@ -13,9 +13,13 @@
 //! under it, so its memory is bounded by the traffic within the window.
 //! Like a slow one, it makes a charge exist only once its latency has passed, and until then
 //! says only that the key is processing; a cancel under a key without a charge tombstones it,
-//! which is the one answer that no charge will ever exist under that key. Refunds, under keys
-//! of their own, keep exactly the same protocol, and never give back more than their charge
-//! took, however many race; so do payouts ([`PayoutProcessor`](payments_domain::PayoutProcessor)),
+//! which is the one answer that no charge will ever exist under that key. An authorisation (a
+//! charge made with `"capture": false`) shares the charges' keys and token rules, and holds its
+//! amount until one capture (all of it or less) or one void, each under keys of its own, takes
+//! or releases it: of a capture and a void racing, or of two captures, exactly one succeeds.
+//! Refunds, under keys of their own, keep exactly the same protocol, and never give back more
+//! than their charge took (an authorisation, what its capture took), however many race; so do
+//! captures and voids, and payouts ([`PayoutProcessor`](payments_domain::PayoutProcessor)),
 //! whose test bank accounts choose their outcome (see [`TestDestination`]).
 //! It keeps the metadata each caller sends with what it makes, and lists what it made each
 //! day in a settlement report ([`SettlementReport`](payments_domain::SettlementReport)),

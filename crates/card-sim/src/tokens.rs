@@ -1,4 +1,5 @@
-//! The test card tokens and the outcome each one produces, for the charge and for its refunds.
+//! The test card tokens and the outcome each one produces, for the charge (or the
+//! authorisation) and for its refunds, captures and voids.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ pub enum TestToken {
     /// `tok_visa`, `tok_mastercard`: the charge succeeds.
     Succeeds,
     /// `tok_slow`: the charge succeeds after [`TestToken::SLOW_LATENCY`] more than the
-    /// configured latency, to show in-flight duplicates.
+    /// configured latency, to show in-flight duplicates; so do its refunds, captures and voids.
     SucceedsSlowly,
     /// `tok_chargeDeclined`: a definitive decline.
     Declined,

@@ -30,7 +30,9 @@ impl Metadata {
     }
 }
 
-/// The body of `POST /v1/charges`.
+/// The body of `POST /v1/charges`. `"capture": false` only authorises the charge (its status
+/// `requires_capture`), to be captured or voided later; absent or `true`, the charge is
+/// captured when it is made. A charge is sent without it, so its body is what it always was.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct ChargeBody {
     pub amount: i64,
@@ -38,12 +40,15 @@ pub(crate) struct ChargeBody {
     pub source: String,
     #[serde(default)]
     pub metadata: Metadata,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<bool>,
 }
 
 /// A charge as the server shows it (200 on create, on lookup and on cancel). `status` is a
 /// [`ProcessorChargeStatus`](payments_domain::ProcessorChargeStatus) name; the simulator only
-/// ever reports `succeeded`, since its failures are errors, not charges. `created` (a Unix
-/// timestamp) and `metadata` are shown, not read back: a client takes neither from a view.
+/// ever reports `succeeded`, or `requires_capture` for an authorisation (whatever became of it
+/// since), since its failures are errors, not charges. `created` (a Unix timestamp) and
+/// `metadata` are shown, not read back: a client takes neither from a view.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct ChargeView {
     pub id: String,
@@ -85,6 +90,60 @@ pub(crate) struct RefundView {
 /// The `object` of a [`RefundView`].
 pub(crate) const REFUND_OBJECT: &str = "refund";
 
+/// The body of `POST /v1/captures`: `charge` is the processor's id of the authorisation to
+/// capture, `amount` and `currency` what to take of it (at most what it holds).
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CaptureBody {
+    pub charge: String,
+    pub amount: i64,
+    pub currency: String,
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// A capture as the server shows it (200 on create, on lookup and on cancel). `object` is
+/// always [`CAPTURE_OBJECT`]; `created` and `metadata` are as for a charge.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct CaptureView {
+    pub id: String,
+    pub object: String,
+    pub charge: String,
+    pub amount: i64,
+    pub currency: String,
+    #[serde(default)]
+    pub created: i64,
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// The `object` of a [`CaptureView`].
+pub(crate) const CAPTURE_OBJECT: &str = "capture";
+
+/// The body of `POST /v1/voids`: `charge` is the processor's id of the authorisation to
+/// release.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct VoidBody {
+    pub charge: String,
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// A void as the server shows it (200 on create, on lookup and on cancel). `object` is always
+/// [`VOID_OBJECT`]; `created` and `metadata` are as for a charge.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct VoidView {
+    pub id: String,
+    pub object: String,
+    pub charge: String,
+    #[serde(default)]
+    pub created: i64,
+    #[serde(default)]
+    pub metadata: Metadata,
+}
+
+/// The `object` of a [`VoidView`].
+pub(crate) const VOID_OBJECT: &str = "void";
+
 /// The body of `POST /v1/payouts`: `destination` is the bank account (`ba_...`) to pay.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct PayoutBody {
@@ -115,8 +174,10 @@ pub(crate) struct PayoutView {
 pub(crate) const PAYOUT_OBJECT: &str = "payout";
 
 /// The 200 body of `POST /v1/charges/cancel` (`T` is a [`ChargeView`]), of
-/// `POST /v1/refunds/cancel` (a [`RefundView`]) and of `POST /v1/payouts/cancel` (a
-/// [`PayoutView`]): what was made under the key, or the tombstone.
+/// `POST /v1/refunds/cancel` (a [`RefundView`]), of `POST /v1/captures/cancel` (a
+/// [`CaptureView`]), of `POST /v1/voids/cancel` (a [`VoidView`]) and of
+/// `POST /v1/payouts/cancel` (a [`PayoutView`]): what was made under the key, or the
+/// tombstone.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum CancelView<T> {
@@ -133,7 +194,8 @@ pub(crate) struct CanceledView {
 /// The `status` of a [`CanceledView`].
 pub(crate) const CANCELED: &str = "canceled";
 
-/// The query of `GET /v1/charges`, `GET /v1/refunds` and `GET /v1/payouts`.
+/// The query of `GET /v1/charges`, `GET /v1/refunds`, `GET /v1/captures`, `GET /v1/voids`
+/// and `GET /v1/payouts`.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct FindQuery {
     pub idempotency_key: String,
@@ -145,10 +207,17 @@ pub(crate) struct ReportQuery {
     pub date: String,
 }
 
-/// The body of `GET /v1/stats`.
+/// The body of `GET /v1/stats`: what came into existence, each key once, forgotten or not.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct StatsView {
+    /// Charges made, authorisations included.
     pub charges_created: u64,
+    /// Authorisations made (charges with `"capture": false`): a part of `charges_created`.
+    pub authorizations_created: u64,
+    /// Captures made.
+    pub captures_created: u64,
+    /// Voids made.
+    pub voids_created: u64,
     /// Refunds that succeeded, each key once.
     pub refunds_created: u64,
     /// Payouts that were paid, each key once.
@@ -180,7 +249,7 @@ pub(crate) struct ErrorDetail {
 pub(crate) enum ConflictCode {
     /// A call under the key is still within its latency: its outcome does not exist yet.
     Processing,
-    /// The key was canceled: nothing can ever be charged or refunded under it.
+    /// The key was canceled: nothing can ever be made under it.
     IdempotencyKeyCanceled,
 }
 

@@ -1,35 +1,33 @@
-//! [`HttpCardProcessor`]: the [`CardProcessor`] and [`PayoutProcessor`] ports over HTTP,
-//! talking to a `card-sim` server (or anything that speaks the same small protocol).
+//! [`HttpCardProcessor`]: the [`CardProcessor`](payments_domain::CardProcessor) and
+//! [`PayoutProcessor`](payments_domain::PayoutProcessor) ports over HTTP, talking to a
+//! `card-sim` server (or anything that speaks the same small protocol).
 //!
-//! The mapping keeps the ports' contract, for charges, refunds and payouts alike: only a 200 is
-//! what was made and only a 402 is a decline. Everything else (a 409 while a call under the key
+//! The mapping keeps the ports' contract (the `ports` module), for charges (and
+//! authorisations), refunds, captures, voids and payouts alike: only a 200 is what was made and
+//! only a 402 is a decline. Everything else (a 409 while a call under the key
 //! is processing or after it was canceled, a 5xx, a refused connection, a timeout, a body that
 //! cannot be read) is [`ProcessorError::Unavailable`], because the caller learns nothing
 //! definitive about money from it; only the same idempotency key, which the processor
-//! deduplicates, can tell. A charge or a refund is returned as the processor reported it
-//! (charge, amount, currency, status), never as requested. Every call sends its metadata; the
-//! settlement report is read in the `settlement` module.
+//! deduplicates, can tell. A charge, a refund, a capture or a void is returned as the processor
+//! reported it (charge, amount, currency, status), never as requested: an authorisation is a
+//! charge sent with `"capture": false`, which the caller checks reports `requires_capture`.
+//! Every call sends its metadata; the settlement report is read in the `settlement` module.
 
+mod ports;
 mod reported;
 mod settlement;
 
 use std::time::Duration;
 
-use async_trait::async_trait;
-use payments_domain::{
-    CancelOutcome, CardProcessor, PayoutProcessor, ProcessorCharge, ProcessorChargeRequest,
-    ProcessorError, ProcessorPayout, ProcessorPayoutRequest, ProcessorRefund,
-    ProcessorRefundRequest,
-};
+use payments_domain::{CancelOutcome, ProcessorCharge, ProcessorChargeRequest, ProcessorError};
 use reqwest::{StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::wire::{
     CANCELED, CancelView, ChargeBody, ConflictCode, ErrorEnvelope, IDEMPOTENCY_KEY, Metadata,
-    PayoutBody, RefundBody,
 };
-use reported::{reported, reported_charge, reported_payout, reported_refund};
+use reported::reported_charge;
 
 /// A card processor reached over HTTP.
 #[derive(Debug, Clone)]
@@ -39,6 +37,10 @@ pub struct HttpCardProcessor {
     cancel_url: Url,
     refunds_url: Url,
     refund_cancel_url: Url,
+    captures_url: Url,
+    capture_cancel_url: Url,
+    voids_url: Url,
+    void_cancel_url: Url,
     payouts_url: Url,
     payout_cancel_url: Url,
     settlement_report_url: Url,
@@ -79,6 +81,10 @@ impl HttpCardProcessor {
         let cancel_url = join("v1/charges/cancel")?;
         let refunds_url = join("v1/refunds")?;
         let refund_cancel_url = join("v1/refunds/cancel")?;
+        let captures_url = join("v1/captures")?;
+        let capture_cancel_url = join("v1/captures/cancel")?;
+        let voids_url = join("v1/voids")?;
+        let void_cancel_url = join("v1/voids/cancel")?;
         let payouts_url = join("v1/payouts")?;
         let payout_cancel_url = join("v1/payouts/cancel")?;
         let settlement_report_url = join("v1/reports/settlement")?;
@@ -89,11 +95,35 @@ impl HttpCardProcessor {
             cancel_url,
             refunds_url,
             refund_cancel_url,
+            captures_url,
+            capture_cancel_url,
+            voids_url,
+            void_cancel_url,
             payouts_url,
             payout_cancel_url,
             settlement_report_url,
             timeout,
         })
+    }
+
+    /// `POST /v1/charges`: a charge, or with `capture` `Some(false)` an authorisation, as the
+    /// processor reported it. A charge is sent without `capture`, as it always was.
+    async fn create_charge(
+        &self,
+        request: ProcessorChargeRequest,
+        capture: Option<bool>,
+    ) -> Result<ProcessorCharge, ProcessorError> {
+        let body = ChargeBody {
+            amount: request.money.amount.minor_units(),
+            currency: request.money.currency.code().to_owned(),
+            source: request.source.as_str().to_owned(),
+            metadata: Metadata::of(Some(&request.metadata)),
+            capture,
+        };
+        let view = self
+            .create(&self.charges_url, &request.idempotency_key, &body)
+            .await?;
+        reported_charge(view)
     }
 
     /// A transport failure: the request may or may not have reached the processor.
@@ -224,122 +254,6 @@ impl HttpCardProcessor {
     }
 }
 
-#[async_trait]
-impl CardProcessor for HttpCardProcessor {
-    async fn charge(
-        &self,
-        request: ProcessorChargeRequest,
-    ) -> Result<ProcessorCharge, ProcessorError> {
-        let body = ChargeBody {
-            amount: request.money.amount.minor_units(),
-            currency: request.money.currency.code().to_owned(),
-            source: request.source.as_str().to_owned(),
-            metadata: Metadata::of(Some(&request.metadata)),
-        };
-        let view = self
-            .create(&self.charges_url, &request.idempotency_key, &body)
-            .await?;
-        reported_charge(view)
-    }
-
-    async fn find_charge(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<Option<ProcessorCharge>, ProcessorError> {
-        let view = self.find(self.charges_url.clone(), idempotency_key).await?;
-        view.map(reported_charge).transpose()
-    }
-
-    async fn cancel(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
-        let outcome = self.cancel_key(&self.cancel_url, idempotency_key).await?;
-        reported(outcome, reported_charge)
-    }
-
-    async fn refund(
-        &self,
-        request: ProcessorRefundRequest,
-    ) -> Result<ProcessorRefund, ProcessorError> {
-        let ProcessorRefundRequest {
-            idempotency_key,
-            processor_charge_id,
-            money,
-            metadata,
-        } = request;
-        let body = RefundBody {
-            charge: processor_charge_id,
-            amount: money.amount.minor_units(),
-            currency: money.currency.code().to_owned(),
-            metadata: Metadata::of(Some(&metadata)),
-        };
-        reported_refund(
-            self.create(&self.refunds_url, &idempotency_key, &body)
-                .await?,
-        )
-    }
-
-    async fn find_refund(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<Option<ProcessorRefund>, ProcessorError> {
-        self.find(self.refunds_url.clone(), idempotency_key)
-            .await?
-            .map(reported_refund)
-            .transpose()
-    }
-
-    async fn cancel_refund(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError> {
-        let url = &self.refund_cancel_url;
-        reported(
-            self.cancel_key(url, idempotency_key).await?,
-            reported_refund,
-        )
-    }
-}
-
-#[async_trait]
-impl PayoutProcessor for HttpCardProcessor {
-    async fn payout(
-        &self,
-        request: ProcessorPayoutRequest,
-    ) -> Result<ProcessorPayout, ProcessorError> {
-        let body = PayoutBody {
-            amount: request.money.amount.minor_units(),
-            currency: request.money.currency.code().to_owned(),
-            destination: request.destination.as_str().to_owned(),
-            metadata: Metadata::of(Some(&request.metadata)),
-        };
-        let view = self
-            .create(&self.payouts_url, &request.idempotency_key, &body)
-            .await?;
-        reported_payout(view)
-    }
-
-    async fn find_payout(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<Option<ProcessorPayout>, ProcessorError> {
-        let view = self.find(self.payouts_url.clone(), idempotency_key).await?;
-        view.map(reported_payout).transpose()
-    }
-
-    async fn cancel_payout(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<CancelOutcome<ProcessorPayout>, ProcessorError> {
-        let url = &self.payout_cancel_url;
-        reported(
-            self.cancel_key(url, idempotency_key).await?,
-            reported_payout,
-        )
-    }
-}
-
 fn unavailable(reason: String) -> ProcessorError {
     ProcessorError::Unavailable { reason }
 }
@@ -418,6 +332,23 @@ mod tests {
                 "http://sim.local/prefix/v1/payouts/cancel".to_owned()
             ))
         );
+    }
+
+    #[test]
+    fn the_capture_and_void_urls_append_to_the_base_path() {
+        let client = HttpCardProcessor::new("http://sim.local/prefix", Duration::from_secs(1));
+        let urls = client.map(|c| {
+            [
+                c.captures_url,
+                c.capture_cancel_url,
+                c.voids_url,
+                c.void_cancel_url,
+            ]
+            .map(|url| url.to_string())
+        });
+        let expected = ["captures", "captures/cancel", "voids", "voids/cancel"]
+            .map(|path| format!("http://sim.local/prefix/v1/{path}"));
+        assert_eq!(urls.ok(), Some(expected));
     }
 
     #[test]

@@ -2,12 +2,15 @@
 //! never guessed. A field this side cannot read makes the whole answer `Unavailable`.
 
 use payments_domain::{
-    Amount, CancelOutcome, Currency, CurrencyError, Money, ProcessorCharge, ProcessorChargeStatus,
-    ProcessorError, ProcessorPayout, ProcessorRefund,
+    Amount, CancelOutcome, Currency, CurrencyError, Money, ProcessorCapture, ProcessorCharge,
+    ProcessorChargeStatus, ProcessorError, ProcessorPayout, ProcessorRefund, ProcessorVoid,
 };
 
 use super::unavailable;
-use crate::wire::{ChargeView, PAYOUT_OBJECT, PayoutView, REFUND_OBJECT, RefundView};
+use crate::wire::{
+    CAPTURE_OBJECT, CaptureView, ChargeView, PAYOUT_OBJECT, PayoutView, REFUND_OBJECT, RefundView,
+    VOID_OBJECT, VoidView,
+};
 
 /// A charge as the processor reported it, with its own amount, currency and status: the
 /// caller decides whether it is the charge it asked for. A field this side cannot read is
@@ -27,6 +30,27 @@ pub(super) fn reported_refund(view: RefundView) -> Result<ProcessorRefund, Proce
     Ok(ProcessorRefund {
         money: reported_money(view.amount, &view.currency)?,
         status: reported_status(&view.id, &view.status)?,
+        id: view.id,
+        processor_charge_id: view.charge,
+    })
+}
+
+/// A capture as the processor reported it, with its own authorisation, amount and currency,
+/// never copied from the request; a body that is not a capture is `Unavailable`.
+pub(super) fn reported_capture(view: CaptureView) -> Result<ProcessorCapture, ProcessorError> {
+    reported_object(&view.id, &view.object, CAPTURE_OBJECT)?;
+    Ok(ProcessorCapture {
+        money: reported_money(view.amount, &view.currency)?,
+        id: view.id,
+        processor_charge_id: view.charge,
+    })
+}
+
+/// A void as the processor reported it, with its own authorisation, never copied from the
+/// request; a body that is not a void is `Unavailable`.
+pub(super) fn reported_void(view: VoidView) -> Result<ProcessorVoid, ProcessorError> {
+    reported_object(&view.id, &view.object, VOID_OBJECT)?;
+    Ok(ProcessorVoid {
         id: view.id,
         processor_charge_id: view.charge,
     })

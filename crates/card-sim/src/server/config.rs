@@ -18,9 +18,9 @@ pub const USAGE: &str = "usage: card-sim [--bind <ip:port>]  \
 pub struct ServerConfig {
     /// The address to listen on; port 0 picks a free port (the chosen one is printed).
     pub bind: SocketAddr,
-    /// How long every new charge or refund processes before its outcome exists, whether or
-    /// not the client waits: a client that gives up early sees a timeout, and the charge or
-    /// refund appears later, as with a real processor.
+    /// How long every new call (a charge, a refund, a capture, ...) processes before its
+    /// outcome exists, whether or not the client waits: a client that gives up early sees a
+    /// timeout, and what it made appears later, as with a real processor.
     pub latency: Duration,
     /// How long a key is remembered, with what was made under it, once it settled or was
     /// canceled (`CARD_SIM_KEY_WINDOW_SECS`, by default

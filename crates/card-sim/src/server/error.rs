@@ -10,16 +10,17 @@ use crate::wire::{ConflictCode, ErrorDetail, ErrorEnvelope};
 /// What a request to the simulator can fail with.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SimError {
-    /// 400: a charge, a refund or a cancel without an `Idempotency-Key`.
+    /// 400: a call or a cancel without an `Idempotency-Key`.
     #[error("The Idempotency-Key header is required.")]
     MissingIdempotencyKey,
     /// 400: a malformed key, body or query.
     #[error("{0}")]
     InvalidRequest(String),
-    /// 404: no charge or refund under the key, or no such route.
+    /// 404: nothing made under the key, or no such route.
     #[error("{0}")]
     NotFound(String),
-    /// 402: the card or the refund was declined; the same key keeps answering this.
+    /// 402: the card, the refund, the capture, the void or the payout was declined; the same
+    /// key keeps answering this.
     #[error("{message}")]
     Declined {
         decline_code: String,
@@ -32,8 +33,7 @@ pub(crate) enum SimError {
     /// yet. Ask again later.
     #[error("A request with this Idempotency-Key is still being processed. Retry later.")]
     Processing,
-    /// 409 `idempotency_key_canceled`: the key was canceled, so nothing can be charged or
-    /// refunded under it.
+    /// 409 `idempotency_key_canceled`: the key was canceled, so nothing can be made under it.
     #[error("This Idempotency-Key was canceled; nothing can be made under it.")]
     KeyCanceled,
 }

@@ -3,27 +3,36 @@
 //!
 //! | Route | Answer |
 //! | --- | --- |
-//! | `POST /v1/charges` (`Idempotency-Key` required) | 200 charge, 402 `card_error`, 500 `api_error`, 409 `processing` while a call under the key is in flight, 409 `idempotency_key_canceled`, 400 |
+//! | `POST /v1/charges` (`Idempotency-Key` required; body `amount`, `currency`, `source`, optional `capture`) | 200 charge (status `succeeded`, or `requires_capture` for `"capture": false`: an authorisation, to capture or void), 402 `card_error`, 500 `api_error`, 409 `processing` while a call under the key is in flight, 409 `idempotency_key_canceled`, 400 |
 //! | `GET /v1/charges?idempotency_key=K` | 200 charge made under K, or 404 (also while processing); never creates |
 //! | `POST /v1/charges/cancel` (`Idempotency-Key` required) | 200 charge made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
-//! | `POST /v1/refunds` (`Idempotency-Key` required; body `charge`, `amount`, `currency`) | 200 refund, 402 `card_error` with `decline_code` `no_such_charge`, `refund_declined`, `amount_too_large` or `currency_mismatch`, 409 `processing`, 409 `idempotency_key_canceled`, 400 |
+//! | `POST /v1/refunds` (`Idempotency-Key` required; body `charge`, `amount`, `currency`) | 200 refund, 402 `card_error` with `decline_code` `no_such_charge`, `charge_not_captured` (an authorisation not captured), `refund_declined`, `amount_too_large` (more than remains of what the charge, or the authorisation's capture, took) or `currency_mismatch`, 409 `processing`, 409 `idempotency_key_canceled`, 400 |
 //! | `GET /v1/refunds?idempotency_key=K` | 200 refund made under K, or 404 (also while processing); never refunds |
 //! | `POST /v1/refunds/cancel` (`Idempotency-Key` required) | 200 refund made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
+//! | `POST /v1/captures` (`Idempotency-Key` required; body `charge`, `amount`, `currency`) | 200 capture, 402 `card_error` with `decline_code` `charge_not_capturable` (unknown, captured when it was made, or another currency), `charge_already_captured`, `charge_canceled` (voided) or `amount_too_large` (more than it authorised), 409 `processing`, 409 `idempotency_key_canceled`, 400 |
+//! | `GET /v1/captures?idempotency_key=K` | 200 capture made under K, or 404 (also while processing); never captures |
+//! | `POST /v1/captures/cancel` (`Idempotency-Key` required) | 200 capture made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
+//! | `POST /v1/voids` (`Idempotency-Key` required; body `charge`) | 200 void, 402 `card_error` with `decline_code` `charge_not_capturable`, `charge_already_captured` or `charge_canceled`, 409 `processing`, 409 `idempotency_key_canceled`, 400 |
+//! | `GET /v1/voids?idempotency_key=K` | 200 void made under K, or 404 (also while processing); never voids |
+//! | `POST /v1/voids/cancel` (`Idempotency-Key` required) | 200 void made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
 //! | `POST /v1/payouts` (`Idempotency-Key` required; body `amount`, `currency`, `destination`) | 200 payout, 402 `card_error` with `decline_code` `account_closed` (to `ba_declined`), 409 `processing`, 409 `idempotency_key_canceled`, 400 |
 //! | `GET /v1/payouts?idempotency_key=K` | 200 payout made under K, or 404 (also while processing); never pays |
 //! | `POST /v1/payouts/cancel` (`Idempotency-Key` required) | 200 payout made under the key, 409 `processing`, or 200 `{"status":"canceled"}`: the key is tombstoned |
-//! | `GET /v1/reports/settlement?date=YYYY-MM-DD` | 200 `text/csv`: the header `type,processor_id,processor_key,amount,currency,status,created_at,tenant,resource_id`, then one line per charge, refund and payout that came into existence that UTC day and is still remembered, in that order; 400 for a missing or malformed date |
+//! | `GET /v1/reports/settlement?date=YYYY-MM-DD` | 200 `text/csv`: the header `type,processor_id,processor_key,amount,currency,status,created_at,tenant,resource_id`, then one line per charge (an authorisation is one, `requires_capture`), refund and payout that came into existence that UTC day and is still remembered, in that order; captures and voids are not listed; 400 for a missing or malformed date |
 //! | `POST /v1/testing/report/drop` (body `processor_id`) | 204: its line leaves every report, what it made stays; 404 for an id not remembered |
 //! | `POST /v1/testing/report/alter` (body `processor_id`, `amount`) | 204: its line shows `amount`; 404 for an id not remembered |
 //! | `POST /v1/testing/charges/unsolicited` (body `processor_key`, `amount`, `currency`, optional `tenant` and `resource_id`) | 200 charge made under the key at once, as if by another caller (or what the key already answers, as for `POST /v1/charges`) |
-//! | `GET /v1/stats` | `{"charges_created": N, "refunds_created": M, "payouts_created": P}` |
+//! | `GET /v1/stats` | `{"charges_created": N, "authorizations_created": A, "captures_created": C, "voids_created": V, "refunds_created": M, "payouts_created": P}`: each counts keys under which something came into existence, forgotten or not; `charges_created` includes the authorisations |
 //! | `GET /healthz` | 200 |
 //!
-//! Charges, refunds and payouts take an optional `metadata` object (`{"tenant": ..., "resource_id":
-//! ...}`, both or neither), and show it, with `created` (a Unix timestamp), in their views.
+//! Every kind of call (charges, refunds, captures, voids, payouts) takes an optional `metadata`
+//! object (`{"tenant": ..., "resource_id": ...}`, both or neither), and shows it, with `created`
+//! (a Unix timestamp), in its view. An authorisation's captures and voids process as long as a
+//! call with its token (`tok_slow`: slowly).
 //! Every key is forgotten, with what was made under it, once `CARD_SIM_KEY_WINDOW_SECS` have
 //! passed since it settled or was canceled; the report lists only what is still remembered.
 
+mod captures;
 mod config;
 mod error;
 mod payouts;
@@ -38,7 +47,9 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::{MethodRouter, get, post};
-use payments_domain::{ProcessorCharge, ProcessorPayout, ProcessorRefund};
+use payments_domain::{
+    ProcessorCapture, ProcessorCharge, ProcessorPayout, ProcessorRefund, ProcessorVoid,
+};
 use tokio::net::TcpListener;
 
 pub use config::{ConfigError, DEFAULT_BIND, ServerConfig, USAGE};
@@ -51,6 +62,9 @@ pub fn app(processor: Arc<InMemoryCardProcessor>) -> Router {
     let router = Router::new();
     let router = keyed::<ProcessorCharge>(router, "/v1/charges", post(routes::create_charge));
     let router = keyed::<ProcessorRefund>(router, "/v1/refunds", post(refunds::create_refund));
+    let capture = post(captures::create_capture);
+    let router = keyed::<ProcessorCapture>(router, "/v1/captures", capture);
+    let router = keyed::<ProcessorVoid>(router, "/v1/voids", post(captures::create_void));
     let router = keyed::<ProcessorPayout>(router, "/v1/payouts", post(payouts::create_payout));
     router
         .route("/v1/reports/settlement", get(reports::settlement_report))

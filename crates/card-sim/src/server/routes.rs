@@ -1,6 +1,6 @@
 //! The charge handlers and what every handler shares: HTTP in, [`InMemoryCardProcessor`]
-//! calls, HTTP out. No outcome is decided here; the simulator owns the token rules, the refund
-//! rules and the idempotency.
+//! calls, HTTP out. No outcome is decided here; the simulator owns the token rules, the refund,
+//! capture and void rules, and the idempotency.
 
 use std::sync::Arc;
 
@@ -9,14 +9,14 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use payments_domain::{
-    Amount, CancelOutcome, Currency, CurrencyError, Money, PaymentSource, ProcessorCharge,
-    ProcessorMetadata, TenantId,
+    Amount, CancelOutcome, CaptureMethod, Currency, CurrencyError, Money, PaymentSource,
+    ProcessorCharge, ProcessorMetadata, TenantId,
 };
 use serde::Serialize;
 
 use super::error::SimError;
 use crate::InMemoryCardProcessor;
-use crate::simulator::{Answer, ChargeCall, Kept, Made};
+use crate::simulator::{Answer, Booked, ChargeCall, Made};
 use crate::wire::{
     CANCELED, CancelView, CanceledView, ChargeBody, ChargeView, FindQuery, IDEMPOTENCY_KEY,
     Metadata, StatsView,
@@ -31,7 +31,8 @@ pub(super) const MAX_KEY_LEN: usize = 255;
 /// The longest metadata value accepted, as at Stripe.
 const MAX_METADATA_LEN: usize = 500;
 
-/// `POST /v1/charges`: creates the charge, or returns the one already made under the key.
+/// `POST /v1/charges`: creates the charge (only authorises it with `"capture": false`), or
+/// returns the one already made under the key.
 pub(crate) async fn create_charge(
     State(sim): State<Sim>,
     headers: HeaderMap,
@@ -45,15 +46,24 @@ pub(crate) async fn create_charge(
         source: PaymentSource::new(body.source)
             .map_err(|e| SimError::InvalidRequest(e.to_string()))?,
         metadata: metadata(body.metadata)?,
+        capture: match body.capture {
+            Some(false) => CaptureMethod::Manual,
+            None | Some(true) => CaptureMethod::Automatic,
+        },
     };
     let charge = answered(sim.submit(call).await)?;
-    tracing::info!(charge.id = %charge.value.id, charge.outcome = "succeeded", "charge");
+    tracing::info!(
+        charge.id = %charge.value.id,
+        charge.outcome = charge.value.status.as_str(),
+        "charge"
+    );
     Ok(Json(ProcessorCharge::view(&charge)))
 }
 
 /// What the server needs of each kind of call the simulator keeps keys for (charges,
-/// refunds, payouts), so that one lookup handler and one cancel handler serve them all alike.
-pub(crate) trait Served: Kept + Send + 'static {
+/// refunds, captures, voids, payouts), so that one lookup handler and one cancel handler serve
+/// them all alike.
+pub(crate) trait Served: Booked + Send + 'static {
     type View: Serialize;
     /// The 404 message of a lookup that finds nothing.
     const MISSING: &'static str;
@@ -78,7 +88,7 @@ impl Served for ProcessorCharge {
     }
 }
 
-/// `GET /v1/charges?idempotency_key=K` and `GET /v1/refunds?idempotency_key=K`: what was made
+/// `GET /v1/charges?idempotency_key=K` (and the same for every other kind): what was made
 /// under K, or 404 (also while a call under K is processing). Never makes anything.
 pub(crate) async fn find<T: Served>(
     State(sim): State<Sim>,
@@ -92,9 +102,9 @@ pub(crate) async fn find<T: Served>(
     }
 }
 
-/// `POST /v1/charges/cancel` and `POST /v1/refunds/cancel`: what was made under the key; or
-/// 409 while a call under it is processing; or else the key is tombstoned, and nothing can
-/// ever be made under it.
+/// `POST /v1/charges/cancel` (and the same for every other kind): what was made under the
+/// key; or 409 while a call under it is processing; or else the key is tombstoned, and nothing
+/// can ever be made under it.
 pub(crate) async fn cancel<T: Served>(
     State(sim): State<Sim>,
     headers: HeaderMap,
@@ -116,6 +126,9 @@ pub(crate) async fn cancel<T: Served>(
 pub(crate) async fn stats(State(sim): State<Sim>) -> Json<StatsView> {
     Json(StatsView {
         charges_created: sim.charges_created(),
+        authorizations_created: sim.authorizations_created(),
+        captures_created: sim.captures_created(),
+        voids_created: sim.voids_created(),
         refunds_created: sim.refunds_created(),
         payouts_created: sim.payouts_created(),
     })

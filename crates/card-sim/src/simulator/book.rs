@@ -1,6 +1,7 @@
 //! What the simulator remembers about each idempotency key, and every transition between those
-//! states. One book per kind of call (charges, refunds, payouts), generic over what a key
-//! settles to, so that all keep exactly the same protocol. All of it is synchronous and runs
+//! states. One book per kind of call (charges and authorisations in one, refunds, captures,
+//! voids, payouts), generic over what a key settles to, so that all keep exactly the same
+//! protocol. All of it is synchronous and runs
 //! under the simulator's one mutex, so each transition is atomic: a cancel racing a call sees
 //! the key either before the call registered it or after, never in between.
 //!
@@ -18,7 +19,7 @@ use payments_domain::{CancelOutcome, ProcessorError, ProcessorMetadata};
 /// How a call under a key ends once its latency has passed. The rules decide which.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome<T> {
-    /// The charge or refund exists; repeats of the key return it.
+    /// What the call made exists; repeats of the key return it.
     Succeeded(T),
     /// A definitive decline; repeats of the key return it.
     Declined {
@@ -103,7 +104,7 @@ pub(crate) struct Stamp {
 /// Something a call made, as the simulator keeps it and shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Made<T> {
-    /// The charge, the refund or the payout, as the port reports it.
+    /// The charge, the refund, the capture, the void or the payout, as the port reports it.
     pub(crate) value: T,
     /// As the caller sent it; `None` when it sent none.
     pub(crate) metadata: Option<ProcessorMetadata>,

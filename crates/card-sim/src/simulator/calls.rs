@@ -3,19 +3,23 @@
 //! over HTTP may send none, as at any processor whose metadata is optional.
 
 use payments_domain::{
-    Destination, Money, PaymentSource, ProcessorChargeRequest, ProcessorMetadata,
-    ProcessorPayoutRequest, ProcessorRefundRequest,
+    CaptureMethod, Destination, Money, PaymentSource, ProcessorCaptureRequest,
+    ProcessorChargeRequest, ProcessorMetadata, ProcessorPayoutRequest, ProcessorRefundRequest,
+    ProcessorVoidRequest,
 };
 
-/// A charge call.
+/// A charge call: captured at once ([`CaptureMethod::Automatic`]), or an authorisation held
+/// until a capture or a void ([`CaptureMethod::Manual`]). Both are keyed in the charges' book.
 #[derive(Debug, Clone)]
 pub(crate) struct ChargeCall {
     pub(crate) idempotency_key: String,
     pub(crate) money: Money,
     pub(crate) source: PaymentSource,
     pub(crate) metadata: Option<ProcessorMetadata>,
+    pub(crate) capture: CaptureMethod,
 }
 
+/// A charge request is a charge captured at once; an authorisation sets `capture`.
 impl From<ProcessorChargeRequest> for ChargeCall {
     fn from(request: ProcessorChargeRequest) -> Self {
         Self {
@@ -23,6 +27,7 @@ impl From<ProcessorChargeRequest> for ChargeCall {
             money: request.money,
             source: request.source,
             metadata: Some(request.metadata),
+            capture: CaptureMethod::Automatic,
         }
     }
 }
@@ -42,6 +47,45 @@ impl From<ProcessorRefundRequest> for RefundCall {
             idempotency_key: request.idempotency_key,
             processor_charge_id: request.processor_charge_id,
             money: request.money,
+            metadata: Some(request.metadata),
+        }
+    }
+}
+
+/// A capture call: `processor_charge_id` is the simulator's id of the authorisation to
+/// capture, `money` what to take of it.
+#[derive(Debug, Clone)]
+pub(crate) struct CaptureCall {
+    pub(crate) idempotency_key: String,
+    pub(crate) processor_charge_id: String,
+    pub(crate) money: Money,
+    pub(crate) metadata: Option<ProcessorMetadata>,
+}
+
+impl From<ProcessorCaptureRequest> for CaptureCall {
+    fn from(request: ProcessorCaptureRequest) -> Self {
+        Self {
+            idempotency_key: request.idempotency_key,
+            processor_charge_id: request.processor_charge_id,
+            money: request.money,
+            metadata: Some(request.metadata),
+        }
+    }
+}
+
+/// A void call: `processor_charge_id` is the simulator's id of the authorisation to release.
+#[derive(Debug, Clone)]
+pub(crate) struct VoidCall {
+    pub(crate) idempotency_key: String,
+    pub(crate) processor_charge_id: String,
+    pub(crate) metadata: Option<ProcessorMetadata>,
+}
+
+impl From<ProcessorVoidRequest> for VoidCall {
+    fn from(request: ProcessorVoidRequest) -> Self {
+        Self {
+            idempotency_key: request.idempotency_key,
+            processor_charge_id: request.processor_charge_id,
             metadata: Some(request.metadata),
         }
     }

@@ -1,17 +1,19 @@
 //! The charge rules: how a charge call under a key that has no definitive answer yet will end,
-//! chosen by its card token.
+//! chosen by its card token. An authorisation keeps exactly the same rules; only the status of
+//! what it makes differs (`requires_capture`, not `succeeded`).
 
-use payments_domain::{Amount, Money, ProcessorCharge, ProcessorChargeStatus};
+use payments_domain::{Amount, CaptureMethod, Money, ProcessorCharge, ProcessorChargeStatus};
 use uuid::Uuid;
 
 use super::Outcome;
 use crate::TestToken;
 
-/// The outcome of a charge of `money` with `token`; `first_attempt` is false for a retry of a
-/// key whose last call failed transiently.
+/// The outcome of a charge of `money` with `token`, captured as `capture` says; `first_attempt`
+/// is false for a retry of a key whose last call failed transiently.
 pub(super) fn decide(
     token: TestToken,
     money: Money,
+    capture: CaptureMethod,
     first_attempt: bool,
 ) -> Outcome<ProcessorCharge> {
     let declined = |decline_code: &str, message: &str| Outcome::Declined {
@@ -27,19 +29,23 @@ pub(super) fn decide(
         },
         TestToken::Declined => declined("generic_decline", "The card was declined."),
         TestToken::Unknown => declined("invalid_token", "The card token is not recognised."),
-        TestToken::ReportsWrongAmount => charged(off_by_one_unit(money)),
+        TestToken::ReportsWrongAmount => charged(off_by_one_unit(money), capture),
         TestToken::Succeeds
         | TestToken::SucceedsSlowly
         | TestToken::FailsOnceThenSucceeds
-        | TestToken::DeclinesRefunds => charged(money),
+        | TestToken::DeclinesRefunds => charged(money, capture),
     }
 }
 
-fn charged(money: Money) -> Outcome<ProcessorCharge> {
+fn charged(money: Money, capture: CaptureMethod) -> Outcome<ProcessorCharge> {
+    let status = match capture {
+        CaptureMethod::Automatic => ProcessorChargeStatus::Succeeded,
+        CaptureMethod::Manual => ProcessorChargeStatus::RequiresCapture,
+    };
     Outcome::Succeeded(ProcessorCharge {
         id: format!("sim_{}", Uuid::new_v4().simple()),
         money,
-        status: ProcessorChargeStatus::Succeeded,
+        status,
     })
 }
 

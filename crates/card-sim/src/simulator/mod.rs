@@ -1,14 +1,17 @@
 //! The in-process simulator the service uses by default, modelled on a slow processor: a call
 //! under a new key registers the key as processing, and its outcome exists only once the
-//! latency has passed, whether or not the caller is still waiting. Charges, refunds and
-//! payouts keep their keys in books of the same kind, so all follow exactly this protocol, and
-//! all are forgotten, with what they made, once the key window has passed since they settled.
+//! latency has passed, whether or not the caller is still waiting. Charges (authorisations
+//! among them), refunds, captures, voids and payouts keep their keys in books of the same kind,
+//! so all follow exactly this protocol, and all are forgotten, with what they made, once the
+//! key window has passed since they settled.
 
 mod book;
 mod calls;
+mod captures;
 mod charges;
 mod clock;
 mod payouts;
+mod ports;
 mod refunds;
 mod settlement;
 mod state;
@@ -18,17 +21,15 @@ mod tests;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use payments_domain::{
-    CancelOutcome, CardProcessor, PayoutProcessor, ProcessorCharge, ProcessorChargeRequest,
-    ProcessorError, ProcessorPayout, ProcessorPayoutRequest, ProcessorRefund,
-    ProcessorRefundRequest,
+    CancelOutcome, ProcessorCapture, ProcessorCharge, ProcessorError, ProcessorPayout,
+    ProcessorRefund, ProcessorVoid,
 };
 
 pub(crate) use book::{Answer, Made, Outcome};
-pub(crate) use calls::{ChargeCall, PayoutCall, RefundCall};
+pub(crate) use calls::{CaptureCall, ChargeCall, PayoutCall, RefundCall, VoidCall};
 pub use settlement::UnknownProcessorId;
-pub(crate) use state::{Kept, State};
+pub(crate) use state::{Booked, Kept, State};
 
 use crate::{TestDestination, TestToken};
 use book::Begin;
@@ -39,6 +40,12 @@ pub(crate) type ChargeAnswer = Answer<Made<ProcessorCharge>>;
 
 /// The answer to a refund call.
 pub(crate) type RefundAnswer = Answer<Made<ProcessorRefund>>;
+
+/// The answer to a capture call.
+pub(crate) type CaptureAnswer = Answer<Made<ProcessorCapture>>;
+
+/// The answer to a void call.
+pub(crate) type VoidAnswer = Answer<Made<ProcessorVoid>>;
 
 /// The answer to a payout call.
 pub(crate) type PayoutAnswer = Answer<Made<ProcessorPayout>>;
@@ -72,8 +79,8 @@ impl InMemoryCardProcessor {
         Self::with_clock(latency, key_window, Clock::system())
     }
 
-    /// A simulator whose every new charge or refund takes `latency` to come into existence,
-    /// with the default key window.
+    /// A simulator whose every new call takes `latency` to come into existence, with the
+    /// default key window.
     pub fn with_latency(latency: Duration) -> Self {
         Self::new(latency, Self::DEFAULT_KEY_WINDOW)
     }
@@ -86,9 +93,26 @@ impl InMemoryCardProcessor {
         }
     }
 
-    /// The number of distinct charges ever created.
+    /// The number of distinct charges ever created, authorisations included: every key of the
+    /// charges' book under which something came into existence.
     pub fn charges_created(&self) -> u64 {
         lock(&self.state).charges.created()
+    }
+
+    /// The number of distinct authorisations ever made (charges made with `"capture": false`),
+    /// a part of [`InMemoryCardProcessor::charges_created`].
+    pub fn authorizations_created(&self) -> u64 {
+        lock(&self.state).capturable.created()
+    }
+
+    /// The number of distinct captures ever made.
+    pub fn captures_created(&self) -> u64 {
+        lock(&self.state).captures.created()
+    }
+
+    /// The number of distinct voids ever made.
+    pub fn voids_created(&self) -> u64 {
+        lock(&self.state).voids.created()
     }
 
     /// The number of distinct refunds that ever succeeded.
@@ -110,17 +134,18 @@ impl InMemoryCardProcessor {
         }
     }
 
-    /// A charge call, answered in full.
+    /// A charge call (or an authorisation), answered in full.
     pub(crate) async fn submit(&self, call: impl Into<ChargeCall>) -> ChargeAnswer {
         let ChargeCall {
             idempotency_key: key,
             money,
             source,
             metadata,
+            capture,
         } = call.into();
         let token = TestToken::from_source(source.as_str());
         let begun = lock(&self.state).charges.begin(&key, |first_attempt| {
-            charges::decide(token, money, first_attempt)
+            charges::decide(token, money, capture, first_attempt)
         });
         self.process(begun, self.latency_for(token), move |state, outcome| {
             state.settle_charge(key, outcome, token, metadata)
@@ -153,6 +178,58 @@ impl InMemoryCardProcessor {
             state.refundable.settle(&key, &outcome);
             let stamp = state.stamp();
             state.refunds.settle(key, outcome, metadata, stamp)
+        })
+        .await
+    }
+
+    /// A capture call, answered in full. It processes as long as a call with its
+    /// authorisation's token (a capture of an unknown one, for the configured latency); the
+    /// authorisation is captured as it begins, and refundable once the capture exists.
+    pub(crate) async fn submit_capture(&self, call: impl Into<CaptureCall>) -> CaptureAnswer {
+        let call = call.into();
+        let (begun, token) = {
+            let mut state = lock(&self.state);
+            let State {
+                captures,
+                capturable,
+                ..
+            } = &mut *state;
+            let begun = captures.begin(&call.idempotency_key, |_| capturable.capture(&call));
+            (begun, capturable.token_of(&call.processor_charge_id))
+        };
+        let latency = token.map_or(self.latency, |token| self.latency_for(token));
+        let CaptureCall {
+            idempotency_key: key,
+            metadata,
+            ..
+        } = call;
+        self.process(begun, latency, move |state, outcome| {
+            state.settle_capture(key, outcome, metadata)
+        })
+        .await
+    }
+
+    /// A void call, answered in full. It processes as a capture does; the authorisation is
+    /// voided as it begins.
+    pub(crate) async fn submit_void(&self, call: impl Into<VoidCall>) -> VoidAnswer {
+        let call = call.into();
+        let (begun, token) = {
+            let mut state = lock(&self.state);
+            let State {
+                voids, capturable, ..
+            } = &mut *state;
+            let begun = voids.begin(&call.idempotency_key, |_| capturable.void(&call));
+            (begun, capturable.token_of(&call.processor_charge_id))
+        };
+        let latency = token.map_or(self.latency, |token| self.latency_for(token));
+        let VoidCall {
+            idempotency_key: key,
+            metadata,
+            ..
+        } = call;
+        self.process(begun, latency, move |state, outcome| {
+            let stamp = state.stamp();
+            state.voids.settle(key, outcome, metadata, stamp)
         })
         .await
     }
@@ -190,10 +267,10 @@ impl InMemoryCardProcessor {
         .await
     }
 
-    /// The rest of a call that [`Book::begin`] started: the key was registered before the
-    /// first await; the wait and `settle` run on their own task, so a caller that goes away
-    /// (an HTTP client that timed out drops its handler) does not stop the charge or refund
-    /// from coming into existence, as it would not at a real processor.
+    /// The rest of a call that [`Book::begin`](book::Book::begin) started: the key was
+    /// registered before the first await; the wait and `settle` run on their own task, so a
+    /// caller that goes away (an HTTP client that timed out drops its handler) does not stop
+    /// what it makes from coming into existence, as it would not at a real processor.
     async fn process<T: Send + 'static>(
         &self,
         begun: Begin<T>,
@@ -217,24 +294,24 @@ impl InMemoryCardProcessor {
     }
 
     /// What was made under a key, if it exists yet; synchronous, since it never waits.
-    pub(crate) fn find_key<T: Kept>(&self, idempotency_key: &str) -> Option<Made<T>> {
+    pub(crate) fn find_key<T: Booked>(&self, idempotency_key: &str) -> Option<Made<T>> {
         T::book(&mut lock(&self.state)).find(idempotency_key)
     }
 
     /// Settles a key for good; synchronous, since it never waits.
-    pub(crate) fn cancel_key<T: Kept>(&self, idempotency_key: &str) -> CancelOutcome<Made<T>> {
+    pub(crate) fn cancel_key<T: Booked>(&self, idempotency_key: &str) -> CancelOutcome<Made<T>> {
         let mut state = lock(&self.state);
         let stamp = state.stamp();
         T::book(&mut state).cancel(idempotency_key, stamp)
     }
 
     /// [`InMemoryCardProcessor::find_key`] as the port states it.
-    fn find_value<T: Kept>(&self, idempotency_key: &str) -> Result<Option<T>, ProcessorError> {
+    fn find_value<T: Booked>(&self, idempotency_key: &str) -> Result<Option<T>, ProcessorError> {
         Ok(self.find_key::<T>(idempotency_key).map(|made| made.value))
     }
 
     /// [`InMemoryCardProcessor::cancel_key`] as the port states it.
-    fn cancel_value<T: Kept>(
+    fn cancel_value<T: Booked>(
         &self,
         idempotency_key: &str,
     ) -> Result<CancelOutcome<T>, ProcessorError> {
@@ -256,76 +333,4 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     state.forget_expired();
     state
-}
-
-#[async_trait]
-impl CardProcessor for InMemoryCardProcessor {
-    async fn charge(
-        &self,
-        request: ProcessorChargeRequest,
-    ) -> Result<ProcessorCharge, ProcessorError> {
-        let answer = self.submit(request).await;
-        answer.into_result().map(|made| made.value)
-    }
-
-    async fn find_charge(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<Option<ProcessorCharge>, ProcessorError> {
-        self.find_value(idempotency_key)
-    }
-
-    async fn cancel(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<CancelOutcome<ProcessorCharge>, ProcessorError> {
-        self.cancel_value(idempotency_key)
-    }
-
-    async fn refund(
-        &self,
-        request: ProcessorRefundRequest,
-    ) -> Result<ProcessorRefund, ProcessorError> {
-        let answer = self.submit_refund(request).await;
-        answer.into_result().map(|made| made.value)
-    }
-
-    async fn find_refund(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<Option<ProcessorRefund>, ProcessorError> {
-        self.find_value(idempotency_key)
-    }
-
-    async fn cancel_refund(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError> {
-        self.cancel_value(idempotency_key)
-    }
-}
-
-#[async_trait]
-impl PayoutProcessor for InMemoryCardProcessor {
-    async fn payout(
-        &self,
-        request: ProcessorPayoutRequest,
-    ) -> Result<ProcessorPayout, ProcessorError> {
-        let answer = self.submit_payout(request).await;
-        answer.into_result().map(|made| made.value)
-    }
-
-    async fn find_payout(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<Option<ProcessorPayout>, ProcessorError> {
-        self.find_value(idempotency_key)
-    }
-
-    async fn cancel_payout(
-        &self,
-        idempotency_key: &str,
-    ) -> Result<CancelOutcome<ProcessorPayout>, ProcessorError> {
-        self.cancel_value(idempotency_key)
-    }
 }

@@ -2,10 +2,14 @@
 //! that has no definitive answer yet will end. Everything is decided when the call begins, under
 //! the simulator's one mutex, and a refund that may succeed reserves its amount at once: two
 //! concurrent refunds under different keys can never give back more than the charge took.
+//! An authorisation took nothing until it is captured, and then only what its capture took.
 
 use std::collections::HashMap;
 
-use payments_domain::{Money, ProcessorCharge, ProcessorRefund, ProcessorRefundStatus};
+use payments_domain::{
+    Money, ProcessorCapture, ProcessorCharge, ProcessorChargeStatus, ProcessorRefund,
+    ProcessorRefundStatus,
+};
 use uuid::Uuid;
 
 use super::{Outcome, RefundCall};
@@ -14,8 +18,10 @@ use crate::TestToken;
 /// A charge that exists, as far as its refunds are concerned.
 #[derive(Debug)]
 struct RefundableCharge {
-    /// What the charge took, as the processor recorded it.
-    money: Money,
+    /// What the charge took, as the processor recorded it: all of it for a charge captured
+    /// when it was made, what its capture took for an authorisation, and `None` while an
+    /// authorisation is not captured (held, or voided).
+    captured: Option<Money>,
     /// The token it was made with: it decides whether its refunds are declined, and how long
     /// they process.
     token: TestToken,
@@ -40,14 +46,27 @@ pub(crate) struct Refundable {
 }
 
 impl Refundable {
-    /// Makes a charge that has just come into existence refundable.
+    /// Makes a charge that has just come into existence refundable; an authorisation
+    /// (`requires_capture`) only once [`Refundable::capture`] says what its capture took.
     pub(crate) fn add(&mut self, charge: &ProcessorCharge, token: TestToken) {
+        let captured = match charge.status {
+            ProcessorChargeStatus::RequiresCapture => None,
+            _ => Some(charge.money),
+        };
         let refundable = RefundableCharge {
-            money: charge.money,
+            captured,
             token,
             committed: 0,
         };
         self.charges.insert(charge.id.clone(), refundable);
+    }
+
+    /// Makes the authorisation `capture` took refundable, up to what it took: called once the
+    /// capture has come into existence. A charge forgotten since changes nothing.
+    pub(crate) fn capture(&mut self, capture: &ProcessorCapture) {
+        if let Some(refundable) = self.charges.get_mut(&capture.processor_charge_id) {
+            refundable.captured = Some(capture.money);
+        }
     }
 
     /// Forgets the charge `charge_id`, which its key window has let go: from now on it is
@@ -70,18 +89,24 @@ impl Refundable {
     }
 
     /// The outcome of `request`, reserving its amount if it is to succeed. The checks run in
-    /// this order because each needs the one before: a charge to refund, one whose refunds are
-    /// not all declined, the same currency (amounts in two currencies do not compare), then an
-    /// amount within what remains.
+    /// this order because each needs the one before: a charge to refund, money it took (an
+    /// authorisation not captured took none), refunds not all declined, the same currency
+    /// (amounts in two currencies do not compare), then an amount within what remains.
     pub(crate) fn begin(&mut self, request: &RefundCall) -> Outcome<ProcessorRefund> {
         let charge_id = &request.processor_charge_id;
         let Some(refundable) = self.charges.get_mut(charge_id) else {
             return declined("no_such_charge", format!("No such charge: {charge_id}."));
         };
+        let Some(charged) = refundable.captured else {
+            return declined(
+                NOT_CAPTURED,
+                format!("The charge {charge_id} is not captured: it took nothing to give back."),
+            );
+        };
         if refundable.token == TestToken::DeclinesRefunds {
             return declined("refund_declined", "The refund was declined.".to_owned());
         }
-        let (requested, charged) = (request.money, refundable.money);
+        let requested = request.money;
         if requested.currency != charged.currency {
             return declined(
                 "currency_mismatch",
@@ -131,6 +156,9 @@ impl Refundable {
         }
     }
 }
+
+/// The `decline_code` of a refund of an authorisation that is not captured.
+pub(crate) const NOT_CAPTURED: &str = "charge_not_captured";
 
 fn declined(decline_code: &str, message: String) -> Outcome<ProcessorRefund> {
     Outcome::Declined {

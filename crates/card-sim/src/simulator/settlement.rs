@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use chrono::NaiveDate;
 use payments_domain::{
-    Amount, Money, ProcessorCharge, ProcessorError, ProcessorMetadata, ProcessorPayout,
-    ProcessorRefund, SettlementLine, SettlementReport,
+    Amount, CaptureMethod, Money, ProcessorCharge, ProcessorError, ProcessorMetadata,
+    ProcessorPayout, ProcessorRefund, SettlementLine, SettlementReport,
 };
 
 use super::book::Begin;
@@ -98,9 +98,9 @@ impl InMemoryCardProcessor {
     ) -> ChargeAnswer {
         let token = TestToken::Succeeds;
         let mut state = lock(&self.state);
-        let begun = state
-            .charges
-            .begin(&key, |first| charges::decide(token, money, first));
+        let begun = state.charges.begin(&key, |first| {
+            charges::decide(token, money, CaptureMethod::Automatic, first)
+        });
         match begun {
             Begin::Answered(answer) => answer,
             Begin::Started(outcome) => state.settle_charge(key, outcome, token, metadata),

@@ -4,24 +4,30 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use payments_domain::{
-    Money, ProcessorCharge, ProcessorChargeStatus, ProcessorMetadata, ProcessorPayout,
-    ProcessorRefund, SettlementKind,
+    Money, ProcessorCapture, ProcessorCharge, ProcessorChargeStatus, ProcessorMetadata,
+    ProcessorPayout, ProcessorRefund, ProcessorVoid, SettlementKind,
 };
 
 use super::book::{Book, Stamp};
+use super::captures::Capturable;
 use super::clock::Clock;
 use super::refunds::Refundable;
 use super::settlement::ReportChanges;
-use super::{ChargeAnswer, Outcome};
+use super::{CaptureAnswer, ChargeAnswer, Outcome};
 use crate::TestToken;
 
 /// Everything the simulator remembers, under one mutex: each key's transitions are atomic,
-/// and so is a refund's check of its charge together with its reservation.
+/// and so are a refund's check of its charge together with its reservation, and a capture's
+/// or a void's check of its authorisation together with the change it makes to it.
 #[derive(Debug)]
 pub(crate) struct State {
+    /// Charges and authorisations alike: one kind of key.
     pub(super) charges: Book<ProcessorCharge>,
     pub(super) refunds: Book<ProcessorRefund>,
     pub(super) refundable: Refundable,
+    pub(super) captures: Book<ProcessorCapture>,
+    pub(super) voids: Book<ProcessorVoid>,
+    pub(super) capturable: Capturable,
     pub(super) payouts: Book<ProcessorPayout>,
     /// The lines tests dropped from the settlement report or altered in it.
     pub(super) report: ReportChanges,
@@ -38,6 +44,9 @@ impl State {
             charges: Book::default(),
             refunds: Book::default(),
             refundable: Refundable::default(),
+            captures: Book::default(),
+            voids: Book::default(),
+            capturable: Capturable::default(),
             payouts: Book::default(),
             report: ReportChanges::default(),
             clock,
@@ -57,7 +66,8 @@ impl State {
     }
 
     /// Forgets every key whose window has passed, with what was made under it and everything
-    /// that refers to that: a charge's refundable entry, a report change.
+    /// that refers to that: a charge's refundable entry, an authorisation's capture state, a
+    /// report change.
     pub(super) fn forget_expired(&mut self) {
         // No cutoff before the clock's earliest time: nothing is that old.
         let Some(cutoff) = self.clock.now().checked_sub_signed(self.key_window) else {
@@ -65,18 +75,23 @@ impl State {
         };
         for charge in self.charges.forget_settled_before(cutoff) {
             self.refundable.forget(&charge.id);
+            self.capturable.forget(&charge.id);
             self.report.forget(&charge.id);
         }
         for refund in self.refunds.forget_settled_before(cutoff) {
             self.report.forget(&refund.id);
         }
+        // Neither is in the report: nothing else refers to them.
+        self.captures.forget_settled_before(cutoff);
+        self.voids.forget_settled_before(cutoff);
         for payout in self.payouts.forget_settled_before(cutoff) {
             self.report.forget(&payout.id);
         }
     }
 
     /// Records a charge call's outcome. A charge that comes into existence becomes refundable
-    /// at the same moment.
+    /// at the same moment; an authorisation becomes capturable, and refundable only once
+    /// captured.
     pub(super) fn settle_charge(
         &mut self,
         key: String,
@@ -86,29 +101,54 @@ impl State {
     ) -> ChargeAnswer {
         if let Outcome::Succeeded(charge) = &outcome {
             self.refundable.add(charge, token);
+            if charge.status == ProcessorChargeStatus::RequiresCapture {
+                self.capturable.add(charge, token);
+            }
         }
         let stamp = self.stamp();
         self.charges.settle(key, outcome, metadata, stamp)
     }
+
+    /// Records a capture call's outcome. Its authorisation was captured when the call began;
+    /// it becomes refundable, up to what the capture took, once the capture exists.
+    pub(super) fn settle_capture(
+        &mut self,
+        key: String,
+        outcome: Outcome<ProcessorCapture>,
+        metadata: Option<ProcessorMetadata>,
+    ) -> CaptureAnswer {
+        if let Outcome::Succeeded(capture) = &outcome {
+            self.refundable.capture(capture);
+        }
+        let stamp = self.stamp();
+        self.captures.settle(key, outcome, metadata, stamp)
+    }
 }
 
-/// What a key of each kind settles to (a charge, a refund, a payout), and where its book is:
-/// so that a lookup, a cancel and a line of the report are written once for every kind.
-pub(crate) trait Kept: Clone + Sized {
+/// What a key of each kind settles to (a charge, a refund, a payout, a capture, a void), and
+/// where its book is: so that a lookup and a cancel are written once for every kind.
+pub(crate) trait Booked: Clone + Sized {
+    fn book(state: &mut State) -> &mut Book<Self>;
+}
+
+/// What the settlement report lists (charges, authorisations among them, refunds and payouts;
+/// not captures or voids): so that a line of the report is written once for every kind.
+pub(crate) trait Kept: Booked {
     /// What its lines in the settlement report are.
     const KIND: SettlementKind;
-    fn book(state: &mut State) -> &mut Book<Self>;
     fn processor_id(&self) -> &str;
     fn money(&self) -> Money;
     fn status(&self) -> ProcessorChargeStatus;
 }
 
-impl Kept for ProcessorCharge {
-    const KIND: SettlementKind = SettlementKind::Charge;
-
+impl Booked for ProcessorCharge {
     fn book(state: &mut State) -> &mut Book<Self> {
         &mut state.charges
     }
+}
+
+impl Kept for ProcessorCharge {
+    const KIND: SettlementKind = SettlementKind::Charge;
 
     fn processor_id(&self) -> &str {
         &self.id
@@ -120,15 +160,39 @@ impl Kept for ProcessorCharge {
 
     fn status(&self) -> ProcessorChargeStatus {
         self.status
+    }
+}
+
+impl Booked for ProcessorRefund {
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.refunds
     }
 }
 
 impl Kept for ProcessorRefund {
     const KIND: SettlementKind = SettlementKind::Refund;
 
-    fn book(state: &mut State) -> &mut Book<Self> {
-        &mut state.refunds
+    fn processor_id(&self) -> &str {
+        &self.id
     }
+
+    fn money(&self) -> Money {
+        self.money
+    }
+
+    fn status(&self) -> ProcessorChargeStatus {
+        self.status
+    }
+}
+
+impl Booked for ProcessorPayout {
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.payouts
+    }
+}
+
+impl Kept for ProcessorPayout {
+    const KIND: SettlementKind = SettlementKind::Payout;
 
     fn processor_id(&self) -> &str {
         &self.id
@@ -143,22 +207,14 @@ impl Kept for ProcessorRefund {
     }
 }
 
-impl Kept for ProcessorPayout {
-    const KIND: SettlementKind = SettlementKind::Payout;
-
+impl Booked for ProcessorCapture {
     fn book(state: &mut State) -> &mut Book<Self> {
-        &mut state.payouts
+        &mut state.captures
     }
+}
 
-    fn processor_id(&self) -> &str {
-        &self.id
-    }
-
-    fn money(&self) -> Money {
-        self.money
-    }
-
-    fn status(&self) -> ProcessorChargeStatus {
-        self.status
+impl Booked for ProcessorVoid {
+    fn book(state: &mut State) -> &mut Book<Self> {
+        &mut state.voids
     }
 }

@@ -1,10 +1,11 @@
-//! One test per rule of the simulator, the charge rules here and the refund and payout rules
-//! in [`refunds`] and [`payouts`], the key window in [`key_window`] and the settlement report
-//! in [`settlement`]. Latencies are real but short (the workspace's tokio has no paused
-//! clock); a call is started by polling it once, which registers its key deterministically,
-//! instead of by sleeping. Dates and the key window read a [`ManualClock`], which a test moves
-//! by hand.
+//! One test per rule of the simulator, the charge rules here and the refund, capture and void,
+//! and payout rules in [`refunds`], [`captures`] and [`payouts`], the key window in
+//! [`key_window`] and the settlement report in [`settlement`]. Latencies are real but short
+//! (the workspace's tokio has no paused clock); a call is started by polling it once, which
+//! registers its key deterministically, instead of by sleeping. Dates and the key window read
+//! a [`ManualClock`], which a test moves by hand.
 
+mod captures;
 mod key_window;
 mod payouts;
 mod refunds;
@@ -17,8 +18,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 
 use payments_domain::{
-    Amount, Currency, Money, PaymentSource, ProcessorChargeStatus, ProcessorMetadata,
-    ProcessorMismatch, TenantId,
+    Amount, CardProcessor, Currency, Money, PaymentSource, PayoutProcessor, ProcessorChargeRequest,
+    ProcessorChargeStatus, ProcessorMetadata, ProcessorMismatch, TenantId,
 };
 
 use super::*;
@@ -101,6 +102,14 @@ where
 
 fn is_unavailable<T>(result: &Result<T, ProcessorError>) -> bool {
     matches!(result, Err(ProcessorError::Unavailable { .. }))
+}
+
+/// The `decline_code` of a declined call, `None` for any other result.
+fn decline_code<T>(result: &Result<T, ProcessorError>) -> Option<&str> {
+    match result {
+        Err(ProcessorError::Declined { decline_code, .. }) => Some(decline_code.as_str()),
+        _ => None,
+    }
 }
 
 #[tokio::test]

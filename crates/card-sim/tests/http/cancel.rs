@@ -1,6 +1,6 @@
-//! `POST /v1/charges/cancel`, `POST /v1/refunds/cancel`, `POST /v1/payouts/cancel` and
-//! `HttpCardProcessor::cancel`: the one answer that says a key has nothing under it and never
-//! will.
+//! `POST /v1/charges/cancel`, `POST /v1/refunds/cancel`, `POST /v1/captures/cancel`,
+//! `POST /v1/voids/cancel`, `POST /v1/payouts/cancel` and `HttpCardProcessor::cancel`: the one
+//! answer that says a key has nothing under it and never will.
 
 use axum::http::StatusCode;
 use payments_card_sim::HttpCardProcessor;
@@ -8,8 +8,9 @@ use payments_domain::{CancelOutcome, CardProcessor, ProcessorChargeStatus, Proce
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    CHARGES, Kind, PATIENT, PAYOUTS, REACH, REFUNDS, TestSim, charge_body, payout_body,
-    refund_body, request, spawn_fake_processor, spawn_sim, spawn_slow_sim, usd,
+    CAPTURES, CHARGES, Kind, PATIENT, PAYOUTS, REACH, REFUNDS, TestSim, VOIDS, capture_body,
+    charge_body, payout_body, refund_body, request, spawn_fake_processor, spawn_sim,
+    spawn_slow_sim, usd, void_body,
 };
 
 #[tokio::test]
@@ -50,6 +51,31 @@ async fn cancel_of_a_paid_key_returns_the_payout_and_keeps_it() {
     let sim = spawn_sim().await;
     let payout = payout_body("ba_checking", 500);
     cancel_of_a_used_key_returns_what_was_made(&sim, PAYOUTS, &payout).await;
+}
+
+#[tokio::test]
+async fn cancel_of_an_unused_capture_or_void_key_tombstones_it_and_a_later_one_is_refused() {
+    let sim = spawn_sim().await;
+    let (_, authorization) = sim.authorized(usd(1999)).await;
+    let capture = capture_body(&authorization.id, 500);
+    cancel_of_an_unused_key_tombstones_it(&sim, CAPTURES, &capture).await;
+    cancel_of_an_unused_key_tombstones_it(&sim, VOIDS, &void_body(&authorization.id)).await;
+}
+
+#[tokio::test]
+async fn cancel_of_a_captured_key_returns_the_capture_and_keeps_it() {
+    let sim = spawn_sim().await;
+    let (_, authorization) = sim.authorized(usd(1999)).await;
+    let capture = capture_body(&authorization.id, 500);
+    cancel_of_a_used_key_returns_what_was_made(&sim, CAPTURES, &capture).await;
+}
+
+#[tokio::test]
+async fn cancel_of_a_voided_key_returns_the_void_and_keeps_it() {
+    let sim = spawn_sim().await;
+    let (_, authorization) = sim.authorized(usd(1999)).await;
+    let void = void_body(&authorization.id);
+    cancel_of_a_used_key_returns_what_was_made(&sim, VOIDS, &void).await;
 }
 
 /// A cancel under a key never used tombstones it: a later call under it with `body` is

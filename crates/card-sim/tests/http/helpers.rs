@@ -6,9 +6,10 @@ use std::time::Duration;
 use axum::http::{StatusCode, header};
 use payments_card_sim::HttpCardProcessor;
 use payments_domain::{
-    Amount, CardProcessor, Currency, Destination, Money, PaymentSource, ProcessorCharge,
-    ProcessorChargeRequest, ProcessorError, ProcessorMetadata, ProcessorPayoutRequest,
-    ProcessorRefund, ProcessorRefundRequest, TenantId,
+    Amount, CardProcessor, Currency, Destination, Money, PaymentSource, ProcessorCaptureRequest,
+    ProcessorCharge, ProcessorChargeRequest, ProcessorError, ProcessorMetadata,
+    ProcessorPayoutRequest, ProcessorRefund, ProcessorRefundRequest, ProcessorVoidRequest,
+    TenantId,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -32,6 +33,8 @@ pub(crate) struct Kind(&'static str);
 pub(crate) const CHARGES: Kind = Kind("charges");
 pub(crate) const REFUNDS: Kind = Kind("refunds");
 pub(crate) const PAYOUTS: Kind = Kind("payouts");
+pub(crate) const CAPTURES: Kind = Kind("captures");
+pub(crate) const VOIDS: Kind = Kind("voids");
 
 impl Kind {
     /// `POST` makes one, `GET ?idempotency_key=K` looks it up.
@@ -142,6 +145,18 @@ impl TestSim {
         (processor, charge)
     }
 
+    /// A patient client, and a `tok_visa` authorisation of `money` made through it, under the
+    /// key `auth-1`.
+    pub(crate) async fn authorized(&self, money: Money) -> (HttpCardProcessor, ProcessorCharge) {
+        let processor = self.processor(PATIENT);
+        let request = ProcessorChargeRequest {
+            money,
+            ..request("auth-1", "tok_visa")
+        };
+        let authorization = processor.authorize(request).await.expect("authorize");
+        (processor, authorization)
+    }
+
     /// `POST` to the path that makes `kind`, with the `Idempotency-Key` if given: the status
     /// and the JSON body.
     pub(crate) async fn create(
@@ -182,9 +197,26 @@ impl TestSim {
         self.cancel(CHARGES, key).await
     }
 
-    /// `GET /v1/stats`: distinct charges the processor ever created.
+    /// `GET /v1/stats`: distinct charges the processor ever created, authorisations included.
     pub(crate) async fn charges_created(&self) -> u64 {
         self.created(CHARGES).await
+    }
+
+    /// `GET /v1/stats`: distinct authorisations the processor ever made.
+    pub(crate) async fn authorizations_created(&self) -> u64 {
+        self.stat("authorizations_created").await
+    }
+
+    /// `GET /v1/stats`, all of it.
+    pub(crate) async fn stats(&self) -> Value {
+        self.http
+            .get(self.url("/v1/stats"))
+            .send()
+            .await
+            .expect("GET /v1/stats")
+            .json()
+            .await
+            .expect("stats JSON")
     }
 
     /// `GET /v1/reports/settlement` with `query`: the status, the `Content-Type` and the body.
@@ -247,15 +279,7 @@ impl TestSim {
     }
 
     async fn stat(&self, name: &str) -> u64 {
-        let stats: serde_json::Value = self
-            .http
-            .get(self.url("/v1/stats"))
-            .send()
-            .await
-            .expect("GET /v1/stats")
-            .json()
-            .await
-            .expect("stats JSON");
+        let stats = self.stats().await;
         stats[name]
             .as_u64()
             .unwrap_or_else(|| panic!("no {name} in {stats}"))
@@ -328,7 +352,26 @@ pub(crate) fn refund_request(key: &str, charge_id: &str, money: Money) -> Proces
     }
 }
 
-/// The body of `POST /v1/refunds` for `amount` USD cents of the processor's charge `charge_id`.
+/// A capture of `money` of the processor's authorisation `charge_id` under `key`.
+pub(crate) fn capture_request(key: &str, charge_id: &str, money: Money) -> ProcessorCaptureRequest {
+    ProcessorCaptureRequest {
+        idempotency_key: key.to_owned(),
+        processor_charge_id: charge_id.to_owned(),
+        money,
+        metadata: metadata(&format!("cap_{key}")),
+    }
+}
+
+/// A void of the processor's authorisation `charge_id` under `key`.
+pub(crate) fn void_request(key: &str, charge_id: &str) -> ProcessorVoidRequest {
+    ProcessorVoidRequest {
+        idempotency_key: key.to_owned(),
+        processor_charge_id: charge_id.to_owned(),
+        metadata: metadata(&format!("void_{key}")),
+    }
+}
+
+/// A payout of `money` to `destination` under `key`.
 pub(crate) fn payout_request(key: &str, destination: &str, money: Money) -> ProcessorPayoutRequest {
     ProcessorPayoutRequest {
         idempotency_key: key.into(),
@@ -342,8 +385,19 @@ pub(crate) fn payout_body(destination: &str, amount: i64) -> Value {
     json!({"amount": amount, "currency": "USD", "destination": destination})
 }
 
+/// The body of `POST /v1/refunds` for `amount` USD cents of the processor's charge `charge_id`.
 pub(crate) fn refund_body(charge_id: &str, amount: i64) -> Value {
     json!({"charge": charge_id, "amount": amount, "currency": "USD"})
+}
+
+/// The body of `POST /v1/captures` for `amount` USD cents of the authorisation `charge_id`.
+pub(crate) fn capture_body(charge_id: &str, amount: i64) -> Value {
+    json!({"charge": charge_id, "amount": amount, "currency": "USD"})
+}
+
+/// The body of `POST /v1/voids` of the authorisation `charge_id`.
+pub(crate) fn void_body(charge_id: &str) -> Value {
+    json!({"charge": charge_id})
 }
 
 async fn answer(response: reqwest::Response) -> (StatusCode, Value) {

@@ -3,6 +3,7 @@
 //! to a fake processor instead, for answers `card-sim` never gives.
 
 mod cancel;
+mod captures;
 mod charges;
 mod helpers;
 mod lookup;

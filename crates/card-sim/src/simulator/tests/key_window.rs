@@ -3,7 +3,8 @@
 //! the traffic within the window.
 
 use payments_domain::{
-    Destination, ProcessorPayoutRequest, ProcessorRefundRequest, SettlementReport,
+    Destination, ProcessorCaptureRequest, ProcessorPayoutRequest, ProcessorRefundRequest,
+    ProcessorVoidRequest, SettlementReport, decline,
 };
 
 use super::*;
@@ -30,13 +31,16 @@ fn payout(key: &str) -> ProcessorPayoutRequest {
 }
 
 /// How many keys each book remembers and how many expiries it queues (`(keys, queued)`),
-/// and how many charges can be refunded.
-#[derive(Debug, PartialEq, Eq)]
+/// how many charges can be refunded and how many authorisations captured or voided.
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Remembered {
     charges: (usize, usize),
     refunds: (usize, usize),
+    captures: (usize, usize),
+    voids: (usize, usize),
     payouts: (usize, usize),
     refundable: usize,
+    capturable: usize,
 }
 
 fn remembered(sim: &InMemoryCardProcessor) -> Remembered {
@@ -44,8 +48,28 @@ fn remembered(sim: &InMemoryCardProcessor) -> Remembered {
     Remembered {
         charges: (state.charges.len(), state.charges.queued()),
         refunds: (state.refunds.len(), state.refunds.queued()),
+        captures: (state.captures.len(), state.captures.queued()),
+        voids: (state.voids.len(), state.voids.queued()),
         payouts: (state.payouts.len(), state.payouts.queued()),
         refundable: state.refundable.len(),
+        capturable: state.capturable.len(),
+    }
+}
+
+fn capture_of(key: &str, charge_id: &str) -> ProcessorCaptureRequest {
+    ProcessorCaptureRequest {
+        idempotency_key: key.into(),
+        processor_charge_id: charge_id.into(),
+        money: usd(100),
+        metadata: metadata(&format!("cap_{key}")),
+    }
+}
+
+fn void_of(key: &str, charge_id: &str) -> ProcessorVoidRequest {
+    ProcessorVoidRequest {
+        idempotency_key: key.into(),
+        processor_charge_id: charge_id.into(),
+        metadata: metadata(&format!("void_{key}")),
     }
 }
 
@@ -171,6 +195,7 @@ async fn memory_holds_only_the_keys_within_the_window() {
         refunds: (1_000, 1_000),
         payouts: (1_000, 1_000),
         refundable: 10_000,
+        ..Remembered::default()
     };
     assert_eq!(remembered(&sim), full);
 
@@ -186,9 +211,55 @@ async fn memory_holds_only_the_keys_within_the_window() {
         Remembered {
             charges: (1, 1),
             refunds: (1, 1),
-            payouts: (0, 0),
             refundable: 1,
+            ..Remembered::default()
         }
     );
     assert_eq!(sim.charges_created(), 10_001);
+}
+
+/// Three authorisations (one held, one captured, one voided) and their capture and void are
+/// forgotten once the window has passed: an authorisation's capture state goes with it, so
+/// that nothing can capture, void or refund it any more.
+#[tokio::test]
+async fn an_authorisation_is_forgotten_with_its_capture_state() {
+    let clock = ManualClock::at(2025, 3, 14, 10);
+    let sim = clock.simulator(WINDOW);
+    let mut authorized = Vec::new();
+    for key in ["held", "captured", "voided"] {
+        let authorization = sim.authorize(request(key, "tok_visa")).await;
+        authorized.push(authorization.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let [held, captured, voided] = &authorized[..] else {
+        panic!("three authorisations");
+    };
+    let capture = sim.capture(capture_of("c", &captured.id)).await;
+    let void = sim.void(void_of("v", &voided.id)).await;
+    assert!(capture.is_ok() && void.is_ok(), "{capture:?} {void:?}");
+    let within = Remembered {
+        charges: (3, 3),
+        captures: (1, 1),
+        voids: (1, 1),
+        refundable: 3,
+        capturable: 3,
+        ..Remembered::default()
+    };
+    assert_eq!(remembered(&sim), within);
+
+    clock.advance(WINDOW + SECOND);
+    assert_eq!(remembered(&sim), Remembered::default());
+    let capture = sim.capture(capture_of("c2", &held.id)).await;
+    let void = sim.void(void_of("v2", &held.id)).await;
+    let refund = sim.refund(refund_of("r", &captured.id)).await;
+    assert_eq!(decline_code(&capture), Some(decline::NOT_CAPTURABLE));
+    assert_eq!(decline_code(&void), Some(decline::NOT_CAPTURABLE));
+    assert_eq!(decline_code(&refund), Some("no_such_charge"));
+    assert_eq!(
+        (
+            sim.authorizations_created(),
+            sim.captures_created(),
+            sim.voids_created()
+        ),
+        (3, 1, 1)
+    );
 }

@@ -21,14 +21,6 @@ fn refund_of(key: &str, charge_id: &str, money: Money) -> ProcessorRefundRequest
     }
 }
 
-/// The `decline_code` of a declined call, `None` for any other result.
-fn decline_code<T>(result: &Result<T, ProcessorError>) -> Option<&str> {
-    match result {
-        Err(ProcessorError::Declined { decline_code, .. }) => Some(decline_code.as_str()),
-        _ => None,
-    }
-}
-
 #[tokio::test]
 async fn the_same_key_returns_the_same_refund_and_refunds_once() {
     let sim = InMemoryCardProcessor::default();
