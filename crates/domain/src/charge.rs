@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::card_number::{ReferenceRefusal, check_reference, contains_card_number};
-use crate::{ChargeId, Money, TenantId};
+use crate::{Capture, CaptureMethod, ChargeId, ManualCapture, Money, TenantId};
 
 /// The card token to charge (`tok_visa`): an opaque reference, never a card number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -89,6 +89,8 @@ pub struct ChargeRequest {
     pub money: Money,
     pub source: PaymentSource,
     pub description: Option<Description>,
+    /// Whether the processor captures at once or only authorises.
+    pub capture: CaptureMethod,
 }
 
 /// A charge the processor accepted, as it is stored and shown.
@@ -103,6 +105,60 @@ pub struct Charge {
     pub created_at: DateTime<Utc>,
     /// The sum of the charge's succeeded refunds, in its currency's minor units.
     pub amount_refunded: i64,
+    /// Where its money stands: captured when it was made, or held for a capture.
+    pub capture: Capture,
+}
+
+impl Charge {
+    /// The money taken: all of it for a charge captured when it was made, what its capture took
+    /// for a held one, and nothing while it is held or once it is canceled. Refunds draw on
+    /// this, never on the charge's amount.
+    pub fn money_captured(&self) -> Option<Money> {
+        match self.capture {
+            Capture::Automatic => Some(self.money),
+            Capture::Manual {
+                state: ManualCapture::Captured { amount },
+                ..
+            } => Some(Money::new(amount, self.money.currency)),
+            Capture::Manual { .. } => None,
+        }
+    }
+
+    /// This hold, captured for `amount`.
+    pub fn captured(&self, amount: crate::Amount) -> Self {
+        self.ending_hold(ManualCapture::Captured { amount })
+    }
+
+    /// This hold, canceled for `reason`.
+    pub fn canceled(&self, reason: Option<crate::CancellationReason>) -> Self {
+        self.ending_hold(ManualCapture::Canceled { reason })
+    }
+
+    /// This charge with its hold in `state` (a charge captured when it was made stays so).
+    fn ending_hold(&self, state: ManualCapture) -> Self {
+        let capture = match self.capture {
+            Capture::Manual { capture_before, .. } => Capture::Manual {
+                capture_before,
+                state,
+            },
+            Capture::Automatic => Capture::Automatic,
+        };
+        Self {
+            capture,
+            ..self.clone()
+        }
+    }
+
+    /// What a capture may still take: the whole amount while the charge is held, else 0.
+    pub fn amount_capturable(&self) -> i64 {
+        match self.capture {
+            Capture::Manual {
+                state: ManualCapture::RequiresCapture,
+                ..
+            } => self.money.amount.minor_units(),
+            _ => 0,
+        }
+    }
 }
 
 #[cfg(test)]

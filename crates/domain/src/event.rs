@@ -1,14 +1,25 @@
-//! The events written to the outbox: `payment.completed` with every successful charge,
-//! `payment.refunded` with every successful refund, `payout.paid` with every paid payout.
+//! The events written to the outbox: `payment.completed` with every successful charge (or
+//! capture of a held one), `payment.authorized` and `payment.canceled` with every hold made and
+//! voided, `payment.refunded` with every successful refund, `payout.paid` with every paid
+//! payout.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::{Charge, ChargeId, Currency, Money, Payout, PayoutId, Refund, RefundId, TenantId};
+use crate::{
+    CancellationReason, Charge, ChargeId, Currency, Money, Payout, PayoutId, Refund, RefundId,
+    TenantId,
+};
 
 /// The event type name of a charge on the wire.
 pub const PAYMENT_COMPLETED: &str = "payment.completed";
+
+/// The event type name of a hold made on a card (a charge made with `"capture": false`).
+pub const PAYMENT_AUTHORIZED: &str = "payment.authorized";
+
+/// The event type name of a hold voided (canceled, or expired).
+pub const PAYMENT_CANCELED: &str = "payment.canceled";
 
 /// The event type name of a refund on the wire.
 pub const PAYMENT_REFUNDED: &str = "payment.refunded";
@@ -23,13 +34,17 @@ pub enum EventType {
     PaymentCompleted,
     PaymentRefunded,
     PayoutPaid,
+    PaymentAuthorized,
+    PaymentCanceled,
 }
 
 impl EventType {
-    pub const ALL: [Self; 3] = [
+    pub const ALL: [Self; 5] = [
         Self::PaymentCompleted,
         Self::PaymentRefunded,
         Self::PayoutPaid,
+        Self::PaymentAuthorized,
+        Self::PaymentCanceled,
     ];
 
     /// The name on the wire, in the stream and in the outbox.
@@ -38,6 +53,8 @@ impl EventType {
             Self::PaymentCompleted => PAYMENT_COMPLETED,
             Self::PaymentRefunded => PAYMENT_REFUNDED,
             Self::PayoutPaid => PAYOUT_PAID,
+            Self::PaymentAuthorized => PAYMENT_AUTHORIZED,
+            Self::PaymentCanceled => PAYMENT_CANCELED,
         }
     }
 
@@ -72,6 +89,12 @@ impl<T> Event<T> {
 
 /// A charge succeeded.
 pub type PaymentCompleted = Event<Payment>;
+
+/// A hold was made on a card: the charge, and the money it holds.
+pub type PaymentAuthorized = Event<Payment>;
+
+/// A hold was voided: the charge, the money it held, and why.
+pub type PaymentCanceled = Event<Canceled>;
 
 /// A refund succeeded: the refund, and the part of its charge it gave back.
 pub type PaymentRefunded = Event<Refunded>;
@@ -135,6 +158,46 @@ impl PaymentRefunded {
     }
 }
 
+/// The payload of `payment.canceled`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Canceled {
+    #[serde(flatten)]
+    pub payment: Payment,
+    pub cancellation_reason: Option<&'static str>,
+}
+
+impl PaymentCompleted {
+    /// The capture of a held charge: the money it took, when it took it. Consumers of
+    /// `payment.completed` see a captured hold as they see a charge captured at once.
+    pub fn for_capture(charge: &Charge, captured: Money, at: DateTime<Utc>) -> Self {
+        Self::new(Payment::of(charge.id, &charge.tenant, captured, at))
+    }
+}
+
+impl PaymentAuthorized {
+    pub fn for_authorization(charge: &Charge) -> Self {
+        Self::new(Payment::of(
+            charge.id,
+            &charge.tenant,
+            charge.money,
+            charge.created_at,
+        ))
+    }
+}
+
+impl PaymentCanceled {
+    pub fn for_cancel(
+        charge: &Charge,
+        reason: Option<CancellationReason>,
+        at: DateTime<Utc>,
+    ) -> Self {
+        Self::new(Canceled {
+            payment: Payment::of(charge.id, &charge.tenant, charge.money, at),
+            cancellation_reason: reason.map(CancellationReason::name),
+        })
+    }
+}
+
 /// The payload of `payout.paid`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PaidOut {
@@ -194,6 +257,7 @@ mod tests {
             processor_charge_id: "sim_1".into(),
             created_at: at,
             amount_refunded: 0,
+            capture: crate::Capture::Automatic,
         };
         let completed = serde_json::to_value(PaymentCompleted::for_charge(&charge))?;
         assert_eq!(completed["schema_version"], 1);

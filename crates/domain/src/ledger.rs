@@ -106,6 +106,16 @@ impl LedgerTransaction {
         )
     }
 
+    /// The capture of a held charge: what it took, as a charge captured at once posts all of
+    /// its amount. The hold itself was never posted: held money is no one's yet.
+    pub fn for_capture(captured: Money) -> Self {
+        Self::moving(
+            captured,
+            Account::CustomerPayments,
+            Account::ProcessorReceivable,
+        )
+    }
+
     /// A refund reverses its part of the charge's transaction: the processor owes that much
     /// less, and the tenant gave it back.
     pub fn for_refund(refund: &Refund) -> Self {
@@ -237,6 +247,7 @@ mod tests {
             processor_charge_id: "sim_1".into(),
             created_at: Utc::now(),
             amount_refunded: 0,
+            capture: crate::Capture::Automatic,
         };
         let tx = LedgerTransaction::for_charge(&charge);
         let sum: i64 = tx.entries().iter().map(|e| e.amount).sum();

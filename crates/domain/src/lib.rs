@@ -6,6 +6,7 @@
 //! never zero or negative, a ledger transaction always balances. It performs no I/O and must not
 //! import axum, sqlx, redis or any other crate of the workspace.
 
+mod capture;
 mod card_number;
 mod charge;
 mod event;
@@ -19,12 +20,17 @@ mod refund;
 mod resolution;
 mod settlement;
 
+pub use capture::{
+    CancelRequest, CancellationReason, Capture, CaptureMethod, CaptureRequest, ManualCapture,
+    ProcessorCapture, ProcessorCaptureRequest, ProcessorVoid, ProcessorVoidRequest, decline,
+};
 pub use card_number::{contains_card_number, mask_card_numbers};
 pub use charge::{
     Charge, ChargeRequest, Description, DescriptionError, PaymentSource, SourceError,
 };
 pub use event::{
-    Event, EventType, PAYMENT_COMPLETED, PAYMENT_REFUNDED, PAYOUT_PAID, PaidOut, Payment,
+    Canceled, Event, EventType, PAYMENT_AUTHORIZED, PAYMENT_CANCELED, PAYMENT_COMPLETED,
+    PAYMENT_REFUNDED, PAYOUT_PAID, PaidOut, Payment, PaymentAuthorized, PaymentCanceled,
     PaymentCompleted, PaymentRefunded, PayoutPaid, Refunded,
 };
 pub use ids::{ChargeId, EventId, ExceptionId, IdError, PayoutId, RefundId, TenantId};

@@ -11,7 +11,11 @@
 
 use async_trait::async_trait;
 
-use crate::{Money, PaymentSource, ProcessorMetadata, ProcessorRefund, ProcessorRefundRequest};
+use crate::{
+    CaptureMethod, Money, PaymentSource, ProcessorCapture, ProcessorCaptureRequest,
+    ProcessorMetadata, ProcessorRefund, ProcessorRefundRequest, ProcessorVoid,
+    ProcessorVoidRequest,
+};
 
 /// A charge to create at the processor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,12 +28,15 @@ pub struct ProcessorChargeRequest {
     pub metadata: ProcessorMetadata,
 }
 
-/// The status a processor reports for a charge. Only `Succeeded` is ever recorded.
+/// The status a processor reports for a charge. Only `Succeeded` is ever recorded, and
+/// `RequiresCapture` for an authorisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProcessorChargeStatus {
     Succeeded,
     Pending,
     Failed,
+    /// Authorised, and held until it is captured or voided.
+    RequiresCapture,
 }
 
 impl ProcessorChargeStatus {
@@ -39,6 +46,7 @@ impl ProcessorChargeStatus {
             Self::Succeeded => "succeeded",
             Self::Pending => "pending",
             Self::Failed => "failed",
+            Self::RequiresCapture => "requires_capture",
         }
     }
 
@@ -48,6 +56,7 @@ impl ProcessorChargeStatus {
             "succeeded" => Some(Self::Succeeded),
             "pending" => Some(Self::Pending),
             "failed" => Some(Self::Failed),
+            "requires_capture" => Some(Self::RequiresCapture),
             _ => None,
         }
     }
@@ -65,7 +74,7 @@ pub struct ProcessorCharge {
 /// Why a charge or a refund the processor reported is not the one the request asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProcessorMismatch {
-    #[error("the processor reported {id} as {status}, not succeeded")]
+    #[error("the processor reported {id} as {status}, not as the call asked")]
     NotSucceeded { id: String, status: &'static str },
     #[error("the processor reported {id} for {reported}, the request was for {requested}")]
     Money {
@@ -101,7 +110,24 @@ impl ProcessorMismatch {
         reported: Money,
         requested: Money,
     ) -> Result<(), Self> {
-        if status != ProcessorChargeStatus::Succeeded {
+        Self::check_as(
+            ProcessorChargeStatus::Succeeded,
+            id,
+            status,
+            reported,
+            requested,
+        )
+    }
+
+    /// [`ProcessorMismatch::check`], for a call that ends in the status `expected`.
+    fn check_as(
+        expected: ProcessorChargeStatus,
+        id: &str,
+        status: ProcessorChargeStatus,
+        reported: Money,
+        requested: Money,
+    ) -> Result<(), Self> {
+        if status != expected {
             return Err(Self::NotSucceeded {
                 id: id.to_owned(),
                 status: status.as_str(),
@@ -123,6 +149,20 @@ impl ProcessorCharge {
     /// amount and currency. Anything else must never reach the ledger.
     pub fn confirms(&self, requested: Money) -> Result<(), ProcessorMismatch> {
         ProcessorMismatch::check(&self.id, self.status, self.money, requested)
+    }
+
+    /// [`ProcessorCharge::confirms`] for a charge made with `method`: an authorisation is
+    /// accepted only as `requires_capture`, for exactly the money asked to be held.
+    pub fn confirms_as(
+        &self,
+        method: CaptureMethod,
+        requested: Money,
+    ) -> Result<(), ProcessorMismatch> {
+        let expected = match method {
+            CaptureMethod::Automatic => ProcessorChargeStatus::Succeeded,
+            CaptureMethod::Manual => ProcessorChargeStatus::RequiresCapture,
+        };
+        ProcessorMismatch::check_as(expected, &self.id, self.status, self.money, requested)
     }
 }
 
@@ -204,6 +244,39 @@ pub trait CardProcessor: Send + Sync + std::fmt::Debug + 'static {
         &self,
         idempotency_key: &str,
     ) -> Result<CancelOutcome<ProcessorRefund>, ProcessorError>;
+
+    /// Authorises the charge without capturing it (its status `requires_capture`), or returns
+    /// the one already made under the same key. Charge keys and authorisation keys are one
+    /// kind: [`CardProcessor::cancel`] settles either.
+    async fn authorize(
+        &self,
+        request: ProcessorChargeRequest,
+    ) -> Result<ProcessorCharge, ProcessorError>;
+
+    /// Captures an authorisation, or returns the capture already made under the same key. An
+    /// authorisation is captured at most once, and never once voided: a capture its state
+    /// forbids is [`ProcessorError::Declined`] with one of [`crate::decline`]'s codes.
+    async fn capture(
+        &self,
+        request: ProcessorCaptureRequest,
+    ) -> Result<ProcessorCapture, ProcessorError>;
+
+    /// Settles a capture key for good, as [`CardProcessor::cancel`] does a charge key.
+    async fn cancel_capture(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorCapture>, ProcessorError>;
+
+    /// Voids an authorisation, or returns the void already made under the same key. Never
+    /// once captured: that is [`ProcessorError::Declined`] with one of [`crate::decline`]'s
+    /// codes.
+    async fn void(&self, request: ProcessorVoidRequest) -> Result<ProcessorVoid, ProcessorError>;
+
+    /// Settles a void key for good, as [`CardProcessor::cancel`] does a charge key.
+    async fn cancel_void(
+        &self,
+        idempotency_key: &str,
+    ) -> Result<CancelOutcome<ProcessorVoid>, ProcessorError>;
 }
 
 #[cfg(test)]
