@@ -7,7 +7,10 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use payments_domain::{Account, Charge, ChargeId, Currency, Description, PaymentSource, TenantId};
+use payments_domain::{
+    Account, Amount, CancellationReason, Capture, Charge, ChargeId, Currency, Description,
+    ManualCapture, PaymentSource, TenantId,
+};
 use payments_idempotency_sql::Connection;
 use uuid::Uuid;
 
@@ -108,10 +111,44 @@ pub(crate) struct ChargeRow {
     pub processor_charge_id: String,
     pub created_at: DateTime<Utc>,
     pub amount_refunded: i64,
+    pub capture_status: Option<String>,
+    pub capture_before: Option<DateTime<Utc>>,
+    pub amount_captured: Option<i64>,
+    pub cancellation_reason: Option<String>,
 }
 
 impl ChargeRow {
+    /// Where the charge's money stands, from its capture columns (`charges_held_until` and
+    /// `charges_captured_within_amount` keep them consistent).
+    fn capture(&self) -> Result<Capture, StoreError> {
+        let Some(capture_before) = self.capture_before else {
+            return Ok(Capture::Automatic);
+        };
+        let state = match (self.capture_status.as_deref(), self.amount_captured) {
+            (Some("requires_capture"), _) => ManualCapture::RequiresCapture,
+            (Some("captured"), Some(captured)) => ManualCapture::Captured {
+                amount: Amount::new(captured).map_err(|_| corrupt("amount_captured", captured))?,
+            },
+            (Some("canceled"), _) => ManualCapture::Canceled {
+                reason: self
+                    .cancellation_reason
+                    .as_deref()
+                    .map(|name| {
+                        CancellationReason::from_name(name)
+                            .ok_or_else(|| corrupt("cancellation_reason", name))
+                    })
+                    .transpose()?,
+            },
+            (status, _) => return Err(corrupt("capture_status", status)),
+        };
+        Ok(Capture::Manual {
+            capture_before,
+            state,
+        })
+    }
+
     pub(crate) fn into_charge(self) -> Result<Charge, StoreError> {
+        let capture = self.capture()?;
         Ok(Charge {
             id: ChargeId::from_uuid(self.id),
             tenant: TenantId::new(self.tenant_id),
@@ -126,6 +163,7 @@ impl ChargeRow {
             processor_charge_id: self.processor_charge_id,
             created_at: self.created_at,
             amount_refunded: self.amount_refunded,
+            capture,
         })
     }
 }
@@ -151,18 +189,18 @@ fn balance_from_row(
 
 const CHARGE: &str = "
 SELECT id, tenant_id, amount, currency, source, description, processor_charge_id, created_at,
-       amount_refunded
+       amount_refunded, capture_status, capture_before, amount_captured, cancellation_reason
 FROM charges WHERE tenant_id = $1 AND id = $2";
 
 const CHARGES: &str = "
 SELECT id, tenant_id, amount, currency, source, description, processor_charge_id, created_at,
-       amount_refunded
+       amount_refunded, capture_status, capture_before, amount_captured, cancellation_reason
 FROM charges WHERE tenant_id = $1
 ORDER BY created_at DESC, id DESC LIMIT $2";
 
 const CHARGES_AFTER: &str = "
 SELECT id, tenant_id, amount, currency, source, description, processor_charge_id, created_at,
-       amount_refunded
+       amount_refunded, capture_status, capture_before, amount_captured, cancellation_reason
 FROM charges WHERE tenant_id = $1 AND (created_at, id) < ($2, $3)
 ORDER BY created_at DESC, id DESC LIMIT $4";
 

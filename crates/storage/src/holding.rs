@@ -26,10 +26,12 @@ INSERT INTO balance_locks (tenant_id, currency) VALUES ($1, $2)
 ON CONFLICT (tenant_id, currency) DO UPDATE SET currency = excluded.currency";
 
 /// The tenant's (`$1`) funds per currency (in `$2` only, unless it is `NULL`), as rows of
-/// currency, available and pending, in one statement, so that they are read from one
-/// snapshot. The sums are cast back to bigints (PostgreSQL sums bigints as numeric).
+/// currency, available, pending and authorized, in one statement, so that they are read from
+/// one snapshot. The sums are cast back to bigints (PostgreSQL sums bigints as numeric).
 pub(crate) const FUNDS: &str = "
-SELECT currency, CAST(sum(available) AS BIGINT), CAST(sum(pending) AS BIGINT) FROM funds
+SELECT currency, CAST(sum(available) AS BIGINT), CAST(sum(pending) AS BIGINT),
+       CAST(sum(authorized) AS BIGINT)
+FROM funds
 WHERE tenant_id = $1 AND ($2 IS NULL OR currency = $2)
 GROUP BY currency ORDER BY currency";
 
@@ -45,10 +47,10 @@ pub(crate) async fn lock_available(
         .bind(currency.code())
         .execute(connection)
         .await?;
-    let funds: Option<(String, i64, i64)> = Sql::new(FUNDS)
+    let funds: Option<(String, i64, i64, i64)> = Sql::new(FUNDS)
         .bind(tenant)
         .bind(Some(currency.code()))
         .fetch_optional(connection)
         .await?;
-    Ok(funds.map_or(0, |(_, available, _)| available))
+    Ok(funds.map_or(0, |(_, available, _, _)| available))
 }

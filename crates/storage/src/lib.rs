@@ -10,6 +10,7 @@
 //! any HTTP type, nor Redis: the outbox relay publishes through a port, [`EventSink`], which
 //! `payments-redis` implements.
 
+pub mod captures;
 mod charges;
 mod database;
 mod error;

@@ -112,6 +112,9 @@ pub struct Funds {
     pub available: i64,
     /// What payouts in flight hold.
     pub pending: i64,
+    /// What the tenant's charges made with `"capture": false` hold on cards and have not yet
+    /// captured or canceled: never available, never pending, not yet the tenant's.
+    pub authorized: i64,
 }
 
 /// A `payouts` row.
@@ -159,14 +162,17 @@ fn payout_page(rows: Vec<PayoutRow>, limit: u32) -> Result<PayoutPage, StoreErro
     Ok(PayoutPage { payouts, has_more })
 }
 
-/// One row of the funds query: currency, available and pending.
-fn funds_from_row((currency, available, pending): (String, i64, i64)) -> Result<Funds, StoreError> {
+/// One row of the funds query: currency, available, pending and authorized.
+fn funds_from_row(
+    (currency, available, pending, authorized): (String, i64, i64, i64),
+) -> Result<Funds, StoreError> {
     Ok(Funds {
         currency: currency
             .parse()
             .map_err(|_| corrupt("currency", &currency))?,
         available,
         pending,
+        authorized,
     })
 }
 
@@ -344,7 +350,7 @@ impl PayoutRepository for DatabaseStore {
 
     async fn funds(&self, tenant: &TenantId) -> Result<Vec<Funds>, StoreError> {
         let mut connection = self.acquire().await?;
-        let rows: Vec<(String, i64, i64)> = Sql::new(FUNDS)
+        let rows: Vec<(String, i64, i64, i64)> = Sql::new(FUNDS)
             .bind(tenant.as_str())
             .bind(None::<&str>)
             .fetch_all(&mut connection.connection())

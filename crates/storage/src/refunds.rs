@@ -100,6 +100,9 @@ pub enum RefundRefusal {
     NoSuchCharge,
     /// No amount was asked for, and nothing of the charge is left to refund.
     NothingLeft,
+    /// The charge only holds its money (it was made with `"capture": false`) and was not
+    /// captured: nothing of it was taken, so nothing can be given back.
+    NotCaptured,
     /// The amount asked for is more than is left to refund (`refundable`, possibly 0).
     TooLarge { refundable: i64 },
     /// The refund would take more than the tenant's balance has available (what its pending
@@ -194,6 +197,21 @@ pub(crate) struct RefundableRow {
     pub currency: String,
     pub amount_reserved: i64,
     pub processor_charge_id: String,
+    /// `None` for a charge captured when it was made.
+    pub capture_status: Option<String>,
+    pub amount_captured: Option<i64>,
+}
+
+impl RefundableRow {
+    /// What refunds may draw on: the charge's amount, or what its capture took; a hold that is
+    /// not captured (or was canceled) has nothing to give back.
+    fn refundable(&self) -> Result<i64, RefundRefusal> {
+        match (self.capture_status.as_deref(), self.amount_captured) {
+            (None, _) => Ok(self.amount),
+            (Some("captured"), Some(captured)) => Ok(captured),
+            _ => Err(RefundRefusal::NotCaptured),
+        }
+    }
 }
 
 /// A page of refunds, like [`charge_page`].
@@ -215,11 +233,13 @@ WHERE r.id = $1";
 /// holds the whole database already).
 const REFUNDABLE_CHARGE: Each = Each {
     postgres: "
-SELECT amount, currency, amount_reserved, processor_charge_id
+SELECT amount, currency, amount_reserved, processor_charge_id, capture_status,
+       amount_captured
 FROM charges WHERE tenant_id = $1 AND id = $2
 FOR UPDATE",
     sqlite: "
-SELECT amount, currency, amount_reserved, processor_charge_id
+SELECT amount, currency, amount_reserved, processor_charge_id, capture_status,
+       amount_captured
 FROM charges WHERE tenant_id = $1 AND id = $2",
 };
 
@@ -321,11 +341,13 @@ impl RefundRepository for DatabaseStore {
         let Some(charge) = charge else {
             return Ok(Reservation::Refused(RefundRefusal::NoSuchCharge));
         };
-        let amount =
-            match RefundRefusal::judge(charge.amount, charge.amount_reserved, request.amount) {
-                Ok(amount) => amount,
-                Err(refusal) => return Ok(Reservation::Refused(refusal)),
-            };
+        let judged = charge.refundable().and_then(|refundable| {
+            RefundRefusal::judge(refundable, charge.amount_reserved, request.amount)
+        });
+        let amount = match judged {
+            Ok(amount) => amount,
+            Err(refusal) => return Ok(Reservation::Refused(refusal)),
+        };
         let money = money(amount.minor_units(), &charge.currency)?;
         // The charge allows it; the balance must too, or the tenant's other reservations would
         // lose what they hold.

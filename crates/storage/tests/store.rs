@@ -372,6 +372,7 @@ fn charge_for(claimed: &Claimed) -> Charge {
         processor_charge_id: format!("sim_{}", claimed.attempt.0),
         created_at: Utc::now(),
         amount_refunded: 0,
+        capture: payments_domain::Capture::Automatic,
     }
 }
 
@@ -2005,6 +2006,7 @@ mod floors {
             processor_charge_id: "sim_floor".into(),
             created_at: Utc::now(),
             amount_refunded: 0,
+            capture: payments_domain::Capture::Automatic,
         };
         let done = db
             .store
