@@ -86,6 +86,9 @@ pub struct IdempotencySettings {
 #[serde(deny_unknown_fields)]
 pub struct ProcessorSettings {
     pub key_window_secs: u64,
+    /// How long a charge made with `"capture": false` holds its money before it can no longer
+    /// be captured.
+    pub authorization_window_secs: u64,
     pub url: String,
     pub timeout_ms: u64,
     pub settle_after_ms: u64,
@@ -125,6 +128,7 @@ pub struct WorkersSettings {
     pub outbox_retention_secs: u64,
     /// `HH:MM` (UTC), `auto` or `off`.
     pub reconcile_at: String,
+    pub hold_expiry_interval_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -190,6 +194,8 @@ pub struct ValidSettings {
     pub processor_timeout: Duration,
     /// How long the processor remembers its keys; the in-process simulator is given it.
     pub processor_key_window: Duration,
+    /// How long a hold may wait for its capture (its `capture_before`, from when it is made).
+    pub authorization_window: Duration,
     pub workers: WorkerSettings,
     /// `None` when Redis is disabled (an empty `redis.url`).
     pub redis: Option<ValidRedis>,
@@ -389,6 +395,13 @@ impl Settings {
                  working on when the service gives up has finished before the completer asks",
             ));
         }
+        let authorization_window = Duration::from_secs(self.processor.authorization_window_secs);
+        if authorization_window.is_zero() {
+            return Err(invalid(
+                "processor.authorization_window_secs",
+                "must be more than 0: a hold no capture can ever take is a cancel",
+            ));
+        }
         let processor_url = match self.processor.url.trim() {
             "" => None,
             url if url.starts_with("http://") || url.starts_with("https://") => {
@@ -424,6 +437,12 @@ impl Settings {
             return Err(invalid(
                 "workers",
                 "relay_interval_ms and relay_batch_size must be more than 0",
+            ));
+        }
+        if w.hold_expiry_interval_ms == 0 {
+            return Err(invalid(
+                "workers.hold_expiry_interval_ms",
+                "must be more than 0",
             ));
         }
         if w.outbox_retention_secs == 0 {
@@ -535,6 +554,7 @@ impl Settings {
             relay_batch: i64::from(w.relay_batch_size),
             outbox_retention: Duration::from_secs(w.outbox_retention_secs),
             reconcile_at: reconcile_at(&w.reconcile_at, &database)?,
+            hold_expiry_interval: Duration::from_millis(w.hold_expiry_interval_ms),
         };
         let api_keys = api_keys(&self.auth.api_keys, &self.auth.operator_keys)?;
         let demo_keys = demo_keys(&self.auth);
@@ -585,6 +605,7 @@ impl Settings {
             processor_url,
             processor_timeout,
             processor_key_window: Duration::from_secs(self.processor.key_window_secs),
+            authorization_window,
             workers,
             redis,
             demo_keys_exposed,

@@ -112,6 +112,7 @@ pub async fn run() -> Result<(), StartupError> {
         settings.limits,
         settings.recent_answers_bytes,
         cache,
+        settings.authorization_window,
     );
     state.events = events.map(Arc::new);
     state.metrics = metrics::install();
@@ -265,6 +266,7 @@ pub async fn reconcile(date: chrono::NaiveDate, json: bool) -> Result<Reconciled
         settings.limits,
         0,
         None,
+        settings.authorization_window,
     );
     let run = state
         .reconciler()

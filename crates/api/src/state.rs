@@ -1,6 +1,7 @@
 //! The state every handler shares.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use payments_idempotency::engine::{Engine, RecentAnswers, ResponseCache};
@@ -46,7 +47,7 @@ pub struct AppState {
 impl AppState {
     /// The state over `store` and `processor`, its engine holding up to
     /// `recent_answers_bytes` of recent answers (none if 0) before `cache`, the Redis replay
-    /// cache if any.
+    /// cache if any; a hold may wait `authorization_window` for its capture.
     pub fn new(
         store: Arc<dyn Store>,
         processor: Arc<dyn Processor>,
@@ -54,9 +55,10 @@ impl AppState {
         limits: Limits,
         recent_answers_bytes: usize,
         cache: Option<ReplayCache>,
+        authorization_window: Duration,
     ) -> Self {
         let settlement: Arc<dyn SettlementReport> = processor.clone();
-        let ports = Ports::new(Arc::clone(&store), processor);
+        let ports = Ports::new(Arc::clone(&store), processor, authorization_window);
         let operations = Operations::new(&ports);
         let cache = cache.map(Arc::new);
         let engine = store

@@ -13,14 +13,14 @@ use axum::routing::get;
 use axum::{Json, Router};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use payments_domain::{
-    Charge, ChargeId, ChargeRequest, PaymentSource, ProcessorCharge, ProcessorChargeRequest,
-    ProcessorMetadata, SourceError, TenantId,
+    Capture, CaptureMethod, Charge, ChargeId, ChargeRequest, ManualCapture, PaymentSource,
+    ProcessorCharge, ProcessorChargeRequest, ProcessorMetadata, SourceError, TenantId,
 };
 use payments_idempotency::engine::{
     EffectError, FinishesInBatches, Operation, Owner, Prepared, Preparing, ProtocolError, Settled,
 };
 use payments_idempotency::{SchemaVersion, StoredResponse};
-use payments_storage::{ListCharges, StoreError, Transaction};
+use payments_storage::{ListCharges, StoreError, Transaction, captures};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -90,16 +90,18 @@ impl Operation for CreateCharge {
         effect_key: &str,
     ) -> Result<ProcessorCharge, EffectError> {
         let request = &planned.request;
-        self.0
-            .processor
-            .charge(ProcessorChargeRequest {
-                idempotency_key: effect_key.to_owned(),
-                money: request.money,
-                source: request.source.clone(),
-                metadata: ProcessorMetadata::charge(planned.tenant.clone(), planned.id),
-            })
-            .await
-            .map_err(effect_error)
+        let call = ProcessorChargeRequest {
+            idempotency_key: effect_key.to_owned(),
+            money: request.money,
+            source: request.source.clone(),
+            metadata: ProcessorMetadata::charge(planned.tenant.clone(), planned.id),
+        };
+        let processor = &self.0.processor;
+        match request.capture {
+            CaptureMethod::Automatic => processor.charge(call).await,
+            CaptureMethod::Manual => processor.authorize(call).await,
+        }
+        .map_err(effect_error)
     }
 
     async fn settle(&self, effect_key: &str) -> Result<Settled<ProcessorCharge>, EffectError> {
@@ -112,7 +114,7 @@ impl Operation for CreateCharge {
 
     fn confirms(charge: &ProcessorCharge, planned: &PlannedCharge) -> Result<(), String> {
         charge
-            .confirms(planned.request.money)
+            .confirms_as(planned.request.capture, planned.request.money)
             .map_err(|e| e.to_string())
     }
 
@@ -147,6 +149,15 @@ impl FinishesInBatches for CreateCharge {
         processor_charge_id: String,
     ) -> Result<(Charge, StoredResponse), ProtocolError> {
         let request = &planned.request;
+        let created_at = now_to_the_microsecond();
+        let capture = match request.capture {
+            CaptureMethod::Automatic => Capture::Automatic,
+            CaptureMethod::Manual => Capture::held_until(
+                created_at
+                    + TimeDelta::from_std(self.0.authorization_window)
+                        .map_err(|e| ProtocolError::Internal(e.into()))?,
+            ),
+        };
         let charge = Charge {
             id: planned.id,
             tenant: planned.tenant.clone(),
@@ -154,8 +165,9 @@ impl FinishesInBatches for CreateCharge {
             source: request.source.clone(),
             description: request.description.clone(),
             processor_charge_id,
-            created_at: now_to_the_microsecond(),
+            created_at,
             amount_refunded: 0,
+            capture,
         };
         let response = created_response(&charge)?;
         if failpoint::fails(Failure::Finish) {
@@ -169,9 +181,17 @@ impl FinishesInBatches for CreateCharge {
         transaction: &mut Transaction,
         charges: &[&Charge],
     ) -> Result<(), ProtocolError> {
-        match charges {
+        // Holds are written one at a time: a batch statement writes charges captured at once.
+        let (captured, held): (Vec<&Charge>, Vec<&Charge>) = charges
+            .iter()
+            .partition(|charge| charge.capture == Capture::Automatic);
+        match captured.as_slice() {
+            [] => {}
             [charge] => self.0.store.insert_charge(transaction, charge).await?,
-            _ => self.0.store.insert_charges(transaction, charges).await?,
+            _ => self.0.store.insert_charges(transaction, &captured).await?,
+        }
+        for charge in held {
+            captures::insert_hold(transaction, charge).await?;
         }
         failpoint::in_batch_of_finishes(charges.len());
         Ok(())
@@ -259,6 +279,10 @@ pub struct CreateChargeBody {
     pub source: String,
     #[serde(default)]
     pub description: Option<String>,
+    /// `false` only authorises: the charge holds its money until it is captured
+    /// (`POST /charges/{id}/capture`) or canceled. Absent or `true` captures at once.
+    #[serde(default)]
+    pub capture: Option<bool>,
 }
 
 impl CreateChargeBody {
@@ -276,6 +300,11 @@ impl CreateChargeBody {
         let mut body = money_json(&request.money);
         body.insert("source".into(), request.source.as_str().into());
         insert_description(&mut body, request.description.as_ref());
+        // Only a hold names its capture: a charge captured at once keeps the canonical body
+        // (and so the fingerprint) it had before holds existed, whichever build computes it.
+        if request.capture == CaptureMethod::Manual {
+            body.insert("capture".into(), false.into());
+        }
         Value::Object(body)
     }
 }
@@ -289,10 +318,15 @@ impl TryFrom<CreateChargeBody> for ChargeRequest {
             SourceError::CardNumber => card_number("source", &e),
             SourceError::NotAToken => invalid_field("source", &e),
         })?;
+        let capture = match body.capture {
+            Some(false) => CaptureMethod::Manual,
+            Some(true) | None => CaptureMethod::Automatic,
+        };
         Ok(ChargeRequest {
             money,
             source,
             description: description_field(body.description)?,
+            capture,
         })
     }
 }
@@ -314,6 +348,51 @@ pub(crate) struct ChargeView {
     /// The sum of the charge's succeeded refunds: 0 in the 201 and its replays, which are the
     /// bytes of the moment the charge was made.
     pub amount_refunded: i64,
+    /// The fields of a hold (a charge made with `"capture": false`), absent from a charge
+    /// captured at once, whose view is what it was before holds existed, byte for byte.
+    #[serde(flatten)]
+    pub hold: Option<HoldView>,
+}
+
+/// What a hold shows beside the charge's own fields, as Stripe names them.
+#[derive(Debug, Serialize)]
+pub(crate) struct HoldView {
+    /// Whether its money was taken.
+    pub captured: bool,
+    /// What a capture may still take: the whole amount while held, else 0.
+    pub amount_capturable: i64,
+    /// What its capture took; 0 until then, and for good once canceled.
+    pub amount_captured: i64,
+    /// RFC 3339: after it, the hold can no longer be captured, and is canceled.
+    pub capture_before: String,
+    /// Why it was canceled, once it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancellation_reason: Option<&'static str>,
+}
+
+impl HoldView {
+    fn of(charge: &Charge) -> Option<Self> {
+        let Capture::Manual {
+            capture_before,
+            state,
+        } = charge.capture
+        else {
+            return None;
+        };
+        let cancellation_reason = match state {
+            ManualCapture::Canceled { reason } => reason.map(|r| r.name()),
+            _ => None,
+        };
+        Some(Self {
+            captured: matches!(state, ManualCapture::Captured { .. }),
+            amount_capturable: charge.amount_capturable(),
+            amount_captured: charge
+                .money_captured()
+                .map_or(0, |money| money.amount.minor_units()),
+            capture_before: timestamp(capture_before),
+            cancellation_reason,
+        })
+    }
 }
 
 impl From<&Charge> for ChargeView {
@@ -325,10 +404,11 @@ impl From<&Charge> for ChargeView {
             currency: charge.money.currency.code(),
             source: charge.source.as_str().to_owned(),
             description: charge.description.as_ref().map(|d| d.as_str().to_owned()),
-            status: "succeeded",
+            status: charge.capture.status(),
             processor_charge_id: charge.processor_charge_id.clone(),
             created_at: timestamp(charge.created_at),
             amount_refunded: charge.amount_refunded,
+            hold: HoldView::of(charge),
         }
     }
 }

@@ -3,12 +3,16 @@
 //! one's resource: its routes, the body a client sends and the view it reads back. Adding an
 //! operation is its module, a field of [`Operations`] and its line in [`routes`].
 
+pub(crate) mod cancel;
+pub(crate) mod capture;
 pub(crate) mod charge;
+mod hold;
 pub(crate) mod payout;
 pub(crate) mod refund;
 pub(crate) mod resolve;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use payments_domain::{
@@ -20,6 +24,8 @@ use payments_storage::{Store, Transaction};
 use serde::Serialize;
 
 use crate::AppState;
+use cancel::CancelCharge;
+use capture::CaptureCharge;
 use charge::CreateCharge;
 use payout::CreatePayout;
 use refund::CreateRefund;
@@ -48,11 +54,21 @@ impl<P: CardProcessor + PayoutProcessor + SettlementReport> Processor for P {}
 pub(crate) struct Ports {
     store: Arc<dyn Store>,
     processor: Arc<dyn Processor>,
+    /// How long a hold may wait for its capture.
+    authorization_window: Duration,
 }
 
 impl Ports {
-    pub(crate) fn new(store: Arc<dyn Store>, processor: Arc<dyn Processor>) -> Self {
-        Self { store, processor }
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        processor: Arc<dyn Processor>,
+        authorization_window: Duration,
+    ) -> Self {
+        Self {
+            store,
+            processor,
+            authorization_window,
+        }
     }
 }
 
@@ -60,6 +76,8 @@ impl Ports {
 #[derive(Debug, Clone)]
 pub(crate) struct Operations {
     pub(crate) charges: Arc<Idempotent<CreateCharge>>,
+    pub(crate) captures: Arc<Idempotent<CaptureCharge>>,
+    pub(crate) cancels: Arc<Idempotent<CancelCharge>>,
     pub(crate) refunds: Arc<Idempotent<CreateRefund>>,
     pub(crate) payouts: Arc<Idempotent<CreatePayout>>,
     pub(crate) resolutions: Arc<Idempotent<ResolveException>>,
@@ -71,6 +89,8 @@ impl Operations {
             charges: Arc::new(Idempotent::finishing_in_batches(CreateCharge(
                 ports.clone(),
             ))),
+            captures: Arc::new(Idempotent::new(CaptureCharge(ports.clone()))),
+            cancels: Arc::new(Idempotent::new(CancelCharge(ports.clone()))),
             refunds: Arc::new(Idempotent::finishing_in_batches(CreateRefund(
                 ports.clone(),
             ))),
@@ -85,6 +105,8 @@ impl Operations {
     pub(crate) fn register(&self, engine: Engine<Transaction>) -> Engine<Transaction> {
         engine
             .with_operation(Arc::clone(&self.charges))
+            .with_operation(Arc::clone(&self.captures))
+            .with_operation(Arc::clone(&self.cancels))
             .with_operation(Arc::clone(&self.refunds))
             .with_operation(Arc::clone(&self.payouts))
             .with_operation(Arc::clone(&self.resolutions))
@@ -96,6 +118,8 @@ impl Operations {
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .merge(charge::routes())
+        .merge(capture::routes())
+        .merge(cancel::routes())
         .merge(refund::routes())
         .merge(payout::routes())
 }

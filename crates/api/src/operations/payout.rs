@@ -315,6 +315,9 @@ pub(crate) struct FundsView {
     pub available: Vec<AmountView>,
     /// What payouts in flight hold; only currencies in which some are.
     pub pending: Vec<AmountView>,
+    /// What holds (charges made with `"capture": false`) have on cards, not yet captured or
+    /// canceled: never available, never pending; only currencies in which some are.
+    pub authorized: Vec<AmountView>,
 }
 
 #[derive(Debug, Serialize)]
@@ -338,6 +341,10 @@ impl FundsView {
             object: "balance",
             available: amounts(|f| f.available),
             pending: amounts(|f| f.pending)
+                .into_iter()
+                .filter(|a| a.amount != 0)
+                .collect(),
+            authorized: amounts(|f| f.authorized)
                 .into_iter()
                 .filter(|a| a.amount != 0)
                 .collect(),

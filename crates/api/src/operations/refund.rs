@@ -31,6 +31,7 @@ use serde_json::Value;
 
 use super::charge::now_to_the_microsecond;
 use super::charge::tenants_charge;
+use super::hold::HoldRefusal;
 use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
 use crate::failpoint;
@@ -102,6 +103,9 @@ impl Operation for CreateRefund {
             }
             Reservation::Refused(RefundRefusal::NothingLeft) => {
                 refused(ApiError::ChargeAlreadyRefunded)
+            }
+            Reservation::Refused(RefundRefusal::NotCaptured) => {
+                Ok(Prepared::Refused(HoldRefusal::not_captured().stored()))
             }
             Reservation::Refused(RefundRefusal::InsufficientBalance { available }) => {
                 refused(ApiError::InsufficientBalance { available })

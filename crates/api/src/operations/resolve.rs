@@ -325,6 +325,7 @@ fn recorded_charge(
         processor_charge_id,
         created_at,
         amount_refunded: 0,
+        capture: payments_domain::Capture::Automatic,
     })
 }
 

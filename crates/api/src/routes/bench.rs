@@ -195,5 +195,6 @@ fn new_charge(body: &[u8]) -> Result<Charge, ApiError> {
         processor_charge_id: format!("bench_{}", id.as_uuid().simple()),
         created_at: Utc::now(),
         amount_refunded: 0,
+        capture: payments_domain::Capture::Automatic,
     })
 }

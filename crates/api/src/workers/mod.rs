@@ -1,10 +1,12 @@
 //! Background work every instance runs: the kit's completer (the engine's, over every
 //! operation) and the records table's upkeep (the SQL record store's reaper and statistics
 //! refresh), and this service's own: the pruning of old outbox rows, the outbox relay, the
-//! daily reconciliation, and the metrics recorder's upkeep.
+//! daily reconciliation, the expiry of holds past their `capture_before`, and the metrics
+//! recorder's upkeep.
 //! All are safe to run on any number of instances at once (`FOR UPDATE SKIP LOCKED`, fenced
 //! writes), and all stop at the same shutdown signal as the server.
 
+mod hold_expiry;
 mod pruning;
 mod reconciler;
 mod relay;
@@ -37,6 +39,8 @@ pub struct WorkerSettings {
     pub outbox_retention: Duration,
     /// When (UTC) the previous day is reconciled each day; `None` for never.
     pub reconcile_at: Option<chrono::NaiveTime>,
+    /// How often the holds past their `capture_before` are canceled.
+    pub hold_expiry_interval: Duration,
 }
 
 /// Starts the workers; they stop when `shutdown` turns true.
@@ -73,6 +77,15 @@ pub(crate) fn spawn(
                 )
                 .await
             }
+        },
+    )));
+    let s = state.clone();
+    workers.push(tokio::spawn(every(
+        settings.hold_expiry_interval,
+        shutdown.clone(),
+        move || {
+            let state = s.clone();
+            async move { hold_expiry::run_round(&state).await }
         },
     )));
     if let Some(metrics) = state.metrics.clone() {

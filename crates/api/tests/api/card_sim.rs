@@ -42,6 +42,21 @@ impl CardSim {
         self.stat("charges_created").await
     }
 
+    /// Distinct authorisations (holds) the processor has ever made.
+    pub(crate) async fn authorizations_created(&self) -> i64 {
+        self.stat("authorizations_created").await
+    }
+
+    /// Distinct captures of authorisations the processor has ever made.
+    pub(crate) async fn captures_created(&self) -> i64 {
+        self.stat("captures_created").await
+    }
+
+    /// Distinct voids of authorisations the processor has ever made.
+    pub(crate) async fn voids_created(&self) -> i64 {
+        self.stat("voids_created").await
+    }
+
     /// Distinct refunds the processor has ever made.
     pub(crate) async fn refunds_created(&self) -> i64 {
         self.stat("refunds_created").await

@@ -27,6 +27,7 @@ macro_rules! on_every_backend {
 // The bench-only floors exist only with `--features bench`.
 #[cfg(feature = "bench")]
 mod bench_endpoints;
+mod captures;
 mod card_sim;
 mod charges;
 mod client;
@@ -35,6 +36,8 @@ mod concurrency;
 // Crash injection needs the service built with `--features failpoints`.
 #[cfg(feature = "failpoints")]
 mod crash;
+#[cfg(feature = "failpoints")]
+mod crash_captures;
 #[cfg(feature = "failpoints")]
 mod crash_payouts;
 #[cfg(feature = "failpoints")]
