@@ -316,7 +316,9 @@ pub(crate) struct FundsView {
     /// What payouts in flight hold; only currencies in which some are.
     pub pending: Vec<AmountView>,
     /// What holds (charges made with `"capture": false`) have on cards, not yet captured or
-    /// canceled: never available, never pending; only currencies in which some are.
+    /// canceled: never available, never pending; only currencies in which some are, and absent
+    /// when there are none, so that a tenant without holds reads the balance it always read.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub authorized: Vec<AmountView>,
 }
 
