@@ -18,6 +18,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         currency: "usd".into(),
         source: "tok_visa".into(),
         description: None,
+        capture: None, // Some(false) holds: then client.capture_charge or client.cancel_charge
     };
     // Named after the caller's own order: a restart that names it again resumes it.
     let operation = Operation::new().journaled("order-1001");

@@ -5,7 +5,8 @@
 use serde_json::Value;
 
 /// The fields of a request that its answer names again: the amount and the currency sent
-/// (when the request has them), and what the path names (a refund's charge).
+/// (when the request has them), and what the path names (a refund's charge, the charge a
+/// capture or a cancel answers with) or the body names otherwise (a capture's amount).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Echo {
     fields: Vec<(&'static str, Value)>,
@@ -33,8 +34,8 @@ impl Echo {
     }
 
     /// The same, and `field` must be `value`.
-    pub(crate) fn and(mut self, field: &'static str, value: &str) -> Self {
-        self.fields.push((field, Value::from(value)));
+    pub(crate) fn and(mut self, field: &'static str, value: impl Into<Value>) -> Self {
+        self.fields.push((field, value.into()));
         self
     }
 

@@ -56,7 +56,8 @@ pub enum Error {
         name: String,
         key: String,
         first_sent: Option<SystemTime>,
-        /// The request that lists what was made, such as `GET /charges`.
+        /// The request that shows what was made, such as `GET /charges` (or, for a capture or
+        /// a cancel, `GET /charges/{id}`).
         list: String,
     },
     /// An answer that does not answer the request (another amount, currency or charge than

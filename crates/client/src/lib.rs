@@ -1,6 +1,6 @@
 //! The caller's half of the exactly-once protocol: a typed client of the payments API that
-//! retries correctly, so that a caller gets each charge, refund and payout exactly once however
-//! its network fails.
+//! retries correctly, so that a caller gets each charge, capture or cancel of a hold, refund and
+//! payout exactly once however its network fails.
 //!
 //! - One `Idempotency-Key` per logical operation ([`Operation`]), made before the first send
 //!   and sent by every attempt.

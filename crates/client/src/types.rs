@@ -20,9 +20,28 @@ pub struct ChargeRequest {
     pub source: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// `Some(false)` only authorises the card: the charge is a hold, `requires_capture` until
+    /// it is captured ([`Client::capture_charge`](crate::Client::capture_charge)) or canceled
+    /// ([`Client::cancel_charge`](crate::Client::cancel_charge)). Absent (`None`, never sent)
+    /// or `true` captures at once, as a request without it always has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<bool>,
 }
 
-/// A successful charge.
+/// Where a charge is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChargeStatus {
+    /// Its money is taken: at once, or by a capture.
+    Succeeded,
+    /// A hold, neither captured nor canceled yet.
+    RequiresCapture,
+    /// A hold canceled, by the caller or by its expiry.
+    Canceled,
+}
+
+/// A successful charge. A hold (a charge made with `capture: Some(false)`) also shows the
+/// fields from `captured` on; a charge captured at once shows none of them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {
     /// `ch_` and a UUID: the same on every attempt under one key.
@@ -32,10 +51,74 @@ pub struct Charge {
     pub currency: String,
     pub source: String,
     pub description: Option<String>,
-    pub status: String,
+    pub status: ChargeStatus,
     pub processor_charge_id: String,
     pub amount_refunded: i64,
     pub created_at: String,
+    /// A hold's only: whether its money was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured: Option<bool>,
+    /// A hold's only: what a capture may take (all of it while held, else 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_capturable: Option<i64>,
+    /// A hold's only: what its capture took (0 until then, and for good once canceled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_captured: Option<i64>,
+    /// A hold's only: after it, it can no longer be captured and the service cancels it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_before: Option<String>,
+    /// A canceled hold's only, when a reason was given or it expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation_reason: Option<CanceledBecause>,
+}
+
+/// The body of `POST /charges/{id}/capture`. An absent `amount_to_capture` captures all of
+/// the hold; less releases the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_to_capture: Option<i64>,
+}
+
+/// Why a caller cancels a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancellationReason {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+    Abandoned,
+}
+
+/// The body of `POST /charges/{id}/cancel`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancellation_reason: Option<CancellationReason>,
+}
+
+/// Why a hold was canceled, as its charge shows it: a caller's [`CancellationReason`], or its
+/// expiry, the service's own (which no caller gives).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CanceledBecause {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+    Abandoned,
+    /// Past its `capture_before`, the service canceled it.
+    Expired,
+}
+
+impl From<CancellationReason> for CanceledBecause {
+    fn from(reason: CancellationReason) -> Self {
+        match reason {
+            CancellationReason::Duplicate => Self::Duplicate,
+            CancellationReason::Fraudulent => Self::Fraudulent,
+            CancellationReason::RequestedByCustomer => Self::RequestedByCustomer,
+            CancellationReason::Abandoned => Self::Abandoned,
+        }
+    }
 }
 
 /// Why a charge is refunded.
@@ -131,6 +214,11 @@ pub struct Balance {
     pub available: Vec<BalanceAmount>,
     /// What payouts in flight hold.
     pub pending: Vec<BalanceAmount>,
+    /// What holds have on cards, neither captured nor canceled: not yet the tenant's. Only
+    /// currencies in which some are; the service leaves it out when there are none (and a
+    /// service older than holds never sends it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub authorized: Vec<BalanceAmount>,
 }
 
 /// The operation a key is scoped to, in `GET /idempotency-keys/{key}`.
@@ -138,6 +226,10 @@ pub struct Balance {
 pub enum KeyOperation {
     #[serde(rename = "charges.create")]
     Charge,
+    #[serde(rename = "charges.capture")]
+    Capture,
+    #[serde(rename = "charges.cancel")]
+    Cancel,
     #[serde(rename = "refunds.create")]
     Refund,
     #[serde(rename = "payouts.create")]
@@ -149,6 +241,8 @@ impl KeyOperation {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Charge => "charges.create",
+            Self::Capture => "charges.capture",
+            Self::Cancel => "charges.cancel",
             Self::Refund => "refunds.create",
             Self::Payout => "payouts.create",
         }
@@ -233,4 +327,13 @@ pub struct Problem {
     /// The balance available (`insufficient_balance`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<i64>,
+    /// What the hold holds (`amount_too_large` of a capture).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_capturable: Option<i64>,
+    /// Since when the hold can no longer be captured (`charge_expired_for_capture`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_before: Option<String>,
 }
+
+#[cfg(test)]
+mod tests;

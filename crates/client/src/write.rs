@@ -16,7 +16,8 @@ use crate::operation::{Answer, Operation};
 use crate::received::{Received, answer, answer_from_journal, recorded_answer};
 use crate::retention::Held;
 use crate::types::{
-    Charge, ChargeRequest, KeyOperation, Payout, PayoutRequest, Refund, RefundRequest,
+    CancelRequest, CaptureRequest, Charge, ChargeRequest, KeyOperation, Payout, PayoutRequest,
+    Refund, RefundRequest,
 };
 
 /// What a write sends, and to which operation its key belongs at the service.
@@ -26,6 +27,8 @@ struct Write<'a> {
     body: Vec<u8>,
     echo: Echo,
     operation: &'a Operation,
+    /// The request that shows whether the write was made, for a caller whose key is gone.
+    list: String,
 }
 
 impl Client {
@@ -52,6 +55,38 @@ impl Client {
         self.create(write).await
     }
 
+    /// `POST /charges/{id}/capture`: takes all of a hold, or part of it and releases the rest,
+    /// once. Its answer is the charge.
+    pub async fn capture_charge(
+        &self,
+        charge: &str,
+        request: &CaptureRequest,
+        operation: &Operation,
+    ) -> Result<Answer<Charge>, Error> {
+        let kind = KeyOperation::Capture;
+        let mut write = self.write_to_charge(kind, charge, "capture", request, operation);
+        if let Some(amount) = request.amount_to_capture {
+            write.echo = write.echo.and("amount_captured", amount);
+        }
+        self.create(write).await
+    }
+
+    /// `POST /charges/{id}/cancel`: releases a hold, once. Its answer is the charge.
+    pub async fn cancel_charge(
+        &self,
+        charge: &str,
+        request: &CancelRequest,
+        operation: &Operation,
+    ) -> Result<Answer<Charge>, Error> {
+        let kind = KeyOperation::Cancel;
+        let mut write = self.write_to_charge(kind, charge, "cancel", request, operation);
+        if let Some(reason) = request.cancellation_reason {
+            let reason = serde_json::to_value(reason).expect("a reason serialises");
+            write.echo = write.echo.and("cancellation_reason", reason);
+        }
+        self.create(write).await
+    }
+
     /// `POST /payouts`: pays out of the balance to a bank account, once.
     pub async fn create_payout(
         &self,
@@ -71,13 +106,31 @@ impl Client {
     ) -> Write<'a> {
         let body = serde_json::to_vec(request).expect("a request body serialises");
         let echo = Echo::of(&serde_json::to_value(request).expect("a request serialises"));
+        let url = self.url(path);
         Write {
             kind,
-            url: self.url(path),
+            list: format!("GET {}", url.path()),
+            url,
             body,
             echo,
             operation,
         }
+    }
+
+    /// `POST /charges/{charge}/{action}`, answered with the charge: the answer must be that
+    /// charge, and the charge is what shows whether the write was made.
+    fn write_to_charge<'a>(
+        &self,
+        kind: KeyOperation,
+        charge: &str,
+        action: &str,
+        request: &impl Serialize,
+        operation: &'a Operation,
+    ) -> Write<'a> {
+        let mut write = self.write(kind, &["charges", charge, action], request, operation);
+        write.echo = write.echo.and("id", charge);
+        write.list = format!("GET {}", self.url(&["charges", charge]).path());
+        write
     }
 
     /// A write: one logical operation, under the operation's key (or the one its journal
@@ -223,7 +276,7 @@ impl Client {
             name: entry.name.clone(),
             key: entry.key.clone(),
             first_sent,
-            list: format!("GET {}", write.url.path()),
+            list: write.list.clone(),
         };
         // No answer to the question is no answer to the write either: the outcome stays
         // unknown, and the next run asks again.

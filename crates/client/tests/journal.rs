@@ -206,3 +206,123 @@ async fn an_entry_past_the_retention_is_sent_again_only_while_the_service_holds_
     );
     std::fs::remove_dir_all(dir).expect("clean up");
 }
+
+/// A hold of 5000 captured for 2000, as `POST /charges/ch_1/capture` answers.
+const CAPTURED: &str = r#"{"id":"ch_1","object":"charge","amount":5000,"currency":"usd","source":"tok_visa","description":null,"status":"succeeded","processor_charge_id":"sim_1","created_at":"2026-12-01T12:00:00.000000Z","amount_refunded":0,"captured":true,"amount_capturable":0,"amount_captured":2000,"capture_before":"2026-12-08T12:00:00.000000Z"}"#;
+/// Another hold, captured for all of its 5000.
+const CAPTURED_ELSEWHERE: &str = r#"{"id":"ch_9","object":"charge","amount":5000,"currency":"usd","source":"tok_visa","description":null,"status":"succeeded","processor_charge_id":"sim_9","created_at":"2026-12-01T12:00:00.000000Z","amount_refunded":0,"captured":true,"amount_capturable":0,"amount_captured":5000,"capture_before":"2026-12-08T12:00:00.000000Z"}"#;
+const CANCELED: &str = r#"{"id":"ch_2","object":"charge","amount":5000,"currency":"usd","source":"tok_visa","description":null,"status":"canceled","processor_charge_id":"sim_2","created_at":"2026-12-01T12:00:00.000000Z","amount_refunded":0,"captured":false,"amount_capturable":0,"amount_captured":0,"capture_before":"2026-12-08T12:00:00.000000Z","cancellation_reason":"abandoned"}"#;
+const UNAVAILABLE: &str = r#"{"type":"/problems/processor_unavailable","title":"Service Unavailable","status":503,"detail":"unknown","code":"processor_unavailable"}"#;
+
+#[tokio::test]
+async fn a_capture_and_a_cancel_are_journaled_under_one_key_as_their_charge_answers() {
+    use payments_client::types::{
+        CancelRequest, CanceledBecause, CancellationReason, CaptureRequest, ChargeStatus,
+    };
+    let server = serve(vec![
+        // The capture: lost once, then another charge's capture (not this one's answer),
+        Some((503, "", UNAVAILABLE)),
+        Some((200, EXPIRES, CAPTURED_ELSEWHERE)),
+        // then, started again, its own.
+        Some((200, EXPIRES, CAPTURED)),
+        Some((200, EXPIRES, CANCELED)),
+    ])
+    .await;
+    let (dir, journal) = journal();
+    let client = client(&server.url, &journal);
+    let capture = CaptureRequest {
+        amount_to_capture: Some(2000),
+    };
+    let operation = Operation::new().journaled("capture-1");
+    let error = client
+        .capture_charge("ch_1", &capture, &operation)
+        .await
+        .expect_err("another charge's answer");
+    assert!(
+        matches!(&error, Error::AnswerMismatch { field: "id", .. }),
+        "{error:?}"
+    );
+    let entry = journal.entry("capture-1").expect("read").expect("recorded");
+    assert_eq!(entry.answer, None, "not journaled");
+    assert!(
+        entry
+            .request
+            .starts_with("POST /charges/ch_1/capture sha256:"),
+        "{}",
+        entry.request
+    );
+
+    let captured = client
+        .capture_charge("ch_1", &capture, &operation)
+        .await
+        .expect("captured");
+    assert_eq!(
+        (captured.value.status, captured.value.amount_captured),
+        (ChargeStatus::Succeeded, Some(2000))
+    );
+    assert_eq!(*server.keys.lock().expect("keys"), [entry.key.as_str(); 3]);
+    // Asked again, the journal answers and nothing is sent.
+    let again = client
+        .capture_charge("ch_1", &capture, &operation)
+        .await
+        .expect("from the journal");
+    assert_eq!(
+        (again.origin, again.value),
+        (Origin::Journal, captured.value)
+    );
+
+    let cancel = CancelRequest {
+        cancellation_reason: Some(CancellationReason::Abandoned),
+    };
+    let canceled = client
+        .cancel_charge("ch_2", &cancel, &Operation::new().journaled("cancel-2"))
+        .await
+        .expect("canceled");
+    assert_eq!(
+        (canceled.value.status, canceled.value.cancellation_reason),
+        (ChargeStatus::Canceled, Some(CanceledBecause::Abandoned))
+    );
+    let cancel_entry = journal.entry("cancel-2").expect("read").expect("recorded");
+    assert_eq!(cancel_entry.answer.expect("journaled").body["id"], "ch_2");
+    assert_eq!(
+        *server.requests.lock().expect("requests"),
+        [
+            "POST /charges/ch_1/capture",
+            "POST /charges/ch_1/capture",
+            "POST /charges/ch_1/capture",
+            "POST /charges/ch_2/cancel",
+        ]
+    );
+    std::fs::remove_dir_all(dir).expect("clean up");
+}
+
+#[tokio::test]
+async fn a_capture_whose_key_is_gone_is_never_sent_and_its_charge_says_whether_it_was_made() {
+    use payments_client::types::CaptureRequest;
+    let server = serve(vec![Some((404, "", NOT_FOUND))]).await;
+    let (dir, journal) = journal();
+    let body = serde_json::to_vec(&CaptureRequest::default()).expect("JSON");
+    let entry = JournalEntry {
+        request: format!("POST /charges/ch_1/capture sha256:{}", sha256_hex(&body)),
+        ..two_days_old(&server.url, "capture-1")
+    };
+    journal.record(&entry).expect("record");
+    let error = client(&server.url, &journal)
+        .capture_charge(
+            "ch_1",
+            &CaptureRequest::default(),
+            &Operation::new().journaled("capture-1"),
+        )
+        .await
+        .expect_err("the key is gone");
+    match &error {
+        Error::KeyGone { list, .. } => assert_eq!(list, "GET /charges/ch_1"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        *server.requests.lock().expect("requests"),
+        ["GET /idempotency-keys/key-capture-1?operation=charges.capture"],
+        "asked about the key under its operation, and nothing sent"
+    );
+    std::fs::remove_dir_all(dir).expect("clean up");
+}

@@ -21,6 +21,8 @@ use crate::helpers::{ACME, Backend, Footprint, TestApp, with_card_sim, workspace
 
 // The command line's credentials: the API key and a base URL's user-info.
 mod credentials;
+// Holds: `payments charge --no-capture`, `payments capture` and `payments cancel`.
+mod holds;
 // The journal's own guarantees: whose it is, how long its keys are sent, what it keeps.
 mod journal;
 
@@ -248,6 +250,7 @@ async fn every_operation_happens_once_through_a_faulty_network(backend: Backend)
         currency: "usd".to_owned(),
         source: "tok_visa".to_owned(),
         description: None,
+        capture: None,
     };
     let charge = client
         .create_charge(&request, &Operation::new())
@@ -539,6 +542,7 @@ async fn final_errors_are_not_retried_and_a_changed_request_says_so(backend: Bac
         currency: "usd".to_owned(),
         source: "tok_visa".to_owned(),
         description: None,
+        capture: None,
     };
     let error = client(&proxy.url)
         .create_charge(&changed, &Operation::with_key("order-7"))

@@ -27,144 +27,25 @@
 //! given as `--api-key` is seen by every user of the machine in the process list, and is
 //! warned about.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use clap::parser::ValueSource;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches};
 use payments_client::types::{
-    ChargeRequest, KeyOperation, PayoutRequest, RefundReason, RefundRequest,
+    CancelRequest, CaptureRequest, ChargeRequest, KeyOperation, PayoutRequest, RefundRequest,
 };
 use payments_client::{Answer, Client, Error, FileJournal, Operation, Origin, RetryPolicy};
 use serde::Serialize;
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "payments",
-    version,
-    about = "Charges, refunds and payouts, exactly once."
-)]
-// Its options are global: taken before or after the command alike.
-struct Cli {
-    /// The service's address (its value is never printed).
-    #[arg(
-        long,
-        global = true,
-        env = "PAYMENTS_BASE_URL",
-        hide_env_values = true,
-        default_value = "http://127.0.0.1:8080"
-    )]
-    base_url: String,
-    /// The tenant's API key (`sk_...`). Given here, it is seen by every user of the machine
-    /// in the process list: prefer PAYMENTS_API_KEY or --api-key-file.
-    #[arg(long, global = true, env = "PAYMENTS_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
-    /// A file holding the tenant's API key (its first line), used instead of --api-key.
-    #[arg(long, global = true, env = "PAYMENTS_API_KEY_FILE")]
-    api_key_file: Option<PathBuf>,
-    /// How long the service keeps a key after its final answer: its `idempotency.ttl_secs`.
-    /// Once a journaled key may be older, the service is asked about it before it is sent
-    /// again. Less than the service's only asks sooner; more could resend a forgotten key.
-    #[arg(
-        long,
-        global = true,
-        env = "PAYMENTS_KEY_RETENTION_SECS",
-        default_value_t = 86_400,
-        value_parser = clap::value_parser!(u64).range(1..)
-    )]
-    key_retention_secs: u64,
-    /// How long the whole command may take, every retry included.
-    #[arg(long, global = true, default_value_t = 120)]
-    deadline_secs: u64,
-    /// How long one attempt may take.
-    #[arg(long, global = true, default_value_t = 30)]
-    attempt_timeout_secs: u64,
-    #[command(subcommand)]
-    command: Command,
-}
+use args::{Cli, Command, Write};
 
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Charges a card: POST /charges.
-    Charge {
-        /// In the currency's minor units (1999 is $19.99).
-        #[arg(long)]
-        amount: i64,
-        #[arg(long)]
-        currency: String,
-        /// A card token, `tok_...`.
-        #[arg(long)]
-        source: String,
-        #[arg(long)]
-        description: Option<String>,
-        #[command(flatten)]
-        write: Write,
-    },
-    /// Refunds part or all of a charge: POST /charges/{id}/refunds.
-    Refund {
-        /// The charge's id, `ch_...`.
-        #[arg(long)]
-        charge: String,
-        /// In minor units; all that remains when absent.
-        #[arg(long)]
-        amount: Option<i64>,
-        /// requested_by_customer, duplicate or fraudulent.
-        #[arg(long, value_parser = parse_reason)]
-        reason: Option<RefundReason>,
-        #[command(flatten)]
-        write: Write,
-    },
-    /// Pays out of the balance: POST /payouts.
-    Payout {
-        #[arg(long)]
-        amount: i64,
-        #[arg(long)]
-        currency: String,
-        /// The bank account, as the processor names it.
-        #[arg(long)]
-        destination: String,
-        #[arg(long)]
-        description: Option<String>,
-        #[command(flatten)]
-        write: Write,
-    },
-    /// The tenant's balance: GET /balance.
-    Balance,
-    /// What the service holds under a key: GET /idempotency-keys/{key}.
-    Key {
-        key: String,
-        /// charges.create, refunds.create or payouts.create.
-        #[arg(long, default_value = "charges.create", value_parser = parse_operation)]
-        operation: KeyOperation,
-    },
-}
-
-/// How a write is made exactly once.
-#[derive(Debug, Args)]
-struct Write {
-    /// The Idempotency-Key; a new random one when absent (recorded in the journal, if any).
-    #[arg(long)]
-    key: Option<String>,
-    /// A file that remembers the operation and its key across runs.
-    #[arg(long)]
-    journal: Option<PathBuf>,
-    /// Ask the service to wait up to N seconds (at most 10) for an attempt in flight under
-    /// the key, instead of answering 409 at once (`Prefer: wait=N`).
-    #[arg(long)]
-    wait_secs: Option<u8>,
-}
-
-fn parse_reason(value: &str) -> Result<RefundReason, String> {
-    serde_json::from_value(serde_json::Value::from(value))
-        .map_err(|_| "one of requested_by_customer, duplicate, fraudulent".to_owned())
-}
-
-fn parse_operation(value: &str) -> Result<KeyOperation, String> {
-    serde_json::from_value(serde_json::Value::from(value))
-        .map_err(|_| "one of charges.create, refunds.create, payouts.create".to_owned())
-}
+// The command line's arguments, beside it in `payments/` (a binary's root file looks for its
+// modules in `src/bin/` otherwise, where every file is a binary of its own).
+#[path = "payments/args.rs"]
+mod args;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -249,6 +130,8 @@ impl Rerun {
     fn of(command: &Command) -> Self {
         match command {
             Command::Charge { write, .. }
+            | Command::Capture { write, .. }
+            | Command::Cancel { write, .. }
             | Command::Refund { write, .. }
             | Command::Payout { write, .. } => match (&write.journal, &write.key) {
                 (Some(_), _) => Self::Journal,
@@ -302,6 +185,7 @@ async fn run(cli: Cli, api_key: &str) -> Result<String, Error> {
             currency,
             source,
             description,
+            no_capture,
             write,
         } => {
             let request = ChargeRequest {
@@ -309,10 +193,40 @@ async fn run(cli: Cli, api_key: &str) -> Result<String, Error> {
                 currency,
                 source,
                 description,
+                // Sent only to hold: a charge captured at once is the request it always was.
+                capture: no_capture.then_some(false),
             };
             let (client, operation) =
                 write.prepare(client, KeyOperation::Charge, "charge", &request)?;
             let answer = client.create_charge(&request, &operation).await?;
+            Ok(report(answer))
+        }
+        Command::Capture {
+            charge,
+            amount,
+            write,
+        } => {
+            let request = CaptureRequest {
+                amount_to_capture: amount,
+            };
+            let command = format!("capture {charge}");
+            let (client, operation) =
+                write.prepare(client, KeyOperation::Capture, &command, &request)?;
+            let answer = client.capture_charge(&charge, &request, &operation).await?;
+            Ok(report(answer))
+        }
+        Command::Cancel {
+            charge,
+            reason,
+            write,
+        } => {
+            let request = CancelRequest {
+                cancellation_reason: reason,
+            };
+            let command = format!("cancel {charge}");
+            let (client, operation) =
+                write.prepare(client, KeyOperation::Cancel, &command, &request)?;
+            let answer = client.cancel_charge(&charge, &request, &operation).await?;
             Ok(report(answer))
         }
         Command::Refund {
@@ -428,6 +342,7 @@ mod tests {
             currency: "usd".to_owned(),
             source: "tok_visa".to_owned(),
             description: None,
+            capture: None,
         }
     }
 
@@ -450,6 +365,21 @@ mod tests {
             &RefundRequest::default(),
         );
         assert_ne!(name(charge_kind, "charge", Some("k"), &one), refund);
+        // And for a capture and a cancel of the same charge.
+        let capture = journal_name(
+            KeyOperation::Capture,
+            "capture ch_1",
+            Some("k"),
+            &CaptureRequest::default(),
+        );
+        let cancel = journal_name(
+            KeyOperation::Cancel,
+            "cancel ch_1",
+            Some("k"),
+            &CancelRequest::default(),
+        );
+        assert_ne!(capture, cancel);
+        assert_ne!(name(charge_kind, "charge", Some("k"), &one), capture);
         // Without a key, the command and its request name it.
         assert_eq!(
             name(charge_kind, "charge", None, &one),

@@ -18,6 +18,7 @@ pub(crate) fn charge() -> ChargeRequest {
         currency: "usd".to_owned(),
         source: "tok_visa".to_owned(),
         description: None,
+        capture: None,
     }
 }
 
