@@ -1,7 +1,9 @@
 //! The kill -9 soak: clients charge fresh keys through two instances, retrying each key until
-//! it settles, while instances are SIGKILLed and restarted at random every 1 to 3 seconds.
-//! At the end every key answered exactly one charge id, and the processor's charges, the
-//! service's charges, the outbox events and the settled keys are the same number.
+//! it settles, while instances are SIGKILLed and restarted at random every 1 to 3 seconds; one
+//! charge in three is a hold, captured under a key of its own once it is made. At the end
+//! every key answered exactly one charge (a capture key, one captured charge), and the
+//! processor's charges, authorisations and captures, the service's charges, ledger
+//! transactions and outbox events are exactly what the settled keys made.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -51,19 +53,20 @@ async fn start(db_url: &str, settings: &[(&'static str, String)]) -> Service {
 /// Two instances; a killed one is replaced by a new process on a new port.
 type Instances = Arc<RwLock<Vec<Service>>>;
 
-/// Posts `key` until a 201 (first or replay) and returns its charge id; `None` when the
-/// deadline passes first. Connection errors, 409 and 503 are retried.
-async fn charge_until_settled(
+/// Posts `body` to `path` under `key` until the answer is `settled` (first or replay) and
+/// returns its body; `None` when the deadline passes first. Connection errors, 409 and 503 are
+/// retried.
+async fn post_until_settled(
     instances: &Instances,
-    key: &str,
-    body: &Value,
+    (path, key, body): (&str, &str, &Value),
+    settled: u16,
     dice: &mut Dice,
     deadline: Instant,
-) -> Option<String> {
+) -> Option<Value> {
     while Instant::now() < deadline {
         let url = {
             let instances = instances.read().await;
-            instances[dice.below(instances.len() as u64) as usize].url("/charges")
+            instances[dice.below(instances.len() as u64) as usize].url(path)
         };
         let sent = http_client()
             .post(url)
@@ -75,18 +78,74 @@ async fn charge_until_settled(
             .await;
         if let Ok(response) = sent {
             let status = response.status().as_u16();
-            if status == 201 {
-                let charge: Value = response.json().await.ok()?;
-                return charge["id"].as_str().map(str::to_owned);
+            if status == settled {
+                return response.json().await.ok();
             }
             assert!(
                 matches!(status, 409 | 503),
-                "only 201, 409 or 503 while instances die: got {status}"
+                "only {settled}, 409 or 503 while instances die: got {status}"
             );
         }
         tokio::time::sleep(Duration::from_millis(50 + dice.below(200))).await;
     }
     None
+}
+
+/// One client's flow: a charge captured at once, or a hold and its capture under a key of its
+/// own.
+#[derive(Debug, Clone)]
+struct Flow {
+    key: String,
+    body: Value,
+    capture_key: Option<String>,
+}
+
+/// What a key answered: the charge's id, with what a capture took.
+fn answer_of(charge: &Value) -> String {
+    format!("{} {}", charge["id"], charge["amount_captured"])
+}
+
+/// Drives `flow` until it settles or the deadline passes, and notes each key's answer.
+async fn run_flow(
+    instances: &Instances,
+    flow: &Flow,
+    answers: &mut HashMap<String, HashSet<String>>,
+    dice: &mut Dice,
+    deadline: Instant,
+) -> bool {
+    let Some(charge) = post_until_settled(
+        instances,
+        ("/charges", &flow.key, &flow.body),
+        201,
+        dice,
+        deadline,
+    )
+    .await
+    else {
+        return false;
+    };
+    answers
+        .entry(flow.key.clone())
+        .or_default()
+        .insert(answer_of(&charge));
+    let Some(capture_key) = &flow.capture_key else {
+        return true;
+    };
+    let path = format!(
+        "/charges/{}/capture",
+        charge["id"].as_str().unwrap_or_default()
+    );
+    let everything = serde_json::json!({});
+    let sent = (path.as_str(), capture_key.as_str(), &everything);
+    let Some(captured) = post_until_settled(instances, sent, 200, dice, deadline).await else {
+        return false;
+    };
+    assert_eq!(captured["status"], "succeeded", "{captured}");
+    answers
+        .entry(capture_key.clone())
+        .or_default()
+        .insert(answer_of(&captured));
+    true
 }
 
 async fn kill_nine_soak_every_key_charges_exactly_once(backend: Backend) {
@@ -116,56 +175,75 @@ async fn kill_nine_soak_every_key_charges_exactly_once(backend: Backend) {
         }
     });
 
-    // Each client charges fresh keys while the chaos lasts, each key until it settles; then
-    // every key it started is driven to its end with both instances up.
+    // Each client runs fresh flows while the chaos lasts, each until it settles; then every
+    // flow it started is driven to its end with both instances up.
     let clients = (0..CLIENTS).map(|client| {
         let instances = instances.clone();
         tokio::spawn(async move {
             let mut dice = Dice::new(client as u64 + 7);
             let mut answers: HashMap<String, HashSet<String>> = HashMap::new();
-            let mut keys = Vec::new();
+            let mut flows = Vec::new();
             while Instant::now() < chaos_ends {
-                let key = new_key();
-                let body = visa(100 + dice.below(9_000) as i64);
-                if let Some(id) =
-                    charge_until_settled(&instances, &key, &body, &mut dice, chaos_ends).await
-                {
-                    answers.entry(key.clone()).or_default().insert(id);
+                let mut body = visa(100 + dice.below(9_000) as i64);
+                let held = dice.below(3) == 0;
+                if held {
+                    body["capture"] = Value::Bool(false);
                 }
-                keys.push((key, body));
+                let flow = Flow {
+                    key: new_key(),
+                    body,
+                    capture_key: held.then(new_key),
+                };
+                run_flow(&instances, &flow, &mut answers, &mut dice, chaos_ends).await;
+                flows.push(flow);
             }
-            (answers, keys)
+            (answers, flows)
         })
     });
     let mut answers: HashMap<String, HashSet<String>> = HashMap::new();
-    let mut keys: Vec<(String, Value)> = Vec::new();
+    let mut flows: Vec<Flow> = Vec::new();
     for client in futures::future::join_all(clients).await {
-        let (client_answers, client_keys) = client.expect("client task");
+        let (client_answers, client_flows) = client.expect("client task");
         for (key, ids) in client_answers {
             answers.entry(key).or_default().extend(ids);
         }
-        keys.extend(client_keys);
+        flows.extend(client_flows);
     }
     let kills = killer.await.expect("killer task");
     assert!(kills >= 4, "instances were killed {kills} times");
 
-    // With both instances up, every key once more: one still unsettled settles now, and one
-    // settled during the chaos must name the same charge again.
+    // With both instances up, every flow once more: one still unsettled settles now, and one
+    // settled during the chaos must answer the same again.
     let mut dice = Dice::new(42);
     let settle_by = Instant::now() + Duration::from_secs(30);
-    for (key, body) in &keys {
-        let id = charge_until_settled(&instances, key, body, &mut dice, settle_by)
-            .await
-            .unwrap_or_else(|| panic!("key {key} never settled"));
-        answers.entry(key.clone()).or_default().insert(id);
+    for flow in &flows {
+        let settled = run_flow(&instances, flow, &mut answers, &mut dice, settle_by).await;
+        assert!(settled, "flow {flow:?} never settled");
     }
 
     for (key, ids) in &answers {
         assert_eq!(ids.len(), 1, "key {key} answered {ids:?}");
     }
-    let keys = answers.len() as i64;
-    assert!(keys >= 20, "the soak charged {keys} keys");
-    assert_eq!(card_sim.charges_created().await, keys, "processor charges");
+    let charges = flows.len() as i64;
+    let holds = flows.iter().filter(|f| f.capture_key.is_some()).count() as i64;
+    assert!(charges >= 20, "the soak charged {charges} keys");
+    assert!(holds >= 3, "the soak held {holds} of them");
+    assert_eq!(answers.len() as i64, charges + holds, "every key answered");
+    assert_eq!(
+        card_sim.charges_created().await,
+        charges,
+        "processor charges"
+    );
+    assert_eq!(
+        card_sim.authorizations_created().await,
+        holds,
+        "processor authorisations"
+    );
+    assert_eq!(
+        card_sim.captures_created().await,
+        holds,
+        "processor captures"
+    );
     let footprint = Footprint::of(&db.pool).await;
     assert_eq!(
         (
@@ -173,8 +251,9 @@ async fn kill_nine_soak_every_key_charges_exactly_once(backend: Backend) {
             footprint.ledger_transactions,
             footprint.outbox_events
         ),
-        (keys, keys, keys),
-        "service charges, ledger transactions and outbox events"
+        (charges, charges, charges + holds),
+        "service charges, ledger transactions (a hold posts at its capture) and outbox events \
+         (a hold has payment.authorized and payment.completed)"
     );
 }
 
