@@ -280,8 +280,9 @@ pub struct CreateChargeBody {
     #[serde(default)]
     pub description: Option<String>,
     /// `false` only authorises: the charge holds its money until it is captured
-    /// (`POST /charges/{id}/capture`) or canceled. Absent or `true` captures at once.
-    #[serde(default)]
+    /// (`POST /charges/{id}/capture`) or canceled. Absent or `true` captures at once; `null`
+    /// is refused rather than read as either.
+    #[serde(default, deserialize_with = "super::hold::present")]
     pub capture: Option<bool>,
 }
 

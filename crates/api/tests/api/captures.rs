@@ -240,6 +240,12 @@ async fn a_capture_above_the_hold_or_of_a_charge_captured_at_once_changes_nothin
     backend: Backend,
 ) {
     let (card_sim, app) = with_card_sim_and(backend, &[]).await;
+    // `"capture": null` is neither: refused before the claim, the key left free.
+    let key = new_key();
+    let null = json!({ "amount": 5_000, "currency": "usd", "source": "tok_visa", "capture": null });
+    let refused = app.post_charge(ACME, &key, &null).await;
+    assert_eq!(code_of(refused).await, (400, "invalid_request".into()));
+    app.assert_key_is_free(&key).await;
     let charge = id_of(&hold(&app, 5_000, "tok_visa").await);
     let too_much = capture(
         &app,
@@ -288,6 +294,7 @@ async fn a_capture_above_the_hold_or_of_a_charge_captured_at_once_changes_nothin
     );
     assert_eq!(card_sim.captures_created().await, 1);
     assert_eq!(card_sim.voids_created().await, 0);
+    assert_eq!(card_sim.authorizations_created().await, 1);
 }
 
 /// The processor takes 2 s for every call on a `tok_slow` hold, and the service gives up on it
