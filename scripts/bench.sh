@@ -510,6 +510,28 @@ verify_charges() {
     fi
 }
 
+# Exactly once for holds: every hold of the run (a charges.create record under PREFIX) that is
+# captured was captured by exactly one completed capture record and posted exactly one ledger
+# transaction; a hold not captured (its capture was in flight when wrk stopped) posted none; and
+# at least every answered capture's hold is captured.
+verify_holds() {
+    local name=$1 prefix=$2 counts holds captured ledger captures
+    counts="$(sql_value "SELECT count(*), count(*) FILTER (WHERE c.capture_status = 'captured'),
+                                (SELECT count(*) FROM ledger_transactions l
+                                 JOIN idempotency_records h ON h.resource_id = l.charge_id
+                                 WHERE h.idempotency_key LIKE '$prefix%'
+                                   AND h.operation = 'charges.create'),
+                                (SELECT count(*) FROM idempotency_records k
+                                 WHERE k.idempotency_key LIKE '$prefix%'
+                                   AND k.operation = 'charges.capture' AND k.state = 'completed')
+                         FROM idempotency_records r JOIN charges c ON c.id = r.resource_id
+                         WHERE r.idempotency_key LIKE '$prefix%' AND r.operation = 'charges.create'")"
+    IFS='|' read -r holds captured ledger captures <<<"$counts"
+    if [[ $captured != "$ledger" || $captured != "$captures" ]] || ((holds < captured || captured == 0)); then
+        FAILURES+=("$name: $holds holds, $captured captured, $ledger ledger transactions, $captures completed captures")
+    fi
+}
+
 # A replay run executed nothing: the key still has exactly one charge.
 verify_single_charge() {
     local name=$1 key=$2 charges
@@ -550,7 +572,7 @@ add_scenario() {
     ACC_RUNS[$name]="" ACC_ERRORS[$name]=0 ACC_EXPECTED[$name]=0 ACC_ANSWERED[$name]=0
 }
 
-makes_keys() { [[ $1 == first-charge.lua || $1 == in-flight.lua ]]; }
+makes_keys() { [[ $1 == first-charge.lua || $1 == in-flight.lua || $1 == authorize-capture.lua ]]; }
 
 # run_once SCENARIO ROUND: one wrk run (after a warm-up in the first round); its numbers are
 # added to the scenario's.
@@ -794,6 +816,7 @@ setup_scenarios() {
     add_scenario replay-redis          no-memory        "$C"  /charges                  replay.lua        "$REDIS_KEY"           floor-redis    "from Redis: no recent answers held"
     add_scenario first-charge          main             "$C"  /charges                  first-charge.lua  "first-$RUN-main"      floor-charge   ""
     add_scenario first-charge-c1       main             1     /charges                  first-charge.lua  "first-$RUN-c1"        ""             "one connection: latency"
+    add_scenario authorize-capture     main             "$C"  /charges                  authorize-capture.lua "hold-$RUN-main"   first-charge   "a hold, then its capture: each request an effect's flow"
     add_scenario replay-db             no-redis         "$C"  /charges                  replay.lua        "$DB_KEY"              floor-pg-read  ""
     add_scenario in-flight             card-sim         "$C"  /charges                  in-flight.lua     "inflight-$RUN"        floor-pg-read  ""
     add_scenario "first-charge-$label" growth           "$C"  /charges                  first-charge.lua  "first-$RUN-growth"    first-charge   "$(thousands "$ROWS") records preloaded"
@@ -808,7 +831,7 @@ setup_scenarios() {
     RUN_ORDER=()
     local name
     for name in floor-http floor-redis replay-cache replay-redis replay-cache-c1 floor-charge floor-charge-2 first-charge \
-        "first-charge-$label" first-charge-c1 first-charge-sqlite floor-pg-read in-flight replay-db \
+        authorize-capture "first-charge-$label" first-charge-c1 first-charge-sqlite floor-pg-read in-flight replay-db \
         "replay-db-$label" replay-sqlite; do
         [[ -n ${SC_SERVICE[$name]:-} ]] && RUN_ORDER+=("$name")
     done
@@ -863,6 +886,7 @@ verify() {
     verify_single_charge replay-cache "$CACHE_KEY"
     verify_charges first-charge "first-$RUN-main" "${ACC_ANSWERED[first-charge]}" $((CONNECTIONS * REPEAT))
     verify_charges first-charge-c1 "first-$RUN-c1" "${ACC_ANSWERED[first-charge-c1]}" "$REPEAT"
+    verify_holds authorize-capture "hold-$RUN-main"
     API_ROW_BYTES="$(sql_value "SELECT round(avg(pg_column_size(r.*))) FROM idempotency_records r WHERE idempotency_key LIKE 'first-$RUN-main%'")"
     API_KEY_CHARS="$(sql_value "SELECT round(avg(length(idempotency_key))) FROM idempotency_records WHERE idempotency_key LIKE 'first-$RUN-main%'")"
     use_service no-memory
