@@ -33,6 +33,11 @@ ALTER TABLE charges
     ADD CONSTRAINT charges_hold_claimed
         CHECK ((hold_claimed_by IS NULL) = (hold_claimed_for IS NULL)
                AND (hold_claimed_by IS NULL OR capture_status IS NOT NULL)),
+    -- Refunds reserve on what was captured, never on what is held: a build that knows no
+    -- holds (a fleet mid-deploy) reserving on a hold's amount is refused here.
+    ADD CONSTRAINT charges_refunds_within_captured
+        CHECK (amount_reserved <= CASE WHEN capture_status IS NULL THEN amount
+                                       ELSE coalesce(amount_captured, 0) END),
     ADD CONSTRAINT charges_canceled_with_reason
         CHECK (cancellation_reason IS NULL OR coalesce(capture_status, '') = 'canceled');
 

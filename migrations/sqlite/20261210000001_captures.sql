@@ -5,9 +5,13 @@ ALTER TABLE charges ADD COLUMN capture_status TEXT
     CHECK (capture_status IN ('requires_capture', 'captured', 'canceled'));
 ALTER TABLE charges ADD COLUMN capture_before TEXT
     CHECK ((capture_status IS NULL) = (capture_before IS NULL));
+-- Its check also keeps refunds within what was captured (PostgreSQL's
+-- `charges_refunds_within_captured`): SQLite checks every check of a row it writes.
 ALTER TABLE charges ADD COLUMN amount_captured INTEGER
     CHECK ((coalesce(capture_status, '') = 'captured') = (amount_captured IS NOT NULL)
-           AND (amount_captured IS NULL OR amount_captured BETWEEN 1 AND amount));
+           AND (amount_captured IS NULL OR amount_captured BETWEEN 1 AND amount)
+           AND amount_reserved <= CASE WHEN capture_status IS NULL THEN amount
+                                       ELSE coalesce(amount_captured, 0) END);
 ALTER TABLE charges ADD COLUMN hold_claimed_by BLOB
     CHECK (hold_claimed_by IS NULL OR capture_status IS NOT NULL);
 ALTER TABLE charges ADD COLUMN hold_claimed_for TEXT

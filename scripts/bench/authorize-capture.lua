@@ -5,7 +5,8 @@
 -- captures of its holds before any new hold, so the holds left uncaptured at the end are at
 -- most the requests in flight when wrk stops.
 --
--- Keys are <run prefix>-<thread>-<counter> for holds and <...>-capture for their captures.
+-- Keys are <run prefix>-<thread>-<counter> for holds and <run prefix>-<thread>-capture-<charge>
+-- for their captures.
 -- The 201s of holds and the 200s of captures are counted as expected, anything else as
 -- unexpected.
 local common = require "common"
@@ -25,7 +26,7 @@ end
 function request()
    local charge = table.remove(held)
    if charge then
-      local headers = common.keyed_headers(charge .. "-capture")
+      local headers = common.keyed_headers(prefix .. "-capture-" .. charge)
       return wrk.format("POST", "/charges/" .. charge .. "/capture", headers, "{}")
    end
    counter = counter + 1

@@ -5,11 +5,12 @@
 //! that claimed the hold first is left to end it; a late capture meets the expired hold, or the
 //! expiry's claim, and is refused: exactly one of the two ends a hold.
 
-use payments_domain::{CancelRequest, CancellationReason, ChargeId};
+use payments_domain::{CancelRequest, CancellationReason, ChargeId, TenantId};
 use payments_idempotency::IdempotencyKey;
-use payments_idempotency::engine::KeyedRequest;
+use payments_idempotency::engine::{Answer, KeyedRequest};
 use payments_storage::captures;
 
+use crate::operations::cancel::CancelCharge;
 use crate::operations::charge::now_to_the_microsecond;
 use crate::{AppState, error_chain};
 
@@ -38,30 +39,48 @@ pub(crate) async fn run_round(state: &AppState) {
         }
     };
     for (tenant, charge) in expired {
-        let Ok(key) = IdempotencyKey::parse(&key_of(charge)) else {
-            continue;
-        };
-        let request = CancelRequest {
-            charge,
-            reason: Some(CancellationReason::Expired),
-        };
-        let request = KeyedRequest::of::<crate::operations::cancel::CancelCharge>(
-            tenant.as_str().to_owned(),
-            key,
-            request,
-            None,
-        );
-        match state.engine.run(&state.operations.cancels, request).await {
-            Ok(answer) => tracing::info!(
+        let mut answer = cancel(state, &tenant, charge, key_of(charge)).await;
+        // The key's record keeps a refusal (a capture claimed the hold between this round's
+        // read and its cancel): that capture has since ended without taking the hold, or the
+        // hold would not be read again, so the expiry tries once more under a key of this
+        // round's own.
+        if matches!(&answer, Some(done) if done.replayed && done.response.status >= 400) {
+            let retry = format!("{}-{}", key_of(charge), chrono::Utc::now().timestamp());
+            answer = cancel(state, &tenant, charge, retry).await;
+        }
+        if let Some(answer) = answer {
+            tracing::info!(
                 charge = %charge,
                 status = answer.response.status,
-                "hold expiry: a hold past its capture_before was canceled"
-            ),
-            Err(error) => tracing::warn!(
+                "hold expiry: a hold past its capture_before was canceled, or is ended already"
+            );
+        }
+    }
+}
+
+/// Runs the expiry's cancel of `charge` under `key`; `None` when it did not end (logged; a
+/// later round retries it).
+async fn cancel(
+    state: &AppState,
+    tenant: &TenantId,
+    charge: ChargeId,
+    key: String,
+) -> Option<Answer> {
+    let key = IdempotencyKey::parse(&key).ok()?;
+    let request = CancelRequest {
+        charge,
+        reason: Some(CancellationReason::Expired),
+    };
+    let request = KeyedRequest::of::<CancelCharge>(tenant.as_str().to_owned(), key, request, None);
+    match state.engine.run(&state.operations.cancels, request).await {
+        Ok(answer) => Some(answer),
+        Err(error) => {
+            tracing::warn!(
                 charge = %charge,
                 error = %error,
                 "hold expiry: the cancel did not end; a later round retries it"
-            ),
+            );
+            None
         }
     }
 }

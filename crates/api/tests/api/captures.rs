@@ -151,6 +151,15 @@ async fn a_hold_is_captured_once_and_the_balance_is_exact_at_each_step(backend: 
     );
     assert_eq!(after_hold.authorized_events, 1);
     assert_eq!(balance(&app).await, (0, 0, 5_000));
+    // A build that knew no holds, reserving a refund on it, is refused by the schema itself.
+    let reserved = sqlx::query(&format!(
+        "UPDATE charges SET amount_reserved = 100 WHERE id = {}",
+        app.database.uuid_param("$1")
+    ))
+    .bind(charge.trim_start_matches("ch_"))
+    .execute(app.db())
+    .await;
+    assert!(reserved.is_err(), "a reservation on held money is refused");
 
     // Held money is no one's yet: nothing of it can be refunded or paid out.
     let refund = app
