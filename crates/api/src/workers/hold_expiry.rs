@@ -42,9 +42,11 @@ pub(crate) async fn run_round(state: &AppState) {
         let mut answer = cancel(state, &tenant, charge, key_of(charge)).await;
         // The key's record keeps a refusal (a capture claimed the hold between this round's
         // read and its cancel): that capture has since ended without taking the hold, or the
-        // hold would not be read again, so the expiry tries once more under a key of this
-        // round's own.
-        if matches!(&answer, Some(done) if done.replayed && done.response.status >= 400) {
+        // hold would not be read again. Or the key could not be run at all (a client took the
+        // same key for another request of its own). Either way the expiry tries once more
+        // under a key of this round's own: claims serialise, so at most one cancel voids.
+        let refused = |done: &Answer| done.response.status >= 400;
+        if answer.as_ref().is_none_or(refused) {
             let retry = format!("{}-{}", key_of(charge), chrono::Utc::now().timestamp());
             answer = cancel(state, &tenant, charge, retry).await;
         }

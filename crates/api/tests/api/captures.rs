@@ -451,6 +451,11 @@ async fn until_no_hold_is_left(app: &TestApp, within: Duration) {
 async fn a_hold_past_its_capture_before_is_canceled_once_and_never_captured(backend: Backend) {
     let (card_sim, app) = with_card_sim_and(backend, &SHORT_HOLDS).await;
     let charge = id_of(&hold(&app, 2_500, "tok_visa").await);
+    // A client took the key the expiry would cancel this hold under, for a cancel of another
+    // hold of its own: the expiry cancels this one all the same.
+    let other = id_of(&hold(&app, 100, "tok_visa").await);
+    let taken = cancel(&app, &other, &format!("hold-expiry-{charge}"), &json!({})).await;
+    assert_eq!(taken.status().as_u16(), 200);
     until_no_hold_is_left(&app, Duration::from_secs(10)).await;
     let shown: Value = app.get_json(ACME, &format!("/charges/{charge}")).await;
     assert_eq!(shown["status"], "canceled", "{shown}");
@@ -468,7 +473,8 @@ async fn a_hold_past_its_capture_before_is_canceled_once_and_never_captured(back
             after.canceled_events,
             after.ledger_transactions
         ),
-        (0, 1, 1, 0)
+        (0, 2, 2, 0),
+        "the client's cancel and the expiry's"
     );
     assert_eq!(balance(&app).await, (0, 0, 0));
 }
