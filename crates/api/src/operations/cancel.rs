@@ -30,10 +30,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::charge::{ChargeView, now_to_the_microsecond};
-use super::hold::{CHARGE, HoldRefusal, claimed, end_hold, present};
+use super::hold::{CHARGE, HoldRefusal, claimed, end_hold};
 use super::{Ports, SCHEMA_VERSION, effect_error, ok, settled};
 use crate::extract::{IdempotentCall, JsonBytes};
-use crate::views::{invalid_field, json_body, split_stored};
+use crate::views::{invalid_field, json_body, present, split_stored};
 use crate::{ApiError, AppState};
 
 /// Canceling a hold: the card processor is its effect port, and the store holds the hold's

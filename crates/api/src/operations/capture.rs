@@ -174,7 +174,7 @@ async fn create(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CaptureChargeBody {
-    #[serde(default, deserialize_with = "super::hold::present")]
+    #[serde(default, deserialize_with = "crate::views::present")]
     pub amount_to_capture: Option<i64>,
 }
 

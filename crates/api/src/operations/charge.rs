@@ -282,7 +282,7 @@ pub struct CreateChargeBody {
     /// `false` only authorises: the charge holds its money until it is captured
     /// (`POST /charges/{id}/capture`) or canceled. Absent or `true` captures at once; `null`
     /// is refused rather than read as either.
-    #[serde(default, deserialize_with = "super::hold::present")]
+    #[serde(default, deserialize_with = "crate::views::present")]
     pub capture: Option<bool>,
 }
 

@@ -18,7 +18,6 @@ use payments_idempotency::StoredResponse;
 use payments_idempotency::engine::{Idempotent, Operation};
 use payments_storage::Transaction;
 use payments_storage::captures::{HoldClaim, HoldEnd};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::SCHEMA_VERSION;
@@ -27,7 +26,7 @@ use crate::error::{PROBLEM_JSON, Problem};
 use crate::extract::IdempotentCall;
 use crate::handling::run_idempotent;
 use crate::routes::problems::type_of;
-use crate::views::{json_body, timestamp};
+use crate::views::{joined_stored, timestamp};
 use crate::{ApiError, AppState};
 
 /// The field naming the charge in a stored request of a capture or a cancel.
@@ -238,31 +237,7 @@ where
     let validate = || async {
         let charge = tenants_charge(state, &tenant, id).await?;
         let request = parse(body, charge.id)?;
-        Ok((request, stored_request_of(body, charge.id)?))
+        Ok((request, joined_stored(body, CHARGE, charge.id)?))
     };
     run_idempotent(state, op, call, body, validate).await
-}
-
-/// The request stored with a capture's or a cancel's record: the body as sent, with the charge
-/// of the path as its [`CHARGE`] field, so that the fingerprint covers the charge and the
-/// completer can finish from the record alone.
-fn stored_request_of(body: &[u8], charge: ChargeId) -> Result<Value, ApiError> {
-    let mut as_sent: Value = json_body(body)?;
-    let Value::Object(fields) = &mut as_sent else {
-        return Err(ApiError::InvalidRequest(
-            "The body must be a JSON object.".into(),
-        ));
-    };
-    fields.insert(CHARGE.to_owned(), Value::String(charge.to_string()));
-    Ok(as_sent)
-}
-
-/// An optional field that, when sent, must hold a value: `"amount_to_capture": null` is
-/// refused rather than read as "all of it".
-pub(super) fn present<'de, D, T>(field: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    T::deserialize(field).map(Some)
 }

@@ -36,7 +36,7 @@ use super::{Ports, SCHEMA_VERSION, created, effect_error, settled};
 use crate::extract::{ApiQuery, IdempotentCall, JsonBytes, Tenant};
 use crate::failpoint;
 use crate::handling::{ListParams, run_idempotent, tenants};
-use crate::views::{List, invalid_field, json_body, split_stored, timestamp};
+use crate::views::{List, invalid_field, joined_stored, json_body, split_stored, timestamp};
 use crate::{ApiError, AppState, Decline};
 
 /// Refunding a charge: the card processor is its effect port, and the store holds its
@@ -231,17 +231,8 @@ async fn create(
         let request = CreateRefundBody::parse(&body, charge.id)?;
         // The stored request names the charge, so that the fingerprint covers it and the
         // completer can finish the refund from the record alone.
-        let mut canonical: Value = json_body(&body)?;
-        let Value::Object(fields) = &mut canonical else {
-            return Err(ApiError::InvalidRequest(
-                "The body must be a JSON object.".into(),
-            ));
-        };
-        fields.insert(
-            CreateRefundBody::CHARGE.to_owned(),
-            Value::String(charge.id.to_string()),
-        );
-        Ok((request, canonical))
+        let stored = joined_stored(&body, CreateRefundBody::CHARGE, charge.id)?;
+        Ok((request, stored))
     };
     run_idempotent(&state, &state.operations.refunds, call, &body, validate).await
 }
@@ -279,20 +270,10 @@ async fn list(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct CreateRefundBody {
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "crate::views::present")]
     pub amount: Option<i64>,
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "crate::views::present")]
     pub reason: Option<String>,
-}
-
-/// An optional field that, when sent, must hold a value: `"amount": null` is refused rather
-/// than read as "no amount", which would refund all that is left.
-fn present<'de, D, T>(field: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    T::deserialize(field).map(Some)
 }
 
 impl CreateRefundBody {

@@ -94,6 +94,35 @@ pub(crate) fn timestamp(time: DateTime<Utc>) -> String {
     time.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
+/// The request to store with a record whose path names a resource: the body as sent, with
+/// that resource's id added as `field`, so that the fingerprint covers it and the completer can
+/// finish from the record alone. [`split_stored`] reads it back.
+pub(crate) fn joined_stored(
+    body: &[u8],
+    field: &str,
+    id: impl std::fmt::Display,
+) -> Result<Value, ApiError> {
+    let mut stored: Value = json_body(body)?;
+    let Value::Object(fields) = &mut stored else {
+        return Err(ApiError::InvalidRequest(
+            "The body must be a JSON object.".into(),
+        ));
+    };
+    fields.insert(field.to_owned(), Value::String(id.to_string()));
+    Ok(stored)
+}
+
+/// An optional field that, when sent, must hold a value (`deserialize_with`): `"amount": null`
+/// is refused rather than read as the field's absence, which means something else (all that is
+/// left, a capture at once).
+pub(crate) fn present<'de, D, T>(field: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(field).map(Some)
+}
+
 /// A request stored with its record whose path named a resource: that resource's id, stored
 /// in the body as `field`, and the body without it as `T`.
 pub(crate) fn split_stored<Id, T>(body: &[u8], field: &str) -> Result<(Id, T), ApiError>

@@ -43,6 +43,14 @@ pub(crate) enum Answer<T> {
 }
 
 impl<T> Outcome<T> {
+    /// A definitive decline with its code and message.
+    pub(crate) fn declined(decline_code: &str, message: impl Into<String>) -> Self {
+        Self::Declined {
+            decline_code: decline_code.to_owned(),
+            message: message.into(),
+        }
+    }
+
     /// The same outcome, with what a success made changed by `made`.
     pub(crate) fn map<U>(self, made: impl FnOnce(T) -> U) -> Outcome<U> {
         match self {

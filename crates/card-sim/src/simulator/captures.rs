@@ -91,7 +91,7 @@ impl Capturable {
         };
         let (requested, held) = (call.money, authorization.money);
         if requested.currency != held.currency {
-            return declined(
+            return Outcome::declined(
                 decline::NOT_CAPTURABLE,
                 format!(
                     "The capture is in {}, the authorisation {charge_id} in {}.",
@@ -100,7 +100,7 @@ impl Capturable {
             );
         }
         if requested.amount > held.amount {
-            return declined(
+            return Outcome::declined(
                 decline::AMOUNT_TOO_LARGE,
                 format!(
                     "The capture of {requested} is larger than the {held} authorised by \
@@ -134,7 +134,7 @@ impl Capturable {
     /// void can have it.
     fn held<T>(&mut self, charge_id: &str) -> Result<&mut Authorization, Outcome<T>> {
         let Some(authorization) = self.authorizations.get_mut(charge_id) else {
-            return Err(declined(
+            return Err(Outcome::declined(
                 decline::NOT_CAPTURABLE,
                 format!(
                     "No authorisation {charge_id}: the charge is unknown, or was captured when \
@@ -144,22 +144,15 @@ impl Capturable {
         };
         match authorization.hold {
             Hold::RequiresCapture => Ok(authorization),
-            Hold::Captured => Err(declined(
+            Hold::Captured => Err(Outcome::declined(
                 decline::ALREADY_CAPTURED,
                 format!("The charge {charge_id} has already been captured."),
             )),
-            Hold::Voided => Err(declined(
+            Hold::Voided => Err(Outcome::declined(
                 decline::CANCELED,
                 format!("The charge {charge_id} has been voided."),
             )),
         }
-    }
-}
-
-fn declined<T>(decline_code: &str, message: String) -> Outcome<T> {
-    Outcome::Declined {
-        decline_code: decline_code.to_owned(),
-        message,
     }
 }
 

@@ -95,20 +95,20 @@ impl Refundable {
     pub(crate) fn begin(&mut self, request: &RefundCall) -> Outcome<ProcessorRefund> {
         let charge_id = &request.processor_charge_id;
         let Some(refundable) = self.charges.get_mut(charge_id) else {
-            return declined("no_such_charge", format!("No such charge: {charge_id}."));
+            return Outcome::declined("no_such_charge", format!("No such charge: {charge_id}."));
         };
         let Some(charged) = refundable.captured else {
-            return declined(
+            return Outcome::declined(
                 NOT_CAPTURED,
                 format!("The charge {charge_id} is not captured: it took nothing to give back."),
             );
         };
         if refundable.token == TestToken::DeclinesRefunds {
-            return declined("refund_declined", "The refund was declined.".to_owned());
+            return Outcome::declined("refund_declined", "The refund was declined.".to_owned());
         }
         let requested = request.money;
         if requested.currency != charged.currency {
-            return declined(
+            return Outcome::declined(
                 "currency_mismatch",
                 format!(
                     "The refund is in {}, the charge in {}.",
@@ -119,7 +119,7 @@ impl Refundable {
         let remaining = charged.amount.minor_units() - refundable.committed;
         let minor_units = requested.amount.minor_units();
         if minor_units > remaining {
-            return declined(
+            return Outcome::declined(
                 "amount_too_large",
                 format!(
                     "The refund of {requested} is larger than the {remaining} minor units that \
@@ -159,13 +159,6 @@ impl Refundable {
 
 /// The `decline_code` of a refund of an authorisation that is not captured.
 pub(crate) const NOT_CAPTURED: &str = "charge_not_captured";
-
-fn declined(decline_code: &str, message: String) -> Outcome<ProcessorRefund> {
-    Outcome::Declined {
-        decline_code: decline_code.to_owned(),
-        message,
-    }
-}
 
 #[cfg(test)]
 mod tests {
