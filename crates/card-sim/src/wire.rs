@@ -135,6 +135,9 @@ pub(crate) struct VoidView {
     pub id: String,
     pub object: String,
     pub charge: String,
+    /// What it released: all the authorisation held.
+    pub amount: i64,
+    pub currency: String,
     #[serde(default)]
     pub created: i64,
     #[serde(default)]

@@ -159,22 +159,37 @@ impl ProcessorCapture {
         requested_charge_id: &str,
         requested_money: Money,
     ) -> Result<(), ProcessorMismatch> {
-        if self.processor_charge_id != requested_charge_id {
-            return Err(ProcessorMismatch::Charge {
-                id: self.id.clone(),
-                reported: self.processor_charge_id.clone(),
-                requested: requested_charge_id.to_owned(),
-            });
-        }
-        if self.money != requested_money {
-            return Err(ProcessorMismatch::Money {
-                id: self.id.clone(),
-                reported: self.money,
-                requested: requested_money,
-            });
-        }
-        Ok(())
+        confirms_end(
+            (&self.id, &self.processor_charge_id, self.money),
+            requested_charge_id,
+            requested_money,
+        )
     }
+}
+
+/// Accepts what ended an authorisation (its id, the authorisation it names, the money it took or
+/// released) only if it is of exactly the requested authorisation, for exactly the requested
+/// money.
+fn confirms_end(
+    (id, reported_charge_id, reported_money): (&str, &str, Money),
+    requested_charge_id: &str,
+    requested_money: Money,
+) -> Result<(), ProcessorMismatch> {
+    if reported_charge_id != requested_charge_id {
+        return Err(ProcessorMismatch::Charge {
+            id: id.to_owned(),
+            reported: reported_charge_id.to_owned(),
+            requested: requested_charge_id.to_owned(),
+        });
+    }
+    if reported_money != requested_money {
+        return Err(ProcessorMismatch::Money {
+            id: id.to_owned(),
+            reported: reported_money,
+            requested: requested_money,
+        });
+    }
+    Ok(())
 }
 
 /// A void to make at the processor: the authorisation is released, and can never be captured.
@@ -190,19 +205,22 @@ pub struct ProcessorVoidRequest {
 pub struct ProcessorVoid {
     pub id: String,
     pub processor_charge_id: String,
+    /// What it released: all the authorisation held.
+    pub money: Money,
 }
 
 impl ProcessorVoid {
-    /// Accepts the void only if it is of the requested authorisation.
-    pub fn confirms(&self, requested_charge_id: &str) -> Result<(), ProcessorMismatch> {
-        if self.processor_charge_id == requested_charge_id {
-            return Ok(());
-        }
-        Err(ProcessorMismatch::Charge {
-            id: self.id.clone(),
-            reported: self.processor_charge_id.clone(),
-            requested: requested_charge_id.to_owned(),
-        })
+    /// Accepts the void only if it released exactly what the requested authorisation held.
+    pub fn confirms(
+        &self,
+        requested_charge_id: &str,
+        held: Money,
+    ) -> Result<(), ProcessorMismatch> {
+        confirms_end(
+            (&self.id, &self.processor_charge_id, self.money),
+            requested_charge_id,
+            held,
+        )
     }
 }
 
@@ -258,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn a_capture_confirms_only_its_authorisation_and_money() {
+    fn a_capture_or_void_confirms_only_its_authorisation_and_money() {
         let capture = ProcessorCapture {
             id: "cap_1".into(),
             processor_charge_id: "ch_1".into(),
@@ -270,8 +288,10 @@ mod tests {
         let void = ProcessorVoid {
             id: "void_1".into(),
             processor_charge_id: "ch_1".into(),
+            money: usd(500),
         };
-        assert_eq!(void.confirms("ch_1"), Ok(()));
-        assert!(void.confirms("ch_2").is_err());
+        assert_eq!(void.confirms("ch_1", usd(500)), Ok(()));
+        assert!(void.confirms("ch_2", usd(500)).is_err());
+        assert!(void.confirms("ch_1", usd(499)).is_err());
     }
 }

@@ -34,7 +34,10 @@ impl ResolutionAction {
     ///
     /// Only the processor's side can be recorded or voided, and only a charge's: a refund or
     /// payout posted without its charge's or balance's reservation could take more than
-    /// there is, and neither can be given back by a refund. Anything can be accepted.
+    /// there is, and neither can be given back by a refund. A capture or a void the books miss
+    /// ended a hold behind the service's back: which of the hold's records it belongs to, and
+    /// whether its money may be posted, is a person's judgement, so it is accepted (with the
+    /// note that says what was done about it). Anything can be accepted.
     pub fn applies_to(self, kind: ItemResult, effect: SettlementKind) -> bool {
         let charge = effect == SettlementKind::Charge;
         match self {
@@ -103,7 +106,7 @@ mod tests {
     fn only_a_charge_the_processor_holds_can_be_recorded_or_voided() {
         use ItemResult::*;
         use ResolutionAction::*;
-        use SettlementKind::{Charge, Payout, Refund};
+        use SettlementKind::{Capture, Charge, Payout, Refund};
         let cases = [
             (ProcessorOnly, Charge, vec![Record, Void, Accept]),
             (ProcessorMismatch, Charge, vec![Void, Accept]),
@@ -111,6 +114,9 @@ mod tests {
             (AmountMismatch, Charge, vec![Accept]),
             (ProcessorOnly, Refund, vec![Accept]),
             (ProcessorOnly, Payout, vec![Accept]),
+            (ProcessorOnly, Capture, vec![Accept]),
+            (ProcessorOnly, SettlementKind::Void, vec![Accept]),
+            (BooksOnly, Capture, vec![Accept]),
             (Matched, Charge, vec![]),
         ];
         for (kind, effect, fits) in cases {

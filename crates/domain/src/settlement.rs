@@ -49,16 +49,26 @@ impl ProcessorMetadata {
     }
 }
 
-/// What a line of the settlement report is.
+/// What a line of the settlement report is. An authorisation is a `Charge` line (of what it
+/// holds); what ends it is a line of its own: a `Capture` of what it took, or a `Void` of what it
+/// released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SettlementKind {
     Charge,
     Refund,
     Payout,
+    Capture,
+    Void,
 }
 
 impl SettlementKind {
-    pub const ALL: [Self; 3] = [Self::Charge, Self::Refund, Self::Payout];
+    pub const ALL: [Self; 5] = [
+        Self::Charge,
+        Self::Refund,
+        Self::Payout,
+        Self::Capture,
+        Self::Void,
+    ];
 
     /// The name in the report's `type` column.
     pub fn as_str(self) -> &'static str {
@@ -66,6 +76,8 @@ impl SettlementKind {
             Self::Charge => "charge",
             Self::Refund => "refund",
             Self::Payout => "payout",
+            Self::Capture => "capture",
+            Self::Void => "void",
         }
     }
 
@@ -75,10 +87,10 @@ impl SettlementKind {
     }
 
     /// The service's id (`ch_…`, `re_…`, `po_…`) of the resource of this kind whose UUID is
-    /// `uuid`.
+    /// `uuid`: a capture or a void is of its charge, the hold it ended.
     pub fn resource_id(self, uuid: Uuid) -> String {
         match self {
-            Self::Charge => ChargeId::from_uuid(uuid).to_string(),
+            Self::Charge | Self::Capture | Self::Void => ChargeId::from_uuid(uuid).to_string(),
             Self::Refund => RefundId::from_uuid(uuid).to_string(),
             Self::Payout => PayoutId::from_uuid(uuid).to_string(),
         }
@@ -105,8 +117,8 @@ pub struct SettlementLine {
 /// [`CardProcessor`](crate::CardProcessor), because only reconciliation needs it.
 #[async_trait]
 pub trait SettlementReport: Send + Sync + std::fmt::Debug + 'static {
-    /// Every charge, refund and payout the processor made on `date` (UTC), in the order it
-    /// made them. A processor forgets what it made once its key window has passed, so a day
+    /// Every charge (authorisations among them), refund, payout, capture and void the processor
+    /// made on `date` (UTC), in the order it made them. A processor forgets what it made once its key window has passed, so a day
     /// is read soon after it ends (the previous day), well within any window. A report that
     /// cannot be read in full is [`ProcessorError::Unavailable`]: a partial report would show
     /// differences that do not exist.
@@ -128,6 +140,8 @@ mod tests {
             (SettlementKind::Charge, "charge"),
             (SettlementKind::Refund, "refund"),
             (SettlementKind::Payout, "payout"),
+            (SettlementKind::Capture, "capture"),
+            (SettlementKind::Void, "void"),
         ] {
             assert_eq!(kind.as_str(), name);
             assert_eq!(SettlementKind::parse(name), Some(kind));

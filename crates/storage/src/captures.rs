@@ -209,14 +209,20 @@ pub async fn release_hold(
     Ok(())
 }
 
-/// Ends a hold as captured for `$2`, if it is still held.
+/// Ends a hold as captured for `$2` by the processor's capture `$3` at `$4`, if it is still
+/// held.
 const CAPTURE_HOLD: &str = "
-UPDATE charges SET capture_status = 'captured', amount_captured = $2
+UPDATE charges
+SET capture_status = 'captured', amount_captured = $2, processor_capture_id = $3,
+    hold_ended_at = $4
 WHERE id = $1 AND capture_status = 'requires_capture'";
 
-/// Ends a hold as canceled for the reason `$2`, if it is still held.
+/// Ends a hold as canceled for the reason `$2` by the processor's void `$3` at `$4`, if it is
+/// still held.
 const CANCEL_HOLD: &str = "
-UPDATE charges SET capture_status = 'canceled', cancellation_reason = $2
+UPDATE charges
+SET capture_status = 'canceled', cancellation_reason = $2, processor_void_id = $3,
+    hold_ended_at = $4
 WHERE id = $1 AND capture_status = 'requires_capture'";
 
 /// What a capture posts: the charge's (`$2`, of the tenant `$3`) ledger transaction `$1` with
@@ -260,18 +266,22 @@ INSERT INTO outbox_events (id, aggregate_id, tenant_id, event_type, payload, cre
 VALUES ($1, $2, $3, $4, $5, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
 };
 
-/// Ends the hold `charge` as captured for `captured`, in `transaction`, begun over the
-/// capture's record: the charge's row, its ledger transaction and `payment.completed`.
+/// Ends the hold `charge` as captured for `captured` by the processor's capture
+/// `processor_capture_id`, in `transaction`, begun over the capture's record: the charge's row,
+/// its ledger transaction and `payment.completed`.
 pub async fn capture_hold(
     transaction: &mut Transaction,
     charge: &Charge,
     captured: Money,
+    processor_capture_id: &str,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let mut connection = transaction.connection();
     let ended = Sql::new(CAPTURE_HOLD)
         .bind(charge.id.as_uuid())
         .bind(captured.amount.minor_units())
+        .bind(processor_capture_id)
+        .bind(at)
         .execute(&mut connection)
         .await?;
     if ended != 1 {
@@ -292,18 +302,22 @@ pub async fn capture_hold(
     Ok(())
 }
 
-/// Ends the hold `charge` as canceled, in `transaction`, begun over the cancel's record: the
-/// charge's row and `payment.canceled`. Nothing is posted: nothing was taken.
+/// Ends the hold `charge` as canceled by the processor's void `processor_void_id`, in
+/// `transaction`, begun over the cancel's record: the charge's row and `payment.canceled`.
+/// Nothing is posted: nothing was taken.
 pub async fn cancel_hold(
     transaction: &mut Transaction,
     charge: &Charge,
     reason: Option<CancellationReason>,
+    processor_void_id: &str,
     at: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let mut connection = transaction.connection();
     let ended = Sql::new(CANCEL_HOLD)
         .bind(charge.id.as_uuid())
         .bind(reason.map(CancellationReason::name))
+        .bind(processor_void_id)
+        .bind(at)
         .execute(&mut connection)
         .await?;
     if ended != 1 {

@@ -1,8 +1,14 @@
+//! Migrations that rebuild what a database already holds.
+//!
 //! The refunds migration on a database that already holds charges: every charge, ledger
 //! transaction and entry is kept, and the rules that change (a charge is posted once, a refund
 //! is posted once, refunds never exceed their charge) hold on the rows that were there before.
 //! On SQLite the migration rebuilds `ledger_transactions`, whose entries point at it. The
 //! ledger's balances, kept since a later migration, start from the entries already there.
+//!
+//! The migration that puts the ends of holds in the books, on a database that already holds a
+//! resolved reconciliation exception: the exception and its resolution are kept (SQLite rebuilds
+//! both), and an exception may now be of a capture or a void, and still of nothing else.
 
 use std::borrow::Cow;
 use std::str::FromStr;
@@ -15,12 +21,15 @@ use uuid::Uuid;
 /// The first migration that knows refunds.
 const REFUNDS: i64 = 20261201000001;
 
-/// `all` without the refunds migration and what came after it.
-fn before_refunds(all: &Migrator) -> Migrator {
+/// The first migration that puts what ended a hold in the books.
+const HOLD_ENDS: i64 = 20261211000001;
+
+/// `all` without the migration `version` and what came after it.
+fn before(all: &Migrator, version: i64) -> Migrator {
     Migrator {
         migrations: Cow::Owned(
             all.iter()
-                .filter(|m| m.version < REFUNDS)
+                .filter(|m| m.version < version)
                 .cloned()
                 .collect(),
         ),
@@ -139,8 +148,9 @@ async fn assert_kept_and_guarded(db: &AnyPool, charge: Uuid, sql: &Spelling) {
     assert!(over.is_err(), "no refund reserves more than its charge");
 }
 
-#[tokio::test]
-async fn a_sqlite_database_keeps_its_charges_and_ledger_through_the_refunds_migration() {
+/// A fresh SQLite database file in a directory of its own: its directory, a pool that enforces
+/// foreign keys, and a pool of the `Any` driver the tests write through.
+async fn sqlite_database() -> (std::path::PathBuf, sqlx::SqlitePool, AnyPool) {
     sqlx::any::install_default_drivers();
     let dir = std::env::temp_dir().join(format!("payments-migration-{}", Uuid::new_v4()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -154,23 +164,124 @@ async fn a_sqlite_database_keeps_its_charges_and_ledger_through_the_refunds_migr
         .connect_with(options)
         .await
         .expect("open");
-    let all = sqlx::migrate!("../../migrations/sqlite");
-    before_refunds(&all)
-        .run(&pool)
-        .await
-        .expect("migrations before refunds");
     let any = AnyPool::connect(&format!("sqlite://{}", file.display()))
         .await
         .expect("any pool");
-    let charge = charge_before_refunds(&any, &SQLITE).await;
+    (dir, pool, any)
+}
 
-    all.run(&pool).await.expect("the refunds migration");
+/// No row of `pool`'s database points at a row that is not there.
+async fn assert_foreign_keys_hold(pool: &sqlx::SqlitePool) {
     let broken: Vec<(String, i64, String, i64)> = sqlx::query_as("PRAGMA foreign_key_check")
-        .fetch_all(&pool)
+        .fetch_all(pool)
         .await
         .expect("foreign key check");
     assert!(broken.is_empty(), "{broken:?}");
+}
+
+#[tokio::test]
+async fn a_sqlite_database_keeps_its_charges_and_ledger_through_the_refunds_migration() {
+    let (dir, pool, any) = sqlite_database().await;
+    let all = sqlx::migrate!("../../migrations/sqlite");
+    before(&all, REFUNDS)
+        .run(&pool)
+        .await
+        .expect("migrations before refunds");
+    let charge = charge_before_refunds(&any, &SQLITE).await;
+
+    all.run(&pool).await.expect("the refunds migration");
+    assert_foreign_keys_hold(&pool).await;
     assert_kept_and_guarded(&any, charge, &SQLITE).await;
+    any.close().await;
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A day's run with one exception, resolved by an operator's void, as the code before the hold
+/// ends wrote them.
+async fn resolved_exception_before_hold_ends(db: &AnyPool, sql: &Spelling) {
+    let (uuid, now) = (sql.uuid, sql.now);
+    let exception = Uuid::new_v4();
+    let statements = [
+        format!(
+            "INSERT INTO reconciliation_runs
+                 (report_date, ran_at, matched, settled, in_flight, exceptions)
+             VALUES ('2026-12-01', {now}, 3, 0, 0, 1)"
+        ),
+        format!(
+            "INSERT INTO reconciliation_exceptions
+                 (id, report_date, kind, effect, processor_id, processor_key, tenant_id,
+                  processor_amount, processor_currency, status, created_at)
+             VALUES ({}, '2026-12-01', 'processor_only', 'charge', 'sim_1', 'key-1', 'acme',
+                     700, 'USD', 'resolved', {now})",
+            uuid(exception)
+        ),
+        format!(
+            "INSERT INTO reconciliation_resolutions
+                 (exception_id, action, operator, note, resolved_at, void_tenant_id,
+                  void_processor_id, void_amount, void_currency)
+             VALUES ({}, 'void', 'ops', 'not ours', {now}, 'acme', 're_sim_1', 700, 'USD')",
+            uuid(exception)
+        ),
+    ];
+    for statement in statements {
+        sqlx::query(&statement)
+            .execute(db)
+            .await
+            .expect("write a resolved exception");
+    }
+}
+
+/// What must hold once the hold ends migration ran over `exception`.
+async fn assert_exceptions_kept_and_widened(db: &AnyPool, sql: &Spelling) {
+    let (uuid, now) = (sql.uuid, sql.now);
+    let kept: (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM reconciliation_exceptions WHERE status = 'resolved'),
+                (SELECT count(*) FROM reconciliation_resolutions WHERE action = 'void'),
+                (SELECT count(*) FROM books WHERE kind = 'refund' AND processor_id = 're_sim_1')",
+    )
+    .fetch_one(db)
+    .await
+    .expect("counts");
+    assert_eq!(
+        kept,
+        (1, 1, 1),
+        "the exception, its resolution, and the void in the books"
+    );
+    let exception_of = |effect: &str, processor_id: &str| {
+        format!(
+            "INSERT INTO reconciliation_exceptions
+                 (id, report_date, kind, effect, processor_id, status, created_at)
+             VALUES ({}, '2026-12-01', 'processor_only', '{effect}', '{processor_id}', 'open',
+                     {now})",
+            uuid(Uuid::new_v4())
+        )
+    };
+    for (effect, processor_id) in [("capture", "cap_1"), ("void", "void_1")] {
+        sqlx::query(&exception_of(effect, processor_id))
+            .execute(db)
+            .await
+            .unwrap_or_else(|e| panic!("an exception of a {effect}: {e}"));
+    }
+    let refused = sqlx::query(&exception_of("transfer", "tr_1"))
+        .execute(db)
+        .await;
+    assert!(refused.is_err(), "an exception is of what the books know");
+}
+
+#[tokio::test]
+async fn a_sqlite_database_keeps_its_exceptions_through_the_hold_ends_migration() {
+    let (dir, pool, any) = sqlite_database().await;
+    let all = sqlx::migrate!("../../migrations/sqlite");
+    before(&all, HOLD_ENDS)
+        .run(&pool)
+        .await
+        .expect("migrations before the hold ends");
+    resolved_exception_before_hold_ends(&any, &SQLITE).await;
+
+    all.run(&pool).await.expect("the hold ends migration");
+    assert_foreign_keys_hold(&pool).await;
+    assert_exceptions_kept_and_widened(&any, &SQLITE).await;
     any.close().await;
     pool.close().await;
     let _ = std::fs::remove_dir_all(dir);
@@ -195,7 +306,7 @@ async fn a_postgres_database_keeps_its_charges_and_ledger_through_the_refunds_mi
     );
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     let all = sqlx::migrate!("../../migrations/postgres");
-    before_refunds(&all)
+    before(&all, REFUNDS)
         .run(&pool)
         .await
         .expect("migrations before refunds");

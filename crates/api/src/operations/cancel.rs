@@ -123,7 +123,7 @@ impl Operation for CancelCharge {
     }
 
     fn confirms(void: &ProcessorVoid, claimed: &ClaimedCancel) -> Result<(), String> {
-        void.confirms(&claimed.charge.processor_charge_id)
+        void.confirms(&claimed.charge.processor_charge_id, claimed.charge.money)
             .map_err(|e| e.to_string())
     }
 
@@ -136,10 +136,11 @@ impl Operation for CancelCharge {
         transaction: &mut Transaction,
         _: Owner<'_>,
         claimed: &ClaimedCancel,
-        _: String,
+        processor_void_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
         let at = now_to_the_microsecond();
-        captures::cancel_hold(transaction, &claimed.charge, claimed.reason, at).await?;
+        let (charge, reason) = (&claimed.charge, claimed.reason);
+        captures::cancel_hold(transaction, charge, reason, &processor_void_id, at).await?;
         ok(&ChargeView::from(&claimed.charge.canceled(claimed.reason)))
     }
 

@@ -135,10 +135,11 @@ impl Operation for CaptureCharge {
         transaction: &mut Transaction,
         _: Owner<'_>,
         claimed: &ClaimedCapture,
-        _: String,
+        processor_capture_id: String,
     ) -> Result<StoredResponse, ProtocolError> {
         let at = now_to_the_microsecond();
-        captures::capture_hold(transaction, &claimed.charge, claimed.money, at).await?;
+        let (charge, money) = (&claimed.charge, claimed.money);
+        captures::capture_hold(transaction, charge, money, &processor_capture_id, at).await?;
         let captured = claimed.charge.captured(claimed.money.amount);
         ok(&ChargeView::from(&captured))
     }

@@ -530,7 +530,8 @@ async fn the_expiry_and_late_captures_raced_end_each_hold_once(backend: Backend)
 
 /// A day with a charge, a hold captured in part, one canceled and one expired reconciles with
 /// the processor's report without an exception: the report lists each authorisation as the
-/// books list its hold, by its whole amount.
+/// books list its hold, by its whole amount, and each capture and void as the books list what
+/// ended the hold (what the capture took, what the void released).
 async fn a_day_of_holds_reconciles_without_an_exception(backend: Backend) {
     let (card_sim, app) = with_card_sim_and(backend, &SHORT_HOLDS).await;
     app.charged(1_000, "tok_visa").await;
@@ -546,14 +547,73 @@ async fn a_day_of_holds_reconciles_without_an_exception(backend: Backend) {
 
     let (status, run) = crate::reconciliation::reconcile(&app.database, &card_sim).await;
     assert_eq!(status, 0, "{run}");
-    assert_eq!(run["counts"]["matched"], 4, "{run}");
+    // A charge, three authorisations, one capture and two voids.
+    assert_eq!(run["counts"]["matched"], 7, "{run}");
     assert_eq!(run["exceptions"], 0);
     let after = counts(&card_sim, &app).await;
     assert_eq!((after.captures, after.voids), (1, 2));
 }
 
+/// A capture and a void made at the processor that the service never asked for are one
+/// `processor_only` exception each, of their own type; a capture the service made that the
+/// report leaves out is one `books_only`. Everything else of the day matches.
+async fn each_capture_or_void_the_books_miss_is_one_exception(backend: Backend) {
+    let (card_sim, app) = with_card_sim_and(backend, &[]).await;
+    let captured = hold(&app, 2_000, "tok_visa").await;
+    let voided = hold(&app, 3_000, "tok_visa").await;
+    let ours = id_of(&hold(&app, 4_000, "tok_visa").await);
+    let processor_id = |charge: &Value| charge["processor_charge_id"].as_str().map(str::to_owned);
+    let (Some(captured), Some(voided)) = (processor_id(&captured), processor_id(&voided)) else {
+        panic!("a hold without its processor_charge_id");
+    };
+    let unasked_capture = card_sim.capture_unasked(&captured, &new_key(), 1_200).await;
+    let unasked_void = card_sim.void_unasked(&voided, &new_key()).await;
+    let answer = capture(&app, &ours, &new_key(), &json!({})).await;
+    assert_eq!(answer.status().as_u16(), 200);
+    let our_capture: String = sqlx::query_scalar(
+        "SELECT processor_capture_id FROM charges WHERE processor_capture_id IS NOT NULL",
+    )
+    .fetch_one(app.db())
+    .await
+    .expect("the capture's processor id");
+    card_sim.drop_from_report(&our_capture).await;
+
+    let (status, run) = crate::reconciliation::reconcile(&app.database, &card_sim).await;
+    assert_ne!(status, 0, "{run}");
+    let mut found: Vec<(String, String, String)> = run["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|item| {
+            let text = |field: &str| item[field].as_str().unwrap_or_default().to_owned();
+            (text("result"), text("type"), text("processor_id"))
+        })
+        .collect();
+    found.sort();
+    let mut expected = vec![
+        ("books_only".to_owned(), "capture".to_owned(), our_capture),
+        (
+            "processor_only".to_owned(),
+            "capture".to_owned(),
+            unasked_capture,
+        ),
+        ("processor_only".to_owned(), "void".to_owned(), unasked_void),
+    ];
+    expected.sort();
+    assert_eq!(found, expected, "{run}");
+    assert_eq!(run["exceptions"], 3, "{run}");
+    // Three authorisations.
+    assert_eq!(run["counts"]["matched"], 3, "{run}");
+    assert_eq!(
+        count_rows(app.db(), "reconciliation_exceptions").await,
+        3,
+        "each kept once"
+    );
+}
+
 on_every_backend!(
     a_day_of_holds_reconciles_without_an_exception,
+    each_capture_or_void_the_books_miss_is_one_exception,
     a_hold_is_captured_once_and_the_balance_is_exact_at_each_step,
     a_capture_above_the_hold_or_of_a_charge_captured_at_once_changes_nothing,
     a_capture_whose_answer_is_lost_again_and_again_captures_once,

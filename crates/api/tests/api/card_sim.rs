@@ -92,6 +92,44 @@ impl CardSim {
         charge["id"].as_str().expect("charge id").to_owned()
     }
 
+    /// Captures `amount` of the authorisation `processor_charge_id` under `processor_key`, as
+    /// another caller of the processor would, with no metadata: a capture the service never
+    /// asked for. Returns the capture's id.
+    pub(crate) async fn capture_unasked(
+        &self,
+        processor_charge_id: &str,
+        processor_key: &str,
+        amount: i64,
+    ) -> String {
+        let body = json!({ "charge": processor_charge_id, "amount": amount, "currency": "usd" });
+        self.call_unasked("captures", processor_key, body).await
+    }
+
+    /// Voids the authorisation `processor_charge_id` under `processor_key`, as another caller of
+    /// the processor would: a void the service never asked for. Returns the void's id.
+    pub(crate) async fn void_unasked(
+        &self,
+        processor_charge_id: &str,
+        processor_key: &str,
+    ) -> String {
+        let body = json!({ "charge": processor_charge_id });
+        self.call_unasked("voids", processor_key, body).await
+    }
+
+    async fn call_unasked(&self, path: &str, processor_key: &str, body: Value) -> String {
+        let response = http_client()
+            .post(format!("{}/v1/{path}", self.url))
+            .header("Idempotency-Key", processor_key)
+            .json(&body)
+            .send()
+            .await
+            .expect("card-sim call");
+        let status = response.status();
+        let made: Value = response.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "card-sim {path}: {status} {made}");
+        made["id"].as_str().expect("an id").to_owned()
+    }
+
     async fn testing(&self, path: &str, body: Value) -> Value {
         let response = http_client()
             .post(format!("{}/v1/testing/{path}", self.url))

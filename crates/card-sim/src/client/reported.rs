@@ -46,11 +46,12 @@ pub(super) fn reported_capture(view: CaptureView) -> Result<ProcessorCapture, Pr
     })
 }
 
-/// A void as the processor reported it, with its own authorisation, never copied from the
-/// request; a body that is not a void is `Unavailable`.
+/// A void as the processor reported it, with its own authorisation and what it released, never
+/// copied from the request; a body that is not a void is `Unavailable`.
 pub(super) fn reported_void(view: VoidView) -> Result<ProcessorVoid, ProcessorError> {
     reported_object(&view.id, &view.object, VOID_OBJECT)?;
     Ok(ProcessorVoid {
+        money: reported_money(view.amount, &view.currency)?,
         id: view.id,
         processor_charge_id: view.charge,
     })

@@ -44,6 +44,8 @@ impl Served for ProcessorVoid {
             object: VOID_OBJECT.to_owned(),
             id: void.id.clone(),
             charge: void.processor_charge_id.clone(),
+            amount: void.money.amount.minor_units(),
+            currency: void.money.currency.code().to_owned(),
             created: made.created_at.timestamp(),
             metadata: Metadata::of(made.metadata.as_ref()),
         }

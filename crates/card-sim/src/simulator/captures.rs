@@ -127,6 +127,7 @@ impl Capturable {
         Outcome::Succeeded(ProcessorVoid {
             id: format!("void_{}", Uuid::new_v4().simple()),
             processor_charge_id: charge_id.clone(),
+            money: authorization.money,
         })
     }
 

@@ -1,5 +1,7 @@
 //! The settlement report of the simulator, and the differences tests make in it: a line
-//! dropped, an amount altered, a charge the service never asked for. The report lists what
+//! dropped, an amount altered, a charge the service never asked for. (A capture or a void the
+//! service never asked for needs no call of its own here: any caller may make one, under a key
+//! of its own, through the simulator's capture and void calls.) The report lists what
 //! the books still remember, so a day is to be read while it is within the key window (the
 //! service reads the previous day, well within any window).
 
@@ -8,17 +10,19 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use chrono::NaiveDate;
 use payments_domain::{
-    Amount, CaptureMethod, Money, ProcessorCharge, ProcessorError, ProcessorMetadata,
-    ProcessorPayout, ProcessorRefund, SettlementLine, SettlementReport,
+    Amount, CaptureMethod, Money, ProcessorCapture, ProcessorCharge, ProcessorError,
+    ProcessorMetadata, ProcessorPayout, ProcessorRefund, ProcessorVoid, SettlementLine,
+    SettlementReport,
 };
 
 use super::book::Begin;
 use super::{ChargeAnswer, InMemoryCardProcessor, Kept, State, charges, lock};
 use crate::TestToken;
 
-/// No charge, refund or payout with this processor id is remembered.
+/// Nothing the report lists (a charge, a refund, a payout, a capture or a void) with this
+/// processor id is remembered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no charge, refund or payout {processor_id} is remembered")]
+#[error("no charge, refund, payout, capture or void {processor_id} is remembered")]
 pub struct UnknownProcessorId {
     pub processor_id: String,
 }
@@ -107,14 +111,17 @@ impl InMemoryCardProcessor {
         }
     }
 
-    /// The report of `date` (UTC): every charge, refund and payout still remembered that came
-    /// into existence that day, in the order they did, with the tests' changes.
+    /// The report of `date` (UTC): every charge, refund, payout, capture and void still
+    /// remembered that came into existence that day, in the order they did, with the tests'
+    /// changes.
     pub(crate) fn settlement_lines(&self, date: NaiveDate) -> Vec<SettlementLine> {
         let mut state = lock(&self.state);
         let mut lines = Vec::new();
         lines_of::<ProcessorCharge>(&mut state, date, &mut lines);
         lines_of::<ProcessorRefund>(&mut state, date, &mut lines);
         lines_of::<ProcessorPayout>(&mut state, date, &mut lines);
+        lines_of::<ProcessorCapture>(&mut state, date, &mut lines);
+        lines_of::<ProcessorVoid>(&mut state, date, &mut lines);
         // The stamps' sequence is the order in which things came into existence, across
         // books and within one clock tick.
         lines.sort_unstable_by_key(|(seq, _)| *seq);
@@ -133,7 +140,9 @@ impl InMemoryCardProcessor {
         // A scan of every book: a test endpoint, called a handful of times per test.
         let remembered = holds::<ProcessorCharge>(&mut state, processor_id)
             || holds::<ProcessorRefund>(&mut state, processor_id)
-            || holds::<ProcessorPayout>(&mut state, processor_id);
+            || holds::<ProcessorPayout>(&mut state, processor_id)
+            || holds::<ProcessorCapture>(&mut state, processor_id)
+            || holds::<ProcessorVoid>(&mut state, processor_id);
         if !remembered {
             return Err(UnknownProcessorId {
                 processor_id: processor_id.to_owned(),

@@ -81,9 +81,12 @@ impl State {
         for refund in self.refunds.forget_settled_before(cutoff) {
             self.report.forget(&refund.id);
         }
-        // Neither is in the report: nothing else refers to them.
-        self.captures.forget_settled_before(cutoff);
-        self.voids.forget_settled_before(cutoff);
+        for capture in self.captures.forget_settled_before(cutoff) {
+            self.report.forget(&capture.id);
+        }
+        for void in self.voids.forget_settled_before(cutoff) {
+            self.report.forget(&void.id);
+        }
         for payout in self.payouts.forget_settled_before(cutoff) {
             self.report.forget(&payout.id);
         }
@@ -131,8 +134,8 @@ pub(crate) trait Booked: Clone + Sized {
     fn book(state: &mut State) -> &mut Book<Self>;
 }
 
-/// What the settlement report lists (charges, authorisations among them, refunds and payouts;
-/// not captures or voids): so that a line of the report is written once for every kind.
+/// What the settlement report lists (charges, authorisations among them, refunds, payouts,
+/// captures and voids): so that a line of the report is written once for every kind.
 pub(crate) trait Kept: Booked {
     /// What its lines in the settlement report are.
     const KIND: SettlementKind;
@@ -213,8 +216,42 @@ impl Booked for ProcessorCapture {
     }
 }
 
+impl Kept for ProcessorCapture {
+    const KIND: SettlementKind = SettlementKind::Capture;
+
+    fn processor_id(&self) -> &str {
+        &self.id
+    }
+
+    fn money(&self) -> Money {
+        self.money
+    }
+
+    /// A capture the processor made has taken its money.
+    fn status(&self) -> ProcessorChargeStatus {
+        ProcessorChargeStatus::Succeeded
+    }
+}
+
 impl Booked for ProcessorVoid {
     fn book(state: &mut State) -> &mut Book<Self> {
         &mut state.voids
+    }
+}
+
+impl Kept for ProcessorVoid {
+    const KIND: SettlementKind = SettlementKind::Void;
+
+    fn processor_id(&self) -> &str {
+        &self.id
+    }
+
+    fn money(&self) -> Money {
+        self.money
+    }
+
+    /// A void the processor made has released its hold.
+    fn status(&self) -> ProcessorChargeStatus {
+        ProcessorChargeStatus::Succeeded
     }
 }

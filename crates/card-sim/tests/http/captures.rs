@@ -54,7 +54,7 @@ async fn authorise_capture_and_void_through_the_client_and_the_counts_report_eac
         .await
         .expect("void");
     assert!(void.id.starts_with("void_"), "{}", void.id);
-    assert_eq!(void.confirms(&voided.id), Ok(()));
+    assert_eq!(void.confirms(&voided.id, voided.money), Ok(()));
 
     let refused = [
         (

@@ -260,7 +260,7 @@ async fn a_repeat_under_the_same_key_returns_the_same_capture_and_void() {
     let void = sim.void(void_of("v", &other.id)).await;
     let void = void.unwrap_or_else(|e| panic!("{e}"));
     assert!(void.id.starts_with("void_"), "{}", void.id);
-    assert_eq!(void.confirms(&other.id), Ok(()));
+    assert_eq!(void.confirms(&other.id, other.money), Ok(()));
     assert_eq!(sim.void(void_of("v", &other.id)).await, Ok(void.clone()));
     assert_eq!(sim.cancel_void("v").await, Ok(CancelOutcome::Exists(void)));
     assert_eq!(sim.voids_created(), 1);
@@ -376,20 +376,23 @@ async fn captures_and_voids_process_as_long_as_a_call_with_the_authorisations_to
     assert_eq!((sim.captures_created(), sim.voids_created()), (1, 1));
 }
 
-/// The settlement report is as it was: an authorisation is listed as a charge (its status
-/// `requires_capture`), and captures and voids are not listed.
+/// The settlement report lists an authorisation as a charge of what it holds (its status
+/// `requires_capture`), and what ended it as a line of its own: a capture of what it took, a void
+/// of what it released, each under its own processor id and key, after its authorisation.
 #[tokio::test]
-async fn the_report_lists_authorisations_as_charges_and_no_captures_or_voids() {
+async fn the_report_lists_authorisations_as_charges_then_their_captures_and_voids() {
     let clock = ManualClock::at(2025, 3, 14, 10);
     let sim = clock.simulator(TimeDelta::days(7));
     let captured = authorized(&sim, "a", "tok_visa").await;
     let voided = authorized(&sim, "b", "tok_visa").await;
-    assert!(
-        sim.capture(capture_of("c", &captured.id, usd(50)))
-            .await
-            .is_ok()
-    );
-    assert!(sim.void(void_of("v", &voided.id)).await.is_ok());
+    let capture = sim
+        .capture(capture_of("c", &captured.id, usd(50)))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let void = sim
+        .void(void_of("v", &voided.id))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 
     let lines = sim.settlement_lines(clock.now().date_naive());
     let listed: Vec<_> = lines
@@ -398,17 +401,49 @@ async fn the_report_lists_authorisations_as_charges_and_no_captures_or_voids() {
             (
                 line.kind,
                 line.processor_id.as_str(),
+                line.processor_key.as_str(),
                 line.status,
                 line.money,
             )
         })
         .collect();
     let held = ProcessorChargeStatus::RequiresCapture;
+    let done = ProcessorChargeStatus::Succeeded;
     assert_eq!(
         listed,
         [
-            (SettlementKind::Charge, captured.id.as_str(), held, usd(100)),
-            (SettlementKind::Charge, voided.id.as_str(), held, usd(100)),
+            (
+                SettlementKind::Charge,
+                captured.id.as_str(),
+                "a",
+                held,
+                usd(100)
+            ),
+            (
+                SettlementKind::Charge,
+                voided.id.as_str(),
+                "b",
+                held,
+                usd(100)
+            ),
+            (
+                SettlementKind::Capture,
+                capture.id.as_str(),
+                "c",
+                done,
+                usd(50)
+            ),
+            (SettlementKind::Void, void.id.as_str(), "v", done, usd(100)),
         ]
     );
+
+    // A test can leave a capture or a void out of the report, as any other line.
+    assert_eq!(sim.drop_from_report(&capture.id), Ok(()));
+    assert_eq!(sim.drop_from_report(&void.id), Ok(()));
+    let kinds: Vec<_> = sim
+        .settlement_lines(clock.now().date_naive())
+        .into_iter()
+        .map(|line| line.kind)
+        .collect();
+    assert_eq!(kinds, [SettlementKind::Charge, SettlementKind::Charge]);
 }
