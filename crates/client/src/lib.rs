@@ -20,6 +20,9 @@
 //!   idempotency_key_reused` is [`Error::RequestChanged`]: the request was changed under one
 //!   key.
 //!
+//! - The consumer's half of webhooks ([`webhooks`]): a delivery's Standard Webhooks signatures
+//!   verified against the endpoint's secret, within a timestamp tolerance.
+//!
 //! The types follow the service's `openapi.yaml` field for field; `tests/contract.rs` checks
 //! them against it. This crate knows nothing of the service's own crates: it speaks HTTP.
 
@@ -32,6 +35,7 @@ mod received;
 pub mod retention;
 pub mod retry;
 pub mod types;
+pub mod webhooks;
 mod write;
 
 pub use client::Client;
