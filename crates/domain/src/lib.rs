@@ -19,6 +19,7 @@ mod reconciliation;
 mod refund;
 mod resolution;
 mod settlement;
+mod webhook_url;
 
 pub use capture::{
     CancelRequest, CancellationReason, Capture, CaptureMethod, CaptureRequest, ManualCapture,
@@ -51,3 +52,6 @@ pub use refund::{
 };
 pub use resolution::{NoteError, ResolutionAction, ResolutionNote, ResolutionRequest};
 pub use settlement::{ProcessorMetadata, SettlementKind, SettlementLine, SettlementReport};
+pub use webhook_url::{
+    AddressPolicy, AddressRefusal, EndpointUrl, Forbidden, Host, MAX_URL_LEN, UrlError,
+};
