@@ -52,8 +52,10 @@ COPY crates/storage/Cargo.toml crates/storage/
 COPY crates/redis/Cargo.toml crates/redis/
 COPY crates/card-sim/Cargo.toml crates/card-sim/
 COPY crates/client/Cargo.toml crates/client/
+COPY crates/webhooks/Cargo.toml crates/webhooks/
 COPY crates/api/Cargo.toml crates/api/
 COPY examples/orders/Cargo.toml examples/orders/
+COPY examples/webhook-receiver/Cargo.toml examples/webhook-receiver/
 RUN for manifest in crates/*/Cargo.toml examples/*/Cargo.toml; do \
         crate=${manifest%/Cargo.toml}; \
         mkdir -p "$crate/src" && : >"$crate/src/lib.rs"; \

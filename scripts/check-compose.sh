@@ -10,6 +10,8 @@
 #  3. Checks what neither tool does (scripts/compose/references.py): every depends_on names a
 #     service, and a dependency with a healthcheck is waited for with it.
 #  4. Proves the check can fail: three broken copies of the file must each be rejected.
+#  5. Checks that the Dockerfile's dependency layer copies the manifest of every workspace member
+#     (a member it misses fails the image build, late), and that a copy missing one is rejected.
 #
 #   scripts/check-compose.sh                    # docker-compose.yml
 #   scripts/check-compose.sh other-compose.yml
@@ -97,3 +99,21 @@ must_reject "payments-api no longer waits for the PostgreSQL healthcheck" \
 must_reject "payments-api depends on a service that does not exist" \
     '0,/^      postgres:$/s//      postgresql:/'
 say "OK: $compose is valid, and the check rejects every broken copy"
+
+# --- 5. the Dockerfile copies every member's manifest -------------------------------------
+# The members, as the workspace's Cargo.toml lists them on its `members` line.
+members=$(sed -n 's/^members *= *\[\(.*\)\]/\1/p' Cargo.toml | tr -d '" ' | tr ',' ' ')
+[ -n "$members" ] || fail "no members line in Cargo.toml"
+# The members whose manifest the Dockerfile `$1` does not copy, one per line.
+uncopied() {
+    local member
+    for member in $members; do
+        grep -qx "COPY $member/Cargo.toml $member/" "$1" || echo "$member"
+    done
+}
+missing=$(uncopied Dockerfile)
+[ -z "$missing" ] || fail "the Dockerfile copies no manifest of: $(echo $missing) (add COPY <member>/Cargo.toml <member>/)"
+sed '0,/^COPY crates\/.*\/Cargo.toml/{//d}' Dockerfile >"$broken/Dockerfile"
+[ -n "$(uncopied "$broken/Dockerfile")" ] ||
+    fail "self-test: a Dockerfile missing a member's manifest was accepted"
+say "OK: the Dockerfile copies every member's manifest ($(echo $members | wc -w)), and one missing is found"

@@ -79,11 +79,6 @@ impl EndpointUrl {
         }
     }
 
-    /// The port, the scheme's when the URL names none.
-    pub fn port(&self) -> u16 {
-        self.0.port_or_known_default().unwrap_or(443)
-    }
-
     fn is_https(&self) -> bool {
         self.0.scheme() == "https"
     }
