@@ -221,12 +221,12 @@ impl AddressPolicy {
     /// one of them next time): each must be public or allow-listed, and the URL `https` unless
     /// all of them are allow-listed.
     pub fn check(&self, url: &EndpointUrl, addresses: &[IpAddr]) -> Result<(), AddressRefusal> {
-        let host = || url.as_url().host_str().unwrap_or_default().to_owned();
+        let host = url.as_url().host_str().unwrap_or_default();
         if addresses.is_empty() {
-            return Err(AddressRefusal::Unresolved(host()));
+            return Err(AddressRefusal::Unresolved(host.to_owned()));
         }
         for &address in addresses {
-            self.check_address(&host(), address)?;
+            self.check_address(host, address)?;
         }
         if !url.is_https() && !addresses.iter().all(|&address| self.allows(address)) {
             return Err(AddressRefusal::NotHttps);
